@@ -1,0 +1,196 @@
+//! `easyio bench raw`: the physical limit every later benchmark is measured against.
+//!
+//! Single-core bandwidth and latency of (a) the persistent copy into the region
+//! (non-temporal stores + fence), (b) memcpy out of the region and (c) memcpy into the
+//! region + cache-line write-back + fence, beside the peer of (a): a plain C loop of
+//! 64-byte non-temporal stores + sfence. Destinations rotate through a region larger
+//! than the last-level cache so that reads do not come from cache.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pmem::{peer, Pmem, Region};
+use serde::Serialize;
+
+use super::{gib_per_s, median, time_per_op};
+use crate::report::{self, size_label, Machine};
+
+/// Copy sizes measured, from one page to one huge page.
+pub const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];
+/// Region size: far larger than any last-level cache on the machines we run on.
+const REGION_BYTES: u64 = 256 << 20;
+/// Alternating rounds per (size, path); the median is reported.
+const ROUNDS: usize = 5;
+
+#[derive(Args)]
+pub struct RawArgs {
+    /// Where to create the benchmark region: a directory (a temporary region is made
+    /// inside it) or a path that does not exist yet (created, then removed). Default: a
+    /// temporary region in /dev/shm. An existing region is never overwritten.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Milliseconds per measurement round.
+    #[arg(long, default_value_t = 60)]
+    round_ms: u64,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What is measured.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path {
+    /// `Pmem::copy_persist`.
+    PersistentCopy,
+    /// The C loop of 64-byte non-temporal stores + sfence.
+    CNtLoop,
+    /// `Pmem::read`.
+    Read,
+    /// `Pmem::write_persist`: memcpy + write-back + fence.
+    CopyFlush,
+}
+
+impl Path {
+    const ALL: [Path; 4] = [
+        Path::PersistentCopy,
+        Path::CNtLoop,
+        Path::Read,
+        Path::CopyFlush,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Path::PersistentCopy => "persistent-copy",
+            Path::CNtLoop => "c-nt-loop",
+            Path::Read => "memcpy-read",
+            Path::CopyFlush => "memcpy-flush-fence",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    path: &'static str,
+    bytes: u64,
+    gib_per_s: f64,
+    ns_per_op: f64,
+    /// Persistent copy only: bandwidth as a fraction of the C loop's in this run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_c_nt_loop: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    region: String,
+    durability: String,
+    results: Vec<Row>,
+}
+
+pub fn run(args: RawArgs) -> anyhow::Result<()> {
+    let region = open_region(args.image.as_deref())?;
+    let round = Duration::from_millis(args.round_ms);
+    let slots = region.len() / SIZES[SIZES.len() - 1] * SIZES[SIZES.len() - 1];
+    let src: Vec<u8> = (0..SIZES[SIZES.len() - 1])
+        .map(|i| (i * 13) as u8)
+        .collect();
+    let mut dst = vec![0u8; src.len()];
+
+    let mut results = Vec::new();
+    for &size in &SIZES {
+        let n_slots = slots / size;
+        let off = |i: u64| (i % n_slots) * size;
+        let s = &src[..size as usize];
+        let mut samples = vec![Vec::new(); Path::ALL.len()];
+        for r in 0..ROUNDS {
+            // Alternate the order so that neither path always runs on a warmer machine.
+            let order: Vec<usize> = if r % 2 == 0 {
+                vec![0, 1, 2, 3]
+            } else {
+                vec![3, 2, 1, 0]
+            };
+            for k in order {
+                let d = &mut dst[..size as usize];
+                let ns = match Path::ALL[k] {
+                    Path::PersistentCopy => time_per_op(round, |i| region.copy_persist(off(i), s)),
+                    Path::CNtLoop => {
+                        time_per_op(round, |i| peer::c_nt_copy_persist(&region, off(i), s))
+                    }
+                    Path::Read => time_per_op(round, |i| region.read(off(i), d)),
+                    Path::CopyFlush => time_per_op(round, |i| region.write_persist(off(i), s)),
+                };
+                samples[k].push(ns);
+            }
+        }
+        let medians: Vec<f64> = samples.into_iter().map(median).collect();
+        let peer_bw = gib_per_s(size, medians[1]);
+        for (k, &ns) in medians.iter().enumerate() {
+            let path = Path::ALL[k];
+            let bw = gib_per_s(size, ns);
+            results.push(Row {
+                path: path.name(),
+                bytes: size,
+                gib_per_s: bw,
+                ns_per_op: ns,
+                vs_c_nt_loop: (path == Path::PersistentCopy).then_some(bw / peer_bw),
+            });
+        }
+    }
+    std::hint::black_box(&dst);
+
+    let report = Report {
+        machine: Machine::this(),
+        region: region.path().display().to_string(),
+        durability: region.durability().describe().to_string(),
+        results,
+    };
+    if args.json {
+        return report::print_json(&report);
+    }
+    println!(
+        "easyio bench raw — single core, {} rounds of {} ms, median",
+        ROUNDS, args.round_ms
+    );
+    println!("machine: {}", report.machine.describe());
+    println!("region:  {} ({})", report.region, report.durability);
+    let rows = report
+        .results
+        .iter()
+        .map(|r| {
+            vec![
+                size_label(r.bytes),
+                r.path.to_string(),
+                format!("{:.2}", r.gib_per_s),
+                format!("{:.0}", r.ns_per_op),
+                r.vs_c_nt_loop.map_or(String::new(), |v| format!("{v:.2}x")),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        report::table(&["size", "path", "GiB/s", "ns/op", "vs C NT loop"], rows)
+    );
+    Ok(())
+}
+
+fn open_region(image: Option<&std::path::Path>) -> anyhow::Result<Region> {
+    match image {
+        None => Ok(Region::create_temp(REGION_BYTES)?),
+        Some(p) if p.is_dir() => Ok(Region::create_temp_in(p, REGION_BYTES)?),
+        Some(p) if p.exists() => bail!(
+            "{} exists; bench raw overwrites its whole region, so give a directory or a new path",
+            p.display()
+        ),
+        Some(p) => {
+            // A new path: create it, and remove it when done, like a temporary region.
+            let region = Region::create(p, REGION_BYTES)
+                .with_context(|| format!("creating benchmark region {}", p.display()))?;
+            drop(region);
+            let dir = p.parent().unwrap_or(std::path::Path::new("."));
+            std::fs::remove_file(p)?;
+            Ok(Region::create_temp_in(dir, REGION_BYTES)?)
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Output of results: a table for people, JSON for machines, and a description of the
+//! machine a measurement came from.
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+use serde::Serialize;
+
+/// A table with a header row; numeric-looking cells are right-aligned.
+pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t.set_header(header.iter().map(Cell::new));
+    for row in rows {
+        t.add_row(row.into_iter().map(|c| {
+            let numeric = c.starts_with(|ch: char| ch.is_ascii_digit() || ch == '-');
+            let cell = Cell::new(c);
+            if numeric {
+                cell.set_alignment(CellAlignment::Right)
+            } else {
+                cell
+            }
+        }));
+    }
+    t.to_string()
+}
+
+/// The machine a measurement came from, printed beside every benchmark result.
+#[derive(Serialize, Clone, Debug)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub copy: &'static str,
+    pub flush: &'static str,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        Machine {
+            cpu,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            copy: pmem::persist::best_copy().name(),
+            flush: pmem::persist::best_flush().name(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({} cores; non-temporal copy {}, write-back {})",
+            self.cpu, self.cores, self.copy, self.flush
+        )
+    }
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Human-readable byte count for sizes that are powers of two (4 KiB, 2 MiB).
+pub fn size_label(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}

@@ -1,0 +1,578 @@
+//! Mapping a region: devdax device, DAX file (`MAP_SYNC`) or plain file; exclusive use
+//! by `flock`; the region header; and the real-hardware implementation of [`Pmem`].
+//!
+//! # Region header (first [`HEADER_LEN`] bytes of the file or device)
+//!
+//! | offset | size | field                                               |
+//! |--------|------|-----------------------------------------------------|
+//! | 0      | 8    | magic `b"EASYIORG"`                                 |
+//! | 8      | 4    | header format version, little endian ([`VERSION`])  |
+//! | 12     | 4    | header length in bytes ([`HEADER_LEN`])             |
+//! | 16     | 8    | total region length in bytes, header included       |
+//! | 24     | 4    | CRC-32C of bytes 0..24                              |
+//! | 28     | ..   | zero up to [`HEADER_LEN`]                           |
+//!
+//! Usable offsets `0..len()` of [`Pmem`] start right after the header.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::{check_range, check_word, persist, Pmem};
+
+/// The page size regions are sized in.
+pub const PAGE_SIZE: u64 = 4096;
+/// Bytes reserved at the start of every region for its header.
+pub const HEADER_LEN: u64 = PAGE_SIZE;
+/// Version of the header format written by this code.
+pub const VERSION: u32 = 1;
+
+const MAGIC: [u8; 8] = *b"EASYIORG";
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = MAGIC_OFF + MAGIC.len();
+const HDR_LEN_OFF: usize = VERSION_OFF + 4;
+const REGION_LEN_OFF: usize = HDR_LEN_OFF + 4;
+const CSUM_OFF: usize = REGION_LEN_OFF + 8;
+const HEADER_USED: usize = CSUM_OFF + 4;
+
+/// Smallest region `create` accepts: the header plus one page of usable memory.
+pub const MIN_REGION: u64 = HEADER_LEN + PAGE_SIZE;
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+
+/// What survives a power loss, as far as this process can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Persistent memory mapped with `MAP_SYNC` or through device DAX: data is durable
+    /// once written back from the CPU cache and fenced.
+    CpuFlush,
+    /// DRAM (tmpfs, hugetlbfs): flush and fence order the stores, but everything is
+    /// lost at power-off or reboot. The embedded default.
+    Dram,
+    /// A file in the page cache of a block-backed file system: durable only after
+    /// `msync` ([`Region::sync`]).
+    PageCache,
+}
+
+impl Durability {
+    /// A one-line description fit for output to a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Durability::CpuFlush => "persistent: durable after cache write-back and fence",
+            Durability::Dram => "volatile DRAM: contents lost at power-off or reboot",
+            Durability::PageCache => "page cache: durable only after msync",
+        }
+    }
+}
+
+/// What backs a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionKind {
+    /// A device DAX character device (`/dev/daxX.Y`).
+    DevDax,
+    /// A regular file, mapped with `MAP_SYNC` when the file system allows it.
+    File,
+}
+
+/// A mapped region of slow memory, held exclusively by this open.
+pub struct Region {
+    map: *mut u8,
+    map_len: usize,
+    path: PathBuf,
+    kind: RegionKind,
+    durability: Durability,
+    remove_on_drop: bool,
+    // Held for its flock: closing the descriptor releases the region.
+    _file: File,
+}
+
+// SAFETY: the mapping is shared memory whose every access goes through raw pointers in
+// this module with atomic or byte-copy semantics; nothing in `Region` is tied to the
+// thread that created it.
+unsafe impl Send for Region {}
+// SAFETY: as above; concurrent accesses from several threads are the caller's protocol
+// (log tails, completion counters), exactly as with hardware persistent memory.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Creates a new region file of `size` bytes (header included) at `path` and holds
+    /// it. On a devdax device, formats the whole device instead (`size` must then be 0
+    /// or the device size). Fails with [`Error::Exists`] if a regular file is already
+    /// there.
+    pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Region> {
+        let path = path.as_ref();
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.file_type().is_char_device() {
+                return Self::format_devdax(path, size);
+            }
+            return Err(Error::Exists { path: path.into() });
+        }
+        check_size(size)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => Error::Exists { path: path.into() },
+                io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+                _ => io_err(path, "create", e),
+            })?;
+        let built = (|| {
+            lock(&file, path)?;
+            reserve(&file, path, size)?;
+            let region = Self::map(file, path, size, RegionKind::File)?;
+            region.write_header(size);
+            Ok(region)
+        })();
+        if built.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        built
+    }
+
+    /// Creates a region of `size` bytes in `dir` with a unique name; the file is
+    /// removed when the region is dropped.
+    pub fn create_temp_in(dir: impl AsRef<Path>, size: u64) -> Result<Region> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "easyio-{}-{}.region",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut region = Self::create(dir.as_ref().join(name), size)?;
+        region.remove_on_drop = true;
+        Ok(region)
+    }
+
+    /// A temporary region in `/dev/shm`, the embedded default.
+    pub fn create_temp(size: u64) -> Result<Region> {
+        Self::create_temp_in("/dev/shm", size)
+    }
+
+    /// Opens an existing region (file or devdax device) and holds it exclusively.
+    pub fn open(path: impl AsRef<Path>) -> Result<Region> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+            _ => io_err(path, "stat", e),
+        })?;
+        let (kind, actual) = if meta.file_type().is_char_device() {
+            (RegionKind::DevDax, devdax_size(path, meta.rdev())?)
+        } else if meta.is_file() {
+            (RegionKind::File, meta.len())
+        } else {
+            return Err(Error::BadHeader {
+                path: path.into(),
+                reason: "not a regular file or a DAX character device".into(),
+            });
+        };
+        if actual < MIN_REGION {
+            return Err(Error::BadHeader {
+                path: path.into(),
+                reason: format!("{actual} bytes is too small to hold a region header"),
+            });
+        }
+        check_size(actual)?;
+        let file = open_rw(path)?;
+        lock(&file, path)?;
+        let region = Self::map(file, path, actual, kind)?;
+        region.check_header(actual)?;
+        Ok(region)
+    }
+
+    fn format_devdax(path: &Path, size: u64) -> Result<Region> {
+        let meta = std::fs::metadata(path).map_err(|e| io_err(path, "stat", e))?;
+        let actual = devdax_size(path, meta.rdev())?;
+        if size != 0 && size != actual {
+            return Err(Error::BadSize {
+                size,
+                reason: format!("device DAX regions take the whole device ({actual} bytes)"),
+            });
+        }
+        check_size(actual)?;
+        let file = open_rw(path)?;
+        lock(&file, path)?;
+        let region = Self::map(file, path, actual, RegionKind::DevDax)?;
+        region.write_header(actual);
+        Ok(region)
+    }
+
+    fn map(file: File, path: &Path, len: u64, kind: RegionKind) -> Result<Region> {
+        let map_len = usize::try_from(len).map_err(|_| Error::BadSize {
+            size: len,
+            reason: "larger than the address space".into(),
+        })?;
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: mapping a file we hold open; the kernel picks the address. The result
+        // is checked against MAP_FAILED before use.
+        let try_map = |flags: i32| unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), map_len, prot, flags, fd, 0);
+            if p == libc::MAP_FAILED {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(p as *mut u8)
+            }
+        };
+        let map_err = |source| Error::Map {
+            path: path.into(),
+            len,
+            source,
+        };
+        let (map, durability) = match kind {
+            RegionKind::DevDax => (
+                try_map(libc::MAP_SHARED).map_err(map_err)?,
+                Durability::CpuFlush,
+            ),
+            RegionKind::File => {
+                match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_POPULATE) {
+                    Ok(p) => (p, Durability::CpuFlush),
+                    // Not a DAX file system: EOPNOTSUPP (older kernels say EINVAL).
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                        let p = try_map(libc::MAP_SHARED | libc::MAP_POPULATE).map_err(map_err)?;
+                        (p, fs_durability(&file))
+                    }
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+        };
+        Ok(Region {
+            map,
+            map_len,
+            path: path.into(),
+            kind,
+            durability,
+            remove_on_drop: false,
+            _file: file,
+        })
+    }
+
+    fn header_bytes(&self) -> [u8; HEADER_USED] {
+        let mut h = [0u8; HEADER_USED];
+        // SAFETY: the mapping is at least MIN_REGION bytes, more than HEADER_USED.
+        unsafe { persist::copy_out(h.as_mut_ptr(), self.map, HEADER_USED) };
+        h
+    }
+
+    fn write_header(&self, region_len: u64) {
+        let mut h = [0u8; HEADER_USED];
+        h[MAGIC_OFF..VERSION_OFF].copy_from_slice(&MAGIC);
+        h[VERSION_OFF..HDR_LEN_OFF].copy_from_slice(&VERSION.to_le_bytes());
+        h[HDR_LEN_OFF..REGION_LEN_OFF].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        h[REGION_LEN_OFF..CSUM_OFF].copy_from_slice(&region_len.to_le_bytes());
+        let csum = crc32c::crc32c(&h[..CSUM_OFF]);
+        h[CSUM_OFF..].copy_from_slice(&csum.to_le_bytes());
+        // SAFETY: the header lies inside the mapping (len >= MIN_REGION), which this
+        // open holds exclusively.
+        unsafe {
+            std::ptr::write_bytes(self.map, 0, HEADER_LEN as usize);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.map, HEADER_USED);
+            persist::flush(self.map, HEADER_LEN as usize);
+        }
+        persist::fence();
+    }
+
+    fn check_header(&self, actual: u64) -> Result<()> {
+        let h = self.header_bytes();
+        let bad = |reason: String| Error::BadHeader {
+            path: self.path.clone(),
+            reason,
+        };
+        if h[MAGIC_OFF..VERSION_OFF] != MAGIC {
+            return Err(bad("not an easyio region (no region header magic)".into()));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
+        let stored = u32_at(CSUM_OFF);
+        if stored != crc32c::crc32c(&h[..CSUM_OFF]) {
+            return Err(bad("region header checksum mismatch (corrupted)".into()));
+        }
+        let version = u32_at(VERSION_OFF);
+        if version != VERSION {
+            return Err(bad(format!(
+                "region header version {version}, this build reads {VERSION}"
+            )));
+        }
+        let hdr_len = u32_at(HDR_LEN_OFF) as u64;
+        if hdr_len != HEADER_LEN {
+            return Err(bad(format!(
+                "region header length {hdr_len}, expected {HEADER_LEN}"
+            )));
+        }
+        let claimed = u64::from_le_bytes(h[REGION_LEN_OFF..CSUM_OFF].try_into().unwrap());
+        if claimed > actual {
+            return Err(Error::Truncated {
+                path: self.path.clone(),
+                claimed,
+                actual,
+            });
+        }
+        if claimed < MIN_REGION {
+            return Err(bad(format!("region header claims only {claimed} bytes")));
+        }
+        Ok(())
+    }
+
+    /// Where the region lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What backs the region.
+    pub fn kind(&self) -> RegionKind {
+        self.kind
+    }
+
+    /// Total mapped bytes, header included.
+    pub fn mapped_len(&self) -> u64 {
+        self.map_len as u64
+    }
+
+    /// Writes dirty pages back to storage; needed for durability only when
+    /// [`Durability::PageCache`], harmless otherwise.
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: msync over exactly our own mapping.
+        let rc = unsafe { libc::msync(self.map as *mut libc::c_void, self.map_len, libc::MS_SYNC) };
+        if rc != 0 {
+            return Err(io_err(&self.path, "msync", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Address of usable offset `off`, for handing to a copy device that writes by
+    /// address. Callers must not store through it themselves: stores go through
+    /// [`Pmem`] so that they can be traced.
+    pub fn device_addr(&self, off: u64, len: u64) -> *mut u8 {
+        check_range(off, len, self.len());
+        self.at(off)
+    }
+
+    #[inline]
+    fn at(&self, off: u64) -> *mut u8 {
+        // SAFETY: callers bounds-check `off` against len(), so the pointer stays inside
+        // the mapping (HEADER_LEN + off < map_len).
+        unsafe { self.map.add((HEADER_LEN + off) as usize) }
+    }
+
+    #[inline]
+    fn word(&self, off: u64) -> &AtomicU64 {
+        check_word(off, self.len());
+        // SAFETY: in bounds and 8-aligned (the mapping is page-aligned and HEADER_LEN is
+        // a multiple of 8); AtomicU64 has the layout of u64 and the mapping lives as long
+        // as `self`.
+        unsafe { &*(self.at(off) as *const AtomicU64) }
+    }
+}
+
+impl Pmem for Region {
+    fn len(&self) -> u64 {
+        self.map_len as u64 - HEADER_LEN
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn write(&self, off: u64, src: &[u8]) {
+        check_range(off, src.len() as u64, self.len());
+        // SAFETY: bounds checked; `src` is ordinary memory, never inside the mapping
+        // (a `&[u8]` into the mapping cannot be obtained from this API).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(off), src.len()) }
+    }
+
+    fn store_u64(&self, off: u64, val: u64) {
+        self.word(off).store(val, Ordering::Release);
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        self.word(off).load(Ordering::Acquire)
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        check_range(off, dst.len() as u64, self.len());
+        // SAFETY: bounds checked; `dst` is an exclusive borrow outside the mapping.
+        unsafe { persist::copy_out(dst.as_mut_ptr(), self.at(off), dst.len()) }
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        check_range(off, len, self.len());
+        // SAFETY: bounds checked.
+        unsafe { persist::flush(self.at(off), len as usize) }
+    }
+
+    fn fence(&self) {
+        persist::fence();
+    }
+
+    fn copy_nt(&self, off: u64, src: &[u8]) {
+        check_range(off, src.len() as u64, self.len());
+        // SAFETY: bounds checked; `src` lies outside the mapping.
+        unsafe { persist::copy_nt(self.at(off), src.as_ptr(), src.len()) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created; no references into it
+        // outlive `self` (the API hands out copies and offsets only).
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("path", &self.path)
+            .field("kind", &self.kind)
+            .field("len", &self.len())
+            .field("durability", &self.durability)
+            .finish()
+    }
+}
+
+fn check_size(size: u64) -> Result<()> {
+    let reason = if size == 0 {
+        "it is zero".to_string()
+    } else if !size.is_multiple_of(PAGE_SIZE) {
+        format!("it is not a multiple of the page size ({PAGE_SIZE} bytes)")
+    } else if size < MIN_REGION {
+        format!("a region needs at least {MIN_REGION} bytes (header plus one page)")
+    } else {
+        return Ok(());
+    };
+    Err(Error::BadSize { size, reason })
+}
+
+fn io_err(path: &Path, op: &'static str, source: io::Error) -> Error {
+    Error::Io {
+        path: path.into(),
+        op,
+        source,
+    }
+}
+
+fn open_rw(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+            _ => io_err(path, "open", e),
+        })
+}
+
+/// Takes the region's exclusive lock. `flock` locks belong to the open file
+/// description, so a second open in the same process conflicts too, and the kernel
+/// drops the lock when the holder dies.
+fn lock(file: &File, path: &Path) -> Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        return Err(io_err(path, "flock", err));
+    }
+    let holder = file
+        .metadata()
+        .ok()
+        .and_then(|m| lock_holder(m.dev(), m.ino()))
+        .unwrap_or_else(|| "another open of this region".into());
+    Err(Error::Busy {
+        path: path.into(),
+        holder,
+    })
+}
+
+/// Finds the process holding a `flock` on (dev, ino) in `/proc/locks`.
+fn lock_holder(dev: u64, ino: u64) -> Option<String> {
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let want = format!("{major:02x}:{minor:02x}:{ino}");
+    let pid = locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
+        (f.len() >= 6 && f[1] == "FLOCK" && f[5] == want).then(|| f[4].to_string())
+    })?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let me = if pid == std::process::id().to_string() {
+        ", this process"
+    } else {
+        ""
+    };
+    Some(format!("pid {pid} ({}{me})", comm.trim()))
+}
+
+/// Reserves the file's blocks now so that a full file system is a clear error at
+/// create time rather than SIGBUS on first touch.
+fn reserve(file: &File, path: &Path, size: u64) -> Result<()> {
+    // SAFETY: fallocate-style call on a descriptor we own.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => {
+            file.set_len(size).map_err(|e| io_err(path, "set_len", e))
+        }
+        e => Err(io_err(
+            path,
+            "reserve space",
+            io::Error::from_raw_os_error(e),
+        )),
+    }
+}
+
+fn fs_durability(file: &File) -> Durability {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills the struct on success; we read it only then.
+    let f_type = unsafe {
+        if libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+            return Durability::PageCache;
+        }
+        st.assume_init().f_type
+    };
+    match f_type {
+        TMPFS_MAGIC | HUGETLBFS_MAGIC => Durability::Dram,
+        _ => Durability::PageCache,
+    }
+}
+
+/// Size of a device DAX device, from sysfs.
+fn devdax_size(path: &Path, rdev: u64) -> Result<u64> {
+    let sys = format!(
+        "/sys/dev/char/{}:{}/size",
+        libc::major(rdev),
+        libc::minor(rdev)
+    );
+    let text = std::fs::read_to_string(&sys).map_err(|e| Error::BadHeader {
+        path: path.into(),
+        reason: format!("character device is not device DAX ({sys}: {e})"),
+    })?;
+    text.trim().parse().map_err(|_| Error::BadHeader {
+        path: path.into(),
+        reason: format!("unreadable device size in {sys}: {text:?}"),
+    })
+}
+
+/// Removes a region file; refuses to touch anything that is not a region, or one in use.
+pub fn remove(path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let region = Region::open(path)?;
+    if region.kind == RegionKind::DevDax {
+        return Err(Error::BadHeader {
+            path: path.into(),
+            reason: "a device DAX region cannot be removed".into(),
+        });
+    }
+    std::fs::remove_file(path).map_err(|e| io_err(path, "remove", e))
+}

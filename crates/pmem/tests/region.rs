@@ -1,0 +1,228 @@
+//! Region lifecycle: create/open/reopen keep bytes, exclusive use across opens and
+//! processes, and a typed error for every kind of bad input.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use pmem::{Durability, Error, Pmem, Region, HEADER_LEN, PAGE_SIZE};
+
+const MIB: u64 = 1 << 20;
+
+/// A scratch directory in /dev/shm, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = Path::new("/dev/shm").join(format!("easyio-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn create_open_reopen_keeps_bytes() {
+    let dir = Scratch::new("reopen");
+    let path = dir.path("r");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    {
+        let r = Region::create(&path, 4 * MIB).unwrap();
+        assert_eq!(r.len(), 4 * MIB - HEADER_LEN);
+        assert_eq!(r.durability(), Durability::Dram);
+        r.copy_persist(12_345, &data);
+        r.write_persist(3 * MIB, b"metadata");
+        r.store_u64_persist(2 * MIB, 0xDEAD_BEEF_CAFE);
+    }
+    for _ in 0..2 {
+        let r = Region::open(&path).unwrap();
+        let mut back = vec![0u8; data.len()];
+        r.read(12_345, &mut back);
+        assert_eq!(back, data);
+        let mut meta = [0u8; 8];
+        r.read(3 * MIB, &mut meta);
+        assert_eq!(&meta, b"metadata");
+        assert_eq!(r.load_u64(2 * MIB), 0xDEAD_BEEF_CAFE);
+    }
+}
+
+#[test]
+fn temp_region_is_removed_on_drop() {
+    let r = Region::create_temp(MIB).unwrap();
+    let path = r.path().to_path_buf();
+    assert!(path.exists());
+    drop(r);
+    assert!(!path.exists());
+}
+
+#[test]
+fn second_open_in_same_process_is_busy() {
+    let dir = Scratch::new("busy");
+    let path = dir.path("r");
+    let first = Region::create(&path, MIB).unwrap();
+    let err = Region::open(&path).unwrap_err();
+    assert!(matches!(err, Error::Busy { .. }), "{err}");
+    assert_eq!(err.errno(), libc::EBUSY);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "holder not named: {msg}"
+    );
+    drop(first);
+    Region::open(&path).unwrap();
+}
+
+/// Child half of `other_process_holder_is_named_and_released_on_kill`.
+#[test]
+fn child_hold_region() {
+    let Ok(path) = std::env::var("EASYIO_TEST_HOLD") else {
+        return;
+    };
+    let _r = Region::open(&path).unwrap();
+    println!("held");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn other_process_holder_is_named_and_released_on_kill() {
+    let dir = Scratch::new("proc");
+    let path = dir.path("r");
+    drop(Region::create(&path, MIB).unwrap());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_hold_region",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("EASYIO_TEST_HOLD", &path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("held")),
+        "child never held the region"
+    );
+    let err = Region::open(&path).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("pid {}", child.id())),
+        "holder not named: {err}"
+    );
+    // SIGKILL: the kernel must release the lock with the dead holder.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    Region::open(&path).unwrap();
+}
+
+#[test]
+fn missing_path_is_not_found() {
+    let err = Region::open("/dev/shm/easyio-no-such-region").unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(err.errno(), libc::ENOENT);
+    let err = Region::create("/dev/shm/easyio-no-such-dir/r", MIB).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+}
+
+#[test]
+fn bad_sizes_are_rejected_and_leave_nothing() {
+    let dir = Scratch::new("size");
+    for size in [0, PAGE_SIZE + 1, 1000, PAGE_SIZE] {
+        let path = dir.path(&format!("r{size}"));
+        let err = Region::create(&path, size).unwrap_err();
+        assert!(matches!(err, Error::BadSize { .. }), "{size}: {err}");
+        assert_eq!(err.errno(), libc::EINVAL);
+        assert!(!path.exists(), "failed create left {path:?}");
+    }
+    // An existing file whose size is not page-aligned.
+    let path = dir.path("odd");
+    std::fs::write(&path, vec![0u8; 3 * PAGE_SIZE as usize + 10]).unwrap();
+    let err = Region::open(&path).unwrap_err();
+    assert!(matches!(err, Error::BadSize { .. }), "{err}");
+    // An empty file.
+    let path = dir.path("empty");
+    std::fs::write(&path, b"").unwrap();
+    assert!(Region::open(&path).is_err());
+}
+
+#[test]
+fn create_over_existing_is_refused() {
+    let dir = Scratch::new("exists");
+    let path = dir.path("r");
+    drop(Region::create(&path, MIB).unwrap());
+    let err = Region::create(&path, MIB).unwrap_err();
+    assert!(matches!(err, Error::Exists { .. }), "{err}");
+    assert_eq!(err.errno(), libc::EEXIST);
+}
+
+#[test]
+fn truncated_region_is_detected() {
+    let dir = Scratch::new("trunc");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(2 * MIB).unwrap();
+    let err = Region::open(&path).unwrap_err();
+    match &err {
+        Error::Truncated {
+            claimed, actual, ..
+        } => {
+            assert_eq!((*claimed, *actual), (4 * MIB, 2 * MIB));
+        }
+        other => panic!("expected Truncated, got {other}"),
+    }
+    assert_eq!(err.errno(), libc::EUCLEAN);
+}
+
+#[test]
+fn foreign_or_corrupted_header_is_detected() {
+    let dir = Scratch::new("hdr");
+    let path = dir.path("zeros");
+    std::fs::write(&path, vec![0u8; MIB as usize]).unwrap();
+    let err = Region::open(&path).unwrap_err();
+    assert!(matches!(err, Error::BadHeader { .. }), "{err}");
+
+    let path = dir.path("flipped");
+    drop(Region::create(&path, MIB).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[17] ^= 0x40; // inside the recorded region length
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Region::open(&path).unwrap_err();
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+#[test]
+fn directory_is_not_a_region() {
+    let dir = Scratch::new("dir");
+    let err = Region::open(&dir.0).unwrap_err();
+    assert!(matches!(err, Error::BadHeader { .. }), "{err}");
+}
+
+#[test]
+#[should_panic(expected = "out of bounds")]
+fn out_of_bounds_access_panics() {
+    let r = Region::create_temp(MIB).unwrap();
+    r.write(r.len() - 4, &[0u8; 8]);
+}
+
+#[test]
+fn remove_refuses_non_regions() {
+    let dir = Scratch::new("rm");
+    let path = dir.path("plain");
+    std::fs::write(&path, vec![1u8; MIB as usize]).unwrap();
+    assert!(pmem::remove(&path).is_err());
+    assert!(path.exists());
+    let path = dir.path("r");
+    drop(Region::create(&path, MIB).unwrap());
+    pmem::remove(&path).unwrap();
+    assert!(!path.exists());
+}
