@@ -1,0 +1,339 @@
+//! Appending entries to inode logs, committing them, and cleaning logs.
+//!
+//! An operation *stages* its entries for each inode it touches — placing them after the
+//! tail, allocating and linking pages as needed, writing and flushing them — and then
+//! *commits*: one atomic tail store for a single inode, or a journaled set of stores for
+//! several. Staging changes nothing a recovery would look at, so an operation that fails
+//! while staging (ENOSPC) has no effect.
+
+use std::sync::Arc;
+
+
+use crate::alloc::Extent;
+use crate::error::Result;
+use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
+use crate::layout::{put64, BLOCK_SIZE};
+use crate::log::{attr, trailer, Entry, LogState, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
+use crate::FileSystem;
+
+/// Offset inside the trailer of the count of entry slots used in a page the log has
+/// moved past (the rest of such a page is padding).
+pub const TRAILER_USED_OFF: u64 = TRAILER_OFF + 24;
+
+/// A log is cleaned once it spans at least this many pages…
+pub const CLEAN_MIN_PAGES: usize = 4;
+/// …and holds more than this many times the entries a compacted log would.
+pub const CLEAN_FACTOR: u64 = 2;
+
+/// Entries placed in an inode's log but not yet committed.
+pub struct Staged {
+    pub ino: u64,
+    pub new_tail: u64,
+    pub entries: Vec<Entry>,
+    /// Data blocks written for these entries (given back if the commit never happens).
+    pub new_data: Vec<Extent>,
+}
+
+impl FileSystem {
+    /// Places `entries` after the tail of `st`'s log and makes them durable (not yet
+    /// committed). New pages are linked into the log's chain; a failure leaves the log
+    /// as it was, apart from pages linked past the tail, which stay part of the log.
+    pub(crate) fn stage(&self, ino: u64, st: &mut InodeState, entries: Vec<Entry>) -> Result<Staged> {
+        let pm = &*self.pm;
+        let log = &mut st.log;
+        // Where the next entry goes: (index into log.pages, slot within that page).
+        let (mut page_idx, mut slot) = if log.tail == 0 {
+            (0, 0)
+        } else {
+            let page = log.tail - log.tail % BLOCK_SIZE;
+            let idx = log.pages.iter().position(|&p| p == page).expect("tail outside log");
+            (idx, (log.tail % BLOCK_SIZE) / SLOT)
+        };
+        // First pass: where each entry lands, and how many pages must be added.
+        let mut places = Vec::with_capacity(entries.len());
+        let mut moved_on = Vec::new(); // (page index, slots used) of pages left behind
+        let mut pages_needed = 0usize;
+        for e in &entries {
+            let k = e.slots();
+            let have_page = page_idx < log.pages.len() + pages_needed;
+            if !have_page || slot + k > SLOTS_PER_PAGE {
+                if have_page {
+                    moved_on.push((page_idx, slot));
+                    page_idx += 1;
+                }
+                slot = 0;
+                if page_idx >= log.pages.len() + pages_needed {
+                    pages_needed += 1;
+                }
+            }
+            places.push((page_idx, slot));
+            slot += k;
+        }
+        let new_pages: Vec<u64> = if pages_needed > 0 {
+            let mut got = Vec::new();
+            for ext in self.alloc_blocks(pages_needed as u64)? {
+                got.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
+            }
+            got
+        } else {
+            Vec::new()
+        };
+        let had_pages = log.pages.len();
+        // Fresh pages get their trailers durably before anything links to them.
+        for &p in &new_pages {
+            pm.write(p + TRAILER_OFF, &trailer(0, ino));
+            pm.write(p + TRAILER_USED_OFF, &0u64.to_le_bytes());
+            pm.flush(p + TRAILER_OFF, SLOT);
+        }
+        if !new_pages.is_empty() {
+            pm.fence();
+        }
+        // Link the new pages in, record how full the pages left behind are, and write
+        // back every trailer line touched (plus the head word for a first page).
+        let mut touched = Vec::new();
+        for (i, &p) in new_pages.iter().enumerate() {
+            match (had_pages + i).checked_sub(1) {
+                Some(prev) => {
+                    let prev = log_page(log, &new_pages, prev);
+                    pm.store_u64(prev + TRAILER_OFF, p);
+                    touched.push(prev);
+                }
+                None => {
+                    let head = self.geo.inode_off(ino) + HEAD_OFF;
+                    pm.store_u64(head, p);
+                    pm.flush(head, 8);
+                    log.head = p;
+                }
+            }
+        }
+        for &(idx, used) in &moved_on {
+            let page = log_page(log, &new_pages, idx);
+            pm.store_u64(page + TRAILER_USED_OFF, used);
+            touched.push(page);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for page in touched {
+            pm.flush(page + TRAILER_OFF, SLOT);
+        }
+        log.pages.extend_from_slice(&new_pages);
+        let mut new_tail = log.tail;
+        for (e, &(idx, slot)) in entries.iter().zip(&places) {
+            let at = log.pages[idx] + slot * SLOT;
+            let bytes = e.encode();
+            pm.write(at, &bytes);
+            pm.flush(at, bytes.len() as u64);
+            new_tail = at + bytes.len() as u64;
+        }
+        pm.fence();
+        Ok(Staged {
+            ino,
+            new_tail,
+            entries,
+            new_data: Vec::new(),
+        })
+    }
+
+    /// Commits staged entries of one inode with a single atomic tail store, then
+    /// applies them to the DRAM state. Returns displaced data blocks.
+    pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
+        let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
+        self.pm.store_u64_persist(off, staged.new_tail);
+        Self::apply_staged(st, staged)
+    }
+
+    /// Applies committed entries to DRAM state.
+    pub(crate) fn apply_staged(st: &mut InodeState, staged: Staged) -> Vec<Extent> {
+        st.log.tail = staged.new_tail;
+        let mut displaced = Vec::new();
+        for e in &staged.entries {
+            st.apply(e, &mut displaced);
+        }
+        displaced
+    }
+
+    /// Commits several staged inodes — and any extra words, such as valid words of
+    /// created or freed inodes — atomically through a journal.
+    pub(crate) fn commit_journaled(&self, staged: &[&Staged], extra: &[(u64, u64)]) {
+        let mut words: Vec<(u64, u64)> = staged
+            .iter()
+            .map(|s| (self.geo.inode_off(s.ino) + TAIL_OFF, s.new_tail))
+            .collect();
+        words.extend_from_slice(extra);
+        let j = crate::alloc::cpu_slot() as u64 % self.geo.journals;
+        let _guard = self.journals[j as usize].lock();
+        crate::journal::commit(&*self.pm, &self.geo, j, &words);
+    }
+
+    /// Retires displaced data blocks: freed once no reader can still copy from them.
+    pub(crate) fn retire(&self, displaced: Vec<Extent>) {
+        for ext in displaced {
+            self.epoch.retire(ext, |e| self.blocks.free(e));
+        }
+    }
+
+    /// Allocates blocks, collecting retired blocks first if the pool looks full.
+    pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
+        match self.blocks.alloc(n) {
+            Ok(x) => Ok(x),
+            Err(_) => {
+                for _ in 0..3 {
+                    self.epoch.collect(|e| self.blocks.free(e));
+                }
+                self.blocks.alloc(n)
+            }
+        }
+    }
+
+    /// Compacts `st`'s log if most of it is dead. Called with the inode write-locked,
+    /// after a commit. Failure to find space only postpones cleaning.
+    pub(crate) fn maybe_clean(&self, inode: &Arc<Inode>, st: &mut InodeState) {
+        if st.log.pages.len() < CLEAN_MIN_PAGES || st.log.entries <= CLEAN_FACTOR * st.live_entries()
+        {
+            return;
+        }
+        let _ = self.clean_log(inode.ino, st);
+    }
+
+    /// Rewrites the log as the entries that rebuild the current state, in fresh pages,
+    /// and switches head and tail atomically through a journal.
+    pub(crate) fn clean_log(&self, ino: u64, st: &mut InodeState) -> Result<()> {
+        let entries = compact_entries(st);
+        let count = entries.len() as u64;
+        let (new_log, new_tail) = self.stage_detached(ino, &entries)?;
+        let old_pages = std::mem::take(&mut st.log.pages);
+        let base = self.geo.inode_off(ino);
+        let j = crate::alloc::cpu_slot() as u64 % self.geo.journals;
+        {
+            let _guard = self.journals[j as usize].lock();
+            crate::journal::commit(
+                &*self.pm,
+                &self.geo,
+                j,
+                &[(base + HEAD_OFF, new_log.head), (base + TAIL_OFF, new_tail)],
+            );
+        }
+        st.log = LogState {
+            head: new_log.head,
+            tail: new_tail,
+            pages: new_log.pages,
+            entries: count,
+        };
+        let mut freed = Vec::new();
+        for p in old_pages {
+            push_block(&mut freed, p / BLOCK_SIZE);
+        }
+        for ext in freed {
+            self.blocks.free(ext);
+        }
+        Ok(())
+    }
+
+    /// Writes `entries` into a fresh chain of pages owned by `ino`, durably, without
+    /// publishing it anywhere. Returns the chain and the tail after the last entry.
+    fn stage_detached(&self, ino: u64, entries: &[Entry]) -> Result<(LogState, u64)> {
+        let pm = &*self.pm;
+        let mut layout: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
+        let mut used = 0;
+        for e in entries {
+            if used + e.slots() > SLOTS_PER_PAGE {
+                layout.push(Vec::new());
+                used = 0;
+            }
+            used += e.slots();
+            layout.last_mut().unwrap().push(e.encode());
+        }
+        let mut pages = Vec::new();
+        for ext in self.alloc_blocks(layout.len() as u64)? {
+            pages.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
+        }
+        let mut tail = 0;
+        for (i, (page_entries, &p)) in layout.iter().zip(&pages).enumerate() {
+            let mut at = p;
+            for bytes in page_entries {
+                pm.write(at, bytes);
+                at += bytes.len() as u64;
+            }
+            let next = pages.get(i + 1).copied().unwrap_or(0);
+            let mut t = [0u8; 32];
+            t[..24].copy_from_slice(&trailer(next, ino));
+            put64(&mut t, 24, (at - p) / SLOT);
+            pm.write(p + TRAILER_OFF, &t);
+            pm.flush(p, BLOCK_SIZE);
+            tail = at;
+        }
+        pm.fence();
+        let log = LogState {
+            head: pages[0],
+            tail,
+            pages,
+            entries: entries.len() as u64,
+        };
+        Ok((log, tail))
+    }
+}
+
+fn log_page(log: &LogState, new_pages: &[u64], idx: usize) -> u64 {
+    if idx < log.pages.len() {
+        log.pages[idx]
+    } else {
+        new_pages[idx - log.pages.len()]
+    }
+}
+
+/// The entries that rebuild `st` from its creation record: data extents, link count,
+/// directory entries, then one attribute entry that sets every field last.
+pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut run: Option<(u64, u64, u32)> = None; // (pgoff, block, npages)
+    for (&pg, &blk) in &st.pages {
+        run = match run {
+            Some((p, b, n)) if p + n as u64 == pg && b + n as u64 == blk && n < u32::MAX => {
+                Some((p, b, n + 1))
+            }
+            Some((p, b, n)) => {
+                out.push(write_entry(st, p, b, n));
+                Some((pg, blk, 1))
+            }
+            None => Some((pg, blk, 1)),
+        };
+    }
+    if let Some((p, b, n)) = run {
+        out.push(write_entry(st, p, b, n));
+    }
+    out.push(Entry::Link {
+        nlink: st.nlink,
+        ctime: st.ctime,
+    });
+    let mut names: Vec<(&String, &u64)> = st.children.iter().collect();
+    names.sort();
+    for (name, &ino) in names {
+        out.push(Entry::DentryAdd {
+            ino,
+            ctime: st.ctime,
+            name: name.clone(),
+        });
+    }
+    out.push(Entry::Attr {
+        mask: attr::ALL,
+        mode: st.mode,
+        uid: st.uid,
+        gid: st.gid,
+        size: st.size,
+        atime: st.atime,
+        mtime: st.mtime,
+        ctime: st.ctime,
+    });
+    out
+}
+
+fn write_entry(st: &InodeState, pgoff: u64, block: u64, npages: u32) -> Entry {
+    Entry::Write {
+        pgoff,
+        block,
+        npages,
+        size: st.size,
+        mtime: st.mtime,
+        sn: 0,
+    }
+}

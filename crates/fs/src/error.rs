@@ -1,0 +1,64 @@
+//! The file system's error type: one variant per POSIX failure, each mapped to its errno.
+
+/// Result of file system operations.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Why a file system operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name too long (the limit is {} bytes)", crate::MAX_NAME)]
+    NameTooLong,
+    #[error("no space left in the region")]
+    NoSpace,
+    #[error("no free inodes left")]
+    NoInodes,
+    #[error("bad file descriptor")]
+    BadFd,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("too many levels of symbolic links")]
+    Loop,
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("file too large")]
+    FileTooBig,
+    #[error("corrupted file system: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Region(#[from] pmem::Error),
+}
+
+impl Error {
+    /// The errno of this error, for the C ABI, the shim and exit codes.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound => libc::ENOENT,
+            Error::Exists => libc::EEXIST,
+            Error::NotDir => libc::ENOTDIR,
+            Error::IsDir => libc::EISDIR,
+            Error::NotEmpty => libc::ENOTEMPTY,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::NoSpace | Error::NoInodes => libc::ENOSPC,
+            Error::BadFd => libc::EBADF,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::Loop => libc::ELOOP,
+            Error::NotPermitted(_) => libc::EPERM,
+            Error::TooManyLinks => libc::EMLINK,
+            Error::FileTooBig => libc::EFBIG,
+            Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Region(e) => e.errno(),
+        }
+    }
+}

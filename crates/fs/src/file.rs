@@ -1,0 +1,585 @@
+//! Files: descriptors, open flags, copy-on-write writes, reads, truncate, attributes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::alloc::Extent;
+use crate::commit::Staged;
+use crate::error::{Error, Result};
+use crate::inode::{FileKind, Inode, InodeState};
+use crate::layout::BLOCK_SIZE;
+use crate::log::{attr, Entry};
+use crate::mover::{ReadPiece, WritePiece};
+use crate::{now_ns, FileSystem, Stat, MAX_FILE_SIZE};
+
+/// An open file descriptor of a mounted file system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fd(pub u32);
+
+/// `open` flags: the `O_*` values of Linux, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFlags(pub i32);
+
+impl OpenFlags {
+    pub const RDONLY: OpenFlags = OpenFlags(libc::O_RDONLY);
+    pub const WRONLY: OpenFlags = OpenFlags(libc::O_WRONLY);
+    pub const RDWR: OpenFlags = OpenFlags(libc::O_RDWR);
+    pub const CREAT: OpenFlags = OpenFlags(libc::O_CREAT);
+    pub const EXCL: OpenFlags = OpenFlags(libc::O_EXCL);
+    pub const TRUNC: OpenFlags = OpenFlags(libc::O_TRUNC);
+    pub const APPEND: OpenFlags = OpenFlags(libc::O_APPEND);
+    pub const NOFOLLOW: OpenFlags = OpenFlags(libc::O_NOFOLLOW);
+    pub const DIRECTORY: OpenFlags = OpenFlags(libc::O_DIRECTORY);
+
+    /// Flags accepted; others are refused with EINVAL rather than silently ignored.
+    /// `O_CLOEXEC`, `O_LARGEFILE` and `O_NOCTTY` are accepted and have no effect here.
+    const KNOWN: i32 = libc::O_ACCMODE
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_TRUNC
+        | libc::O_APPEND
+        | libc::O_NOFOLLOW
+        | libc::O_DIRECTORY
+        | libc::O_CLOEXEC
+        | libc::O_LARGEFILE
+        | libc::O_NOCTTY;
+
+    fn has(self, f: OpenFlags) -> bool {
+        self.0 & f.0 != 0
+    }
+
+    fn validate(self) -> Result<(bool, bool)> {
+        if self.0 & !Self::KNOWN != 0 {
+            return Err(Error::Invalid(format!(
+                "unsupported open flags {:#o}",
+                self.0 & !Self::KNOWN
+            )));
+        }
+        match self.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => Ok((true, false)),
+            libc::O_WRONLY => Ok((false, true)),
+            libc::O_RDWR => Ok((true, true)),
+            _ => Err(Error::Invalid("access mode must be O_RDONLY, O_WRONLY or O_RDWR".into())),
+        }
+    }
+}
+
+impl std::ops::BitOr for OpenFlags {
+    type Output = OpenFlags;
+    fn bitor(self, rhs: OpenFlags) -> OpenFlags {
+        OpenFlags(self.0 | rhs.0)
+    }
+}
+
+/// Origin of an `lseek`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whence {
+    Set,
+    Cur,
+    End,
+}
+
+/// An open file description.
+pub(crate) struct OpenFile {
+    inode: Arc<Inode>,
+    readable: bool,
+    writable: bool,
+    append: bool,
+    pos: Mutex<u64>,
+}
+
+impl FileSystem {
+    /// Opens (and with `O_CREAT` creates) a file; returns the lowest free descriptor.
+    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
+        let (readable, writable) = flags.validate()?;
+        let follow = !flags.has(OpenFlags::NOFOLLOW);
+        let mut created = false;
+        let inode = if flags.has(OpenFlags::CREAT) {
+            let p = self.resolve_parent(path)?;
+            if p.name.is_empty() {
+                p.dir
+            } else {
+                let mut dst = p.dir.state.write();
+                if dst.kind != FileKind::Dir {
+                    return Err(Error::NotDir);
+                }
+                if dst.children.contains_key(&p.name) {
+                    if flags.has(OpenFlags::EXCL) {
+                        return Err(Error::Exists);
+                    }
+                    drop(dst);
+                    self.resolve(path, follow)?
+                } else {
+                    if p.trailing_slash {
+                        return Err(Error::IsDir);
+                    }
+                    created = true;
+                    self.create_in(&p.dir, &mut dst, &p.name, FileKind::File, mode, &[])?
+                }
+            }
+        } else {
+            self.resolve(path, follow)?
+        };
+        {
+            let st = inode.state.read();
+            match st.kind {
+                FileKind::Dir if writable => return Err(Error::IsDir),
+                FileKind::Symlink => return Err(Error::Loop),
+                k if flags.has(OpenFlags::DIRECTORY) && k != FileKind::Dir => {
+                    return Err(Error::NotDir)
+                }
+                _ => {}
+            }
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            inode.opens.fetch_add(1, Ordering::SeqCst);
+        }
+        let file = Arc::new(OpenFile {
+            inode: inode.clone(),
+            readable,
+            writable,
+            append: flags.has(OpenFlags::APPEND),
+            pos: Mutex::new(0),
+        });
+        if flags.has(OpenFlags::TRUNC) && writable && !created {
+            if let Err(e) = self.truncate_inode(&inode, 0) {
+                self.drop_open(&inode);
+                return Err(e);
+            }
+        }
+        let mut fds = self.fds.write();
+        let slot = fds.iter().position(Option::is_none).unwrap_or_else(|| {
+            fds.push(None);
+            fds.len() - 1
+        });
+        fds[slot] = Some(file);
+        Ok(Fd(slot as u32))
+    }
+
+    fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        self.fds
+            .read()
+            .get(fd.0 as usize)
+            .and_then(Clone::clone)
+            .ok_or(Error::BadFd)
+    }
+
+    /// Closes a descriptor; an unlinked file is freed with its last descriptor.
+    pub fn close(&self, fd: Fd) -> Result<()> {
+        let file = {
+            let mut fds = self.fds.write();
+            fds.get_mut(fd.0 as usize)
+                .and_then(Option::take)
+                .ok_or(Error::BadFd)?
+        };
+        self.drop_open(&file.inode);
+        Ok(())
+    }
+
+    fn drop_open(&self, inode: &Arc<Inode>) {
+        let mut st = inode.state.write();
+        if inode.opens.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.release_if_unused(inode, &mut st);
+        }
+    }
+
+    /// Reads at the descriptor's position and advances it.
+    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
+        let f = self.file(fd)?;
+        if !f.readable {
+            return Err(Error::BadFd);
+        }
+        let mut pos = f.pos.lock();
+        let n = self.read_inode(&f.inode, *pos, buf)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    /// Reads at `off` without moving the position.
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+        let f = self.file(fd)?;
+        if !f.readable {
+            return Err(Error::BadFd);
+        }
+        self.read_inode(&f.inode, off, buf)
+    }
+
+    /// Writes at the descriptor's position (the end with `O_APPEND`) and advances it.
+    /// Durable when it returns.
+    pub fn write(&self, fd: Fd, buf: &[u8]) -> Result<usize> {
+        let f = self.file(fd)?;
+        if !f.writable {
+            return Err(Error::BadFd);
+        }
+        let mut pos = f.pos.lock();
+        let at = if f.append { None } else { Some(*pos) };
+        let end = self.write_inode(&f.inode, at, buf)?;
+        *pos = end;
+        Ok(buf.len())
+    }
+
+    /// Writes at `off` without moving the position (at the end with `O_APPEND`, as
+    /// Linux does). Durable when it returns.
+    pub fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+        let f = self.file(fd)?;
+        if !f.writable {
+            return Err(Error::BadFd);
+        }
+        let at = if f.append { None } else { Some(off) };
+        self.write_inode(&f.inode, at, buf)?;
+        Ok(buf.len())
+    }
+
+    /// Moves the descriptor's position.
+    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64> {
+        let f = self.file(fd)?;
+        let mut pos = f.pos.lock();
+        let base = match whence {
+            Whence::Set => 0,
+            Whence::Cur => *pos as i64,
+            Whence::End => f.inode.state.read().size as i64,
+        };
+        let new = base
+            .checked_add(off)
+            .filter(|&n| n >= 0)
+            .ok_or_else(|| Error::Invalid("seek before the start of the file".into()))?;
+        *pos = new as u64;
+        Ok(*pos)
+    }
+
+    /// Nothing to do — every operation is durable when it returns — but the descriptor
+    /// is checked, as `fsync` does.
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        self.file(fd)?;
+        self.pm.fence();
+        Ok(())
+    }
+
+    /// Sets the size of the file at `path`; holes read as zeros.
+    pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
+        let inode = self.resolve(path, true)?;
+        self.truncate_inode(&inode, len)
+    }
+
+    /// Sets the size of an open file.
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        let f = self.file(fd)?;
+        if !f.writable {
+            return Err(Error::Invalid("descriptor not open for writing".into()));
+        }
+        self.truncate_inode(&f.inode, len)
+    }
+
+    /// `stat`, following a final symbolic link.
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        Ok(stat_of(&self.resolve(path, true)?))
+    }
+
+    /// `lstat`: a final symbolic link is described itself.
+    pub fn lstat(&self, path: &str) -> Result<Stat> {
+        Ok(stat_of(&self.resolve(path, false)?))
+    }
+
+    /// `fstat`.
+    pub fn fstat(&self, fd: Fd) -> Result<Stat> {
+        Ok(stat_of(&self.file(fd)?.inode))
+    }
+
+    /// Changes the permission bits.
+    pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
+        let inode = self.resolve(path, true)?;
+        self.set_attr(&inode, attr::MODE, |a| a.mode = mode & 0o7777)
+    }
+
+    /// Changes owner and group; `None` leaves one as it is.
+    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let inode = self.resolve(path, true)?;
+        let mask = uid.map_or(0, |_| attr::UID) | gid.map_or(0, |_| attr::GID);
+        self.set_attr(&inode, mask, |a| {
+            a.uid = uid.unwrap_or(0);
+            a.gid = gid.unwrap_or(0);
+        })
+    }
+
+    /// Sets access and modification times (ns since the epoch); `None` leaves one.
+    pub fn utimens(&self, path: &str, atime: Option<i64>, mtime: Option<i64>) -> Result<()> {
+        let inode = self.resolve(path, true)?;
+        let mask = atime.map_or(0, |_| attr::ATIME) | mtime.map_or(0, |_| attr::MTIME);
+        self.set_attr(&inode, mask, |a| {
+            a.atime = atime.unwrap_or(0);
+            a.mtime = mtime.unwrap_or(0);
+        })
+    }
+
+    fn set_attr(&self, inode: &Arc<Inode>, mask: u32, fill: impl FnOnce(&mut AttrValues)) -> Result<()> {
+        let mut st = inode.state.write();
+        if st.freed {
+            return Err(Error::NotFound);
+        }
+        let mut a = AttrValues::default();
+        fill(&mut a);
+        let e = Entry::Attr {
+            mask: mask | attr::CTIME,
+            mode: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+            size: 0,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: now_ns(),
+        };
+        let staged = self.stage(inode.ino, &mut st, vec![e])?;
+        self.commit_one(&mut st, staged);
+        self.maybe_clean(inode, &mut st);
+        Ok(())
+    }
+
+    /// Copy-on-write write of `buf` at `at` (`None`: at the end). Returns the offset
+    /// just past the data written.
+    pub(crate) fn write_inode(&self, inode: &Arc<Inode>, at: Option<u64>, buf: &[u8]) -> Result<u64> {
+        let mut st = inode.state.write();
+        match st.kind {
+            FileKind::Dir => return Err(Error::IsDir),
+            FileKind::Symlink => return Err(Error::Invalid("write to a symbolic link".into())),
+            FileKind::File => {}
+        }
+        let off = at.unwrap_or(st.size);
+        if buf.is_empty() {
+            return Ok(off);
+        }
+        let staged = self.stage_data(inode.ino, &mut st, off, buf, now_ns())?;
+        let displaced = self.commit_one(&mut st, staged);
+        self.retire(displaced);
+        self.maybe_clean(inode, &mut st);
+        Ok(off + buf.len() as u64)
+    }
+
+    /// Allocates new blocks for the pages `buf` touches at `off`, fills them — the
+    /// untouched parts of partial pages from the old blocks, bytes past the old size as
+    /// zeros — and stages the write entries. Nothing is committed.
+    pub(crate) fn stage_data(&self, ino: u64, st: &mut InodeState, off: u64, buf: &[u8], now: i64) -> Result<Staged> {
+        let end = off
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Error::FileTooBig)?;
+        let (p0, p1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+        let extents = self.alloc_blocks(p1 - p0)?;
+        let blocks: Vec<u64> = extents.iter().flat_map(|e| e.start..e.start + e.len).collect();
+        // Partial first and last pages are merged in DRAM; whole pages go straight
+        // from `buf`.
+        let head_partial = !off.is_multiple_of(BLOCK_SIZE) || (end < p1 * BLOCK_SIZE && p1 - p0 == 1);
+        let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
+        let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
+        let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
+        let mut pieces: Vec<WritePiece<'_>> = Vec::new();
+        let mut p = p0;
+        while p < p1 {
+            let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
+            if p == p0 && head_partial {
+                pieces.push(WritePiece { dst, src: head_buf.as_ref().unwrap() });
+                p += 1;
+                continue;
+            }
+            if p == p1 - 1 && tail_partial {
+                pieces.push(WritePiece { dst, src: tail_buf.as_ref().unwrap() });
+                p += 1;
+                continue;
+            }
+            // A run of whole pages landing in contiguous blocks: one copy.
+            let mut q = p + 1;
+            let last_whole = if tail_partial { p1 - 1 } else { p1 };
+            while q < last_whole && blocks[(q - p0) as usize] == blocks[(q - p0 - 1) as usize] + 1 {
+                q += 1;
+            }
+            let from = (p * BLOCK_SIZE - off) as usize;
+            let to = (q * BLOCK_SIZE - off) as usize;
+            pieces.push(WritePiece { dst, src: &buf[from..to] });
+            p = q;
+        }
+        self.mover.write(&*self.pm, &pieces);
+        let size = st.size.max(end);
+        let mut entries = Vec::with_capacity(extents.len());
+        let mut pg = p0;
+        for e in &extents {
+            entries.push(Entry::Write {
+                pgoff: pg,
+                block: e.start,
+                npages: e.len as u32,
+                size,
+                mtime: now,
+                sn: 0,
+            });
+            pg += e.len;
+        }
+        match self.stage(ino, st, entries) {
+            Ok(mut staged) => {
+                staged.new_data = extents;
+                Ok(staged)
+            }
+            Err(e) => {
+                for x in extents {
+                    self.blocks.free(x);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives back the data blocks of a staged write that will not be committed.
+    pub(crate) fn release_staged_data(&self, staged: &Staged) {
+        for &x in &staged.new_data {
+            self.blocks.free(x);
+        }
+    }
+
+    /// Page `pg` as it will be after writing `buf` at `off`.
+    fn merged_page(&self, st: &InodeState, pg: u64, off: u64, buf: &[u8]) -> Vec<u8> {
+        let mut page = vec![0u8; BLOCK_SIZE as usize];
+        let start = pg * BLOCK_SIZE;
+        if let Some(&b) = st.pages.get(&pg) {
+            let valid = st.size.saturating_sub(start).min(BLOCK_SIZE) as usize;
+            self.pm.read(b * BLOCK_SIZE, &mut page[..valid]);
+        }
+        let lo = off.max(start);
+        let hi = (off + buf.len() as u64).min(start + BLOCK_SIZE);
+        page[(lo - start) as usize..(hi - start) as usize]
+            .copy_from_slice(&buf[(lo - off) as usize..(hi - off) as usize]);
+        page
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros. The inode lock is
+    /// released before the copy; the blocks stay allocated until it finishes.
+    pub(crate) fn read_inode(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let (n, segs, _guard) = {
+            let st = inode.state.read();
+            if st.kind == FileKind::Dir {
+                return Err(Error::IsDir);
+            }
+            if off >= st.size || buf.is_empty() {
+                return Ok(0);
+            }
+            let n = (st.size - off).min(buf.len() as u64) as usize;
+            // (length, region offset or None for a hole), in buffer order.
+            let mut segs: Vec<(usize, Option<u64>)> = Vec::new();
+            let mut pos = off;
+            let end = off + n as u64;
+            while pos < end {
+                let pg = pos / BLOCK_SIZE;
+                let in_page = pos % BLOCK_SIZE;
+                let len = (BLOCK_SIZE - in_page).min(end - pos);
+                let src = st.pages.get(&pg).map(|b| b * BLOCK_SIZE + in_page);
+                match (segs.last_mut(), src) {
+                    (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => *l += len as usize,
+                    (Some((l, None)), None) => *l += len as usize,
+                    _ => segs.push((len as usize, src)),
+                }
+                pos += len;
+            }
+            (n, segs, self.epoch.pin())
+        };
+        let mut pieces = Vec::with_capacity(segs.len());
+        let mut rest = &mut buf[..n];
+        for (len, src) in segs {
+            let (this, tail) = rest.split_at_mut(len);
+            rest = tail;
+            match src {
+                Some(src) => pieces.push(ReadPiece { src, dst: this }),
+                None => this.fill(0),
+            }
+        }
+        self.mover.read(&*self.pm, &mut pieces);
+        Ok(n)
+    }
+
+    pub(crate) fn truncate_inode(&self, inode: &Arc<Inode>, len: u64) -> Result<()> {
+        if len > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        let mut st = inode.state.write();
+        match st.kind {
+            FileKind::Dir => return Err(Error::IsDir),
+            FileKind::Symlink => return Err(Error::Invalid("truncate of a symbolic link".into())),
+            FileKind::File => {}
+        }
+        let now = now_ns();
+        let mut entries = Vec::new();
+        let mut cow: Vec<Extent> = Vec::new();
+        // Shrinking into the middle of a page: copy that page with its tail zeroed, so
+        // bytes past the size are always zero on the region and a later grow exposes
+        // no stale data.
+        let pg = len / BLOCK_SIZE;
+        if len < st.size && !len.is_multiple_of(BLOCK_SIZE) {
+            if let Some(&old) = st.pages.get(&pg) {
+                let mut page = vec![0u8; BLOCK_SIZE as usize];
+                self.pm.read(old * BLOCK_SIZE, &mut page[..(len % BLOCK_SIZE) as usize]);
+                cow = self.alloc_blocks(1)?;
+                self.mover.write(
+                    &*self.pm,
+                    &[WritePiece {
+                        dst: cow[0].start * BLOCK_SIZE,
+                        src: &page,
+                    }],
+                );
+                entries.push(Entry::Write {
+                    pgoff: pg,
+                    block: cow[0].start,
+                    npages: 1,
+                    size: st.size,
+                    mtime: now,
+                    sn: 0,
+                });
+            }
+        }
+        entries.push(Entry::Attr {
+            mask: attr::SIZE | attr::MTIME | attr::CTIME,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: len,
+            atime: 0,
+            mtime: now,
+            ctime: now,
+        });
+        let staged = match self.stage(inode.ino, &mut st, entries) {
+            Ok(s) => s,
+            Err(e) => {
+                cow.into_iter().for_each(|x| self.blocks.free(x));
+                return Err(e);
+            }
+        };
+        let displaced = self.commit_one(&mut st, staged);
+        self.retire(displaced);
+        self.maybe_clean(inode, &mut st);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct AttrValues {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    atime: i64,
+    mtime: i64,
+}
+
+fn stat_of(inode: &Arc<Inode>) -> Stat {
+    let st = inode.state.read();
+    Stat {
+        ino: inode.ino,
+        kind: st.kind,
+        mode: st.kind.mode_bits() | st.mode,
+        nlink: st.nlink,
+        uid: st.uid,
+        gid: st.gid,
+        size: st.size,
+        blocks: st.pages.len() as u64 * (BLOCK_SIZE / 512),
+        blksize: BLOCK_SIZE as u32,
+        atime_ns: st.atime,
+        mtime_ns: st.mtime,
+        ctime_ns: st.ctime,
+    }
+}

@@ -1,0 +1,128 @@
+//! `fsck`: a read-only check of a file system image.
+//!
+//! Checks the superblock and its replica, the journals, every inode record and log
+//! entry checksum, every pointer, that every pool block is referenced at most once,
+//! that (after a clean unmount) the saved allocator agrees with what is referenced,
+//! link counts, and that every inode is reachable from the root.
+
+use pmem::Pmem;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::journal;
+use crate::layout::{Geometry, BLOCK_SIZE};
+use crate::recovery::{load_bitmap, scan, CLEAN};
+
+/// What fsck found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FsckReport {
+    /// Inconsistencies: any makes the image bad.
+    pub problems: Vec<String>,
+    /// States a mount repairs by design (interrupted operations, orphans after a
+    /// crash, writes whose copy never completed).
+    pub notes: Vec<String>,
+    pub clean_unmount: bool,
+    pub inodes: u64,
+    pub log_entries: u64,
+    pub used_blocks: u64,
+    pub pool_blocks: u64,
+}
+
+impl FsckReport {
+    /// No problems.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Checks the image on `pm` without changing it. `sn_done` says whether a write's SN
+/// completed (the persistent completion records); `None` treats every SN as pending.
+pub fn check(pm: &dyn Pmem, sn_done: Option<&dyn Fn(u64) -> bool>) -> Result<FsckReport> {
+    let mut r = FsckReport::default();
+    let geo = match Geometry::read(pm) {
+        Ok((g, None)) => g,
+        Ok((g, Some(why))) => {
+            r.problems.push(format!("primary superblock bad ({why}); replica is good"));
+            g
+        }
+        Err(e) => {
+            r.problems.push(e.to_string());
+            return Ok(r);
+        }
+    };
+    let mut sb = vec![0u8; 128];
+    let mut replica = vec![0u8; 128];
+    pm.read(0, &mut sb);
+    pm.read(BLOCK_SIZE, &mut replica);
+    if sb != replica && r.problems.is_empty() {
+        r.problems.push("superblock replica differs from the primary".into());
+    }
+    let mut pending_journals = 0;
+    for j in 0..geo.journals {
+        match journal::pending(pm, &geo, j) {
+            Ok(Some(_)) => pending_journals += 1,
+            Ok(None) => {}
+            Err(e) => r.problems.push(e.to_string()),
+        }
+    }
+    if pending_journals > 0 {
+        // Inodes are checked as they are on the region; a pending journal means the
+        // operation was interrupted and mount will roll it back first.
+        r.notes.push(format!(
+            "{pending_journals} interrupted operation(s) in the journals; mount rolls them back"
+        ));
+    }
+    let never = |_: u64| false;
+    let s = scan(pm, geo, false, sn_done.unwrap_or(&never))?;
+    r.problems.extend(s.problems);
+    r.notes.extend(s.notes);
+    r.inodes = s.states.len() as u64;
+    r.log_entries = s.report.log_entries;
+    r.used_blocks = s.used.iter().filter(|&&u| u).count() as u64;
+    r.pool_blocks = geo.pool_blocks();
+    r.clean_unmount = pm.load_u64(crate::layout::MOUNT_BLOCK * BLOCK_SIZE) == CLEAN;
+    if r.clean_unmount {
+        if !s.orphans.is_empty() {
+            r.problems.push(format!(
+                "{} orphan inode(s) after a clean unmount",
+                s.orphans.len()
+            ));
+        }
+        match load_bitmap(pm, &geo) {
+            None => r
+                .problems
+                .push("saved allocator bitmap is corrupt although unmount was clean".into()),
+            Some(free) => {
+                let mut is_free = vec![false; geo.pool_blocks() as usize];
+                for e in free {
+                    for b in e.start..e.start + e.len {
+                        is_free[(b - geo.pool_start) as usize] = true;
+                    }
+                }
+                let mut both = 0u64;
+                let mut leaked = 0u64;
+                for (i, (&u, &f)) in s.used.iter().zip(&is_free).enumerate() {
+                    if u && f {
+                        both += 1;
+                        if both <= 3 {
+                            r.problems.push(format!(
+                                "block {} is in use but the allocator has it free",
+                                geo.pool_start + i as u64
+                            ));
+                        }
+                    }
+                    leaked += (!u && !f) as u64;
+                }
+                if both > 3 {
+                    r.problems.push(format!("…{both} such blocks in all"));
+                }
+                if leaked > 0 {
+                    r.problems.push(format!(
+                        "{leaked} block(s) neither referenced nor free (leaked)"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,282 @@
+//! Inodes: the persistent record in the inode table, and the DRAM state rebuilt from
+//! the inode's log.
+//!
+//! Persistent inode ([`INODE_SIZE`](crate::layout::INODE_SIZE) bytes):
+//!
+//! | offset | size | field                                                     |
+//! |--------|------|-----------------------------------------------------------|
+//! | 0      | 8    | valid word: 0 free, [`VALID`] in use (journaled)          |
+//! | 8      | 8    | log head: byte offset of the first log page (0: none)     |
+//! | 16     | 8    | log tail: byte offset of the next free slot (0: empty)    |
+//! | 24     | 8    | inode number (must match the slot)                        |
+//! | 32     | 4    | kind (1 file, 2 directory, 3 symlink)                     |
+//! | 36     | 4    | permission bits at creation                               |
+//! | 40     | 4    | uid at creation                                           |
+//! | 44     | 4    | gid at creation                                           |
+//! | 48     | 8    | creation time, ns since the epoch                         |
+//! | 56     | 4    | CRC-32C of bytes 24..56                                   |
+//!
+//! Everything that changes after creation (size, attributes, links, data, directory
+//! entries) is in the log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU32;
+
+use parking_lot::RwLock;
+use pmem::Pmem;
+
+use crate::alloc::Extent;
+use crate::error::{Error, Result};
+use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
+use crate::log::{attr, Entry, LogState};
+
+/// Valid word of an inode in use.
+pub const VALID: u64 = 0x444F_4E49_4F49_4145; // "EAIOINOD"
+/// Offset of the valid word.
+pub const VALID_OFF: u64 = 0;
+/// Offset of the log head.
+pub const HEAD_OFF: u64 = 8;
+/// Offset of the log tail.
+pub const TAIL_OFF: u64 = 16;
+const INO_OFF: usize = 24;
+const KIND_OFF: usize = 32;
+const MODE_OFF: usize = 36;
+const UID_OFF: usize = 40;
+const GID_OFF: usize = 44;
+const CTIME_OFF: usize = 48;
+const CSUM_OFF: usize = 56;
+const STATIC_LEN: usize = CSUM_OFF + 4;
+
+/// What an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+impl FileKind {
+    fn from_u32(v: u32) -> Option<FileKind> {
+        match v {
+            1 => Some(FileKind::File),
+            2 => Some(FileKind::Dir),
+            3 => Some(FileKind::Symlink),
+            _ => None,
+        }
+    }
+
+    /// The `S_IF*` bits of `st_mode`.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+        }
+    }
+}
+
+/// The fixed part of a persistent inode, written once at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InodeRecord {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub ctime: i64,
+}
+
+impl InodeRecord {
+    /// Writes the record with an empty log (valid word untouched), durably.
+    pub fn write(&self, pm: &dyn Pmem, off: u64) {
+        let mut b = [0u8; STATIC_LEN];
+        put64(&mut b, INO_OFF, self.ino);
+        put32(&mut b, KIND_OFF, self.kind as u32);
+        put32(&mut b, MODE_OFF, self.mode);
+        put32(&mut b, UID_OFF, self.uid);
+        put32(&mut b, GID_OFF, self.gid);
+        put64(&mut b, CTIME_OFF, self.ctime as u64);
+        let csum = crc32c::crc32c(&b[INO_OFF..CSUM_OFF]);
+        put32(&mut b, CSUM_OFF, csum);
+        pm.write(off + HEAD_OFF, &b[HEAD_OFF as usize..]);
+        pm.persist(off + HEAD_OFF, STATIC_LEN as u64 - HEAD_OFF);
+    }
+
+    /// Reads and checks the record of inode `ino` at `off`.
+    pub fn read(pm: &dyn Pmem, off: u64, ino: u64) -> Result<InodeRecord> {
+        let mut b = [0u8; STATIC_LEN];
+        pm.read(off, &mut b);
+        let bad = |why: &str| Error::Corrupt(format!("inode {ino}: {why}"));
+        if crc32c::crc32c(&b[INO_OFF..CSUM_OFF]) != get32(&b, CSUM_OFF) {
+            return Err(bad("checksum mismatch"));
+        }
+        if get64(&b, INO_OFF) != ino {
+            return Err(bad("records another inode number"));
+        }
+        Ok(InodeRecord {
+            ino,
+            kind: FileKind::from_u32(get32(&b, KIND_OFF)).ok_or_else(|| bad("unknown kind"))?,
+            mode: get32(&b, MODE_OFF),
+            uid: get32(&b, UID_OFF),
+            gid: get32(&b, GID_OFF),
+            ctime: get64(&b, CTIME_OFF) as i64,
+        })
+    }
+}
+
+/// An inode in DRAM.
+pub struct Inode {
+    pub ino: u64,
+    /// Level-1 lock: held within one operation, never across a wait.
+    pub state: RwLock<InodeState>,
+    /// Open descriptors; an unlinked inode is freed when the last one closes.
+    pub opens: AtomicU32,
+}
+
+/// Everything about an inode, rebuilt from its record and log.
+#[derive(Clone, Debug)]
+pub struct InodeState {
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub log: LogState,
+    /// File and symlink data: page offset → block.
+    pub pages: BTreeMap<u64, u64>,
+    /// Directory entries: name → inode.
+    pub children: HashMap<String, u64>,
+    /// Directories: the parent's inode number (the root is its own parent).
+    pub parent: u64,
+    /// Set once the inode has been freed; operations that raced with the free fail.
+    pub freed: bool,
+}
+
+impl InodeState {
+    /// A fresh inode as its creation record describes it.
+    pub fn new(rec: &InodeRecord) -> InodeState {
+        InodeState {
+            kind: rec.kind,
+            mode: rec.mode,
+            uid: rec.uid,
+            gid: rec.gid,
+            nlink: if rec.kind == FileKind::Dir { 2 } else { 1 },
+            size: 0,
+            atime: rec.ctime,
+            mtime: rec.ctime,
+            ctime: rec.ctime,
+            log: LogState::default(),
+            pages: BTreeMap::new(),
+            children: HashMap::new(),
+            parent: 0,
+            freed: false,
+        }
+    }
+
+    /// Applies one committed entry; returns the data blocks it displaced. This single
+    /// function defines what an entry means, at run time and in recovery alike.
+    pub fn apply(&mut self, e: &Entry, displaced: &mut Vec<Extent>) {
+        self.log.entries += 1;
+        match e {
+            Entry::Write {
+                pgoff,
+                block,
+                npages,
+                size,
+                mtime,
+                ..
+            } => {
+                for i in 0..*npages as u64 {
+                    if let Some(old) = self.pages.insert(pgoff + i, block + i) {
+                        push_block(displaced, old);
+                    }
+                }
+                self.size = *size;
+                self.mtime = *mtime;
+                self.ctime = *mtime;
+            }
+            Entry::Attr {
+                mask,
+                mode,
+                uid,
+                gid,
+                size,
+                atime,
+                mtime,
+                ctime,
+            } => {
+                if mask & attr::MODE != 0 {
+                    self.mode = *mode;
+                }
+                if mask & attr::UID != 0 {
+                    self.uid = *uid;
+                }
+                if mask & attr::GID != 0 {
+                    self.gid = *gid;
+                }
+                if mask & attr::SIZE != 0 {
+                    let keep = size.div_ceil(BLOCK_SIZE);
+                    let cut: Vec<u64> = self.pages.range(keep..).map(|(&p, _)| p).collect();
+                    for p in cut {
+                        push_block(displaced, self.pages.remove(&p).unwrap());
+                    }
+                    self.size = *size;
+                }
+                if mask & attr::ATIME != 0 {
+                    self.atime = *atime;
+                }
+                if mask & attr::MTIME != 0 {
+                    self.mtime = *mtime;
+                }
+                if mask & attr::CTIME != 0 {
+                    self.ctime = *ctime;
+                }
+            }
+            Entry::Link { nlink, ctime } => {
+                self.nlink = *nlink;
+                self.ctime = *ctime;
+            }
+            Entry::DentryAdd { ino, ctime, name } => {
+                self.children.insert(name.clone(), *ino);
+                self.mtime = *ctime;
+                self.ctime = *ctime;
+            }
+            Entry::DentryDel { ctime, name, .. } => {
+                self.children.remove(name);
+                self.mtime = *ctime;
+                self.ctime = *ctime;
+            }
+            Entry::Void => {}
+        }
+    }
+
+    /// Data blocks the inode references, as extents.
+    pub fn data_extents(&self) -> Vec<Extent> {
+        let mut out = Vec::new();
+        for &b in self.pages.values() {
+            push_block(&mut out, b);
+        }
+        out
+    }
+
+    /// Entries a compacted log would hold: a lower bound on the live entries.
+    pub fn live_entries(&self) -> u64 {
+        2 + self.pages.len() as u64 + self.children.len() as u64
+    }
+}
+
+/// Appends block `b` to a list of extents, extending the last one when contiguous.
+pub fn push_block(list: &mut Vec<Extent>, b: u64) {
+    if let Some(last) = list.last_mut() {
+        if last.start + last.len == b {
+            last.len += 1;
+            return;
+        }
+    }
+    list.push(Extent { start: b, len: 1 });
+}

@@ -1,0 +1,327 @@
+//! The on-region layout: where every structure lives, and the superblock that records it.
+//!
+//! The usable region (after the `pmem` region header) is divided into 4 KiB blocks:
+//!
+//! | block(s)                       | what                                                        |
+//! |--------------------------------|-------------------------------------------------------------|
+//! | [`SB_BLOCK`] = 0               | superblock                                                  |
+//! | [`SB_REPLICA_BLOCK`] = 1       | superblock replica (identical; used when the first is bad)  |
+//! | [`RECORDS_BLOCK`] = 2          | persistent completion records of the engine's channels      |
+//! | [`MOUNT_BLOCK`] = 3            | mount state: clean-unmount flag and saved-allocator checksum|
+//! | `journal_start ..+ JOURNALS`   | per-CPU undo journals, one block each                       |
+//! | `inode_start ..+ inode_blocks` | inode table, [`INODE_SIZE`] bytes per inode                 |
+//! | `bitmap_start ..+ bitmap_blocks`| free-block bitmap saved at clean unmount                   |
+//! | `pool_start .. total_blocks`   | pool: inode log pages and file data blocks                  |
+//!
+//! Superblock (block 0 and its replica in block 1), little endian:
+//!
+//! | offset | size | field                                              |
+//! |--------|------|----------------------------------------------------|
+//! | 0      | 8    | magic `b"EASYIOFS"`                                |
+//! | 8      | 4    | format version ([`FORMAT_VERSION`])                |
+//! | 12     | 4    | block size (4096)                                  |
+//! | 16     | 8    | total blocks                                       |
+//! | 24     | 8    | first journal block                                |
+//! | 32     | 8    | number of journals                                 |
+//! | 40     | 8    | first inode-table block                            |
+//! | 48     | 8    | number of inodes                                   |
+//! | 56     | 8    | first saved-bitmap block                           |
+//! | 64     | 8    | first pool block                                   |
+//! | 72     | 8    | engine channels with completion records            |
+//! | 80     | 16   | file system identity (random at format)            |
+//! | 96     | 4    | CRC-32C of bytes 0..96                             |
+//!
+//! Every later offset is derived from the geometry, never stored twice.
+
+use crate::error::{Error, Result};
+use pmem::Pmem;
+
+/// Bytes per block, the unit of data, log pages and allocation.
+pub const BLOCK_SIZE: u64 = 4096;
+/// Block of the primary superblock.
+pub const SB_BLOCK: u64 = 0;
+/// Block of the superblock replica.
+pub const SB_REPLICA_BLOCK: u64 = 1;
+/// Block of the engine's persistent completion records: 64 channels of 64 bytes.
+pub const RECORDS_BLOCK: u64 = 2;
+/// Block of the mount state.
+pub const MOUNT_BLOCK: u64 = 3;
+/// First block of the journals.
+pub const JOURNAL_START: u64 = 4;
+/// Number of per-CPU journals; operations pick one by thread and serialise on it.
+pub const JOURNALS: u64 = 16;
+/// Bytes per persistent inode.
+pub const INODE_SIZE: u64 = 128;
+/// Inodes per block of the inode table.
+pub const INODES_PER_BLOCK: u64 = BLOCK_SIZE / INODE_SIZE;
+/// Completion records the layout reserves room for (one 64-byte line each).
+pub const MAX_RECORDS: u64 = BLOCK_SIZE / 64;
+/// Default data bytes per inode at format time: one inode per 16 KiB.
+pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
+/// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".
+pub const ROOT_INO: u64 = 1;
+
+/// Format version written by this code.
+pub const FORMAT_VERSION: u32 = 1;
+const SB_MAGIC: [u8; 8] = *b"EASYIOFS";
+
+const SB_MAGIC_OFF: usize = 0;
+const SB_VERSION_OFF: usize = SB_MAGIC_OFF + 8;
+const SB_BLOCK_SIZE_OFF: usize = SB_VERSION_OFF + 4;
+const SB_TOTAL_OFF: usize = SB_BLOCK_SIZE_OFF + 4;
+const SB_JOURNAL_START_OFF: usize = SB_TOTAL_OFF + 8;
+const SB_JOURNALS_OFF: usize = SB_JOURNAL_START_OFF + 8;
+const SB_INODE_START_OFF: usize = SB_JOURNALS_OFF + 8;
+const SB_INODES_OFF: usize = SB_INODE_START_OFF + 8;
+const SB_BITMAP_START_OFF: usize = SB_INODES_OFF + 8;
+const SB_POOL_START_OFF: usize = SB_BITMAP_START_OFF + 8;
+const SB_CHANNELS_OFF: usize = SB_POOL_START_OFF + 8;
+const SB_ID_OFF: usize = SB_CHANNELS_OFF + 8;
+const SB_CSUM_OFF: usize = SB_ID_OFF + 16;
+const SB_LEN: usize = SB_CSUM_OFF + 4;
+
+/// Where everything is, derived from the region size and the inode count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub total_blocks: u64,
+    pub journal_start: u64,
+    pub journals: u64,
+    pub inode_start: u64,
+    pub inodes: u64,
+    pub bitmap_start: u64,
+    pub pool_start: u64,
+    pub channels: u64,
+    pub id: [u8; 16],
+}
+
+impl Geometry {
+    /// Lays out a region of `region_len` usable bytes with `inodes` inodes (or the
+    /// default density) and `channels` completion records.
+    pub fn new(region_len: u64, inodes: Option<u64>, channels: u64) -> Result<Geometry> {
+        let total_blocks = region_len / BLOCK_SIZE;
+        let inodes = inodes
+            .unwrap_or(total_blocks * BLOCK_SIZE / DEFAULT_BYTES_PER_INODE)
+            .max(16);
+        if channels == 0 || channels > MAX_RECORDS {
+            return Err(Error::Invalid(format!(
+                "{channels} engine channels; the layout holds 1 to {MAX_RECORDS}"
+            )));
+        }
+        let inode_start = JOURNAL_START + JOURNALS;
+        let inode_blocks = inodes.div_ceil(INODES_PER_BLOCK);
+        let bitmap_start = inode_start + inode_blocks;
+        let bitmap_blocks = total_blocks.div_ceil(8 * BLOCK_SIZE);
+        let pool_start = bitmap_start + bitmap_blocks;
+        // A root directory needs one log page; anything smaller is useless.
+        if pool_start + 8 > total_blocks {
+            return Err(Error::Invalid(format!(
+                "region of {region_len} bytes is too small for {inodes} inodes \
+                 ({} blocks of metadata, {total_blocks} blocks in all)",
+                pool_start
+            )));
+        }
+        Ok(Geometry {
+            total_blocks,
+            journal_start: JOURNAL_START,
+            journals: JOURNALS,
+            inode_start,
+            inodes,
+            bitmap_start,
+            pool_start,
+            channels,
+            id: random_id(),
+        })
+    }
+
+    /// Byte offset of block `b`.
+    pub fn block_off(b: u64) -> u64 {
+        b * BLOCK_SIZE
+    }
+
+    /// Byte offset of the persistent inode `ino`.
+    pub fn inode_off(&self, ino: u64) -> u64 {
+        debug_assert!(ino < self.inodes);
+        self.inode_start * BLOCK_SIZE + ino * INODE_SIZE
+    }
+
+    /// Byte offset of journal `j`.
+    pub fn journal_off(&self, j: u64) -> u64 {
+        (self.journal_start + j) * BLOCK_SIZE
+    }
+
+    /// Byte offset of the completion-record area.
+    pub fn records_off(&self) -> u64 {
+        RECORDS_BLOCK * BLOCK_SIZE
+    }
+
+    /// Byte offset of the saved free-block bitmap.
+    pub fn bitmap_off(&self) -> u64 {
+        self.bitmap_start * BLOCK_SIZE
+    }
+
+    /// Blocks in the pool.
+    pub fn pool_blocks(&self) -> u64 {
+        self.total_blocks - self.pool_start
+    }
+
+    /// Whether `off` is the start of a block inside the pool.
+    pub fn is_pool_block_off(&self, off: u64) -> bool {
+        off.is_multiple_of(BLOCK_SIZE)
+            && off / BLOCK_SIZE >= self.pool_start
+            && off / BLOCK_SIZE < self.total_blocks
+    }
+
+    fn encode(&self) -> [u8; SB_LEN] {
+        let mut b = [0u8; SB_LEN];
+        b[SB_MAGIC_OFF..SB_VERSION_OFF].copy_from_slice(&SB_MAGIC);
+        put32(&mut b, SB_VERSION_OFF, FORMAT_VERSION);
+        put32(&mut b, SB_BLOCK_SIZE_OFF, BLOCK_SIZE as u32);
+        put64(&mut b, SB_TOTAL_OFF, self.total_blocks);
+        put64(&mut b, SB_JOURNAL_START_OFF, self.journal_start);
+        put64(&mut b, SB_JOURNALS_OFF, self.journals);
+        put64(&mut b, SB_INODE_START_OFF, self.inode_start);
+        put64(&mut b, SB_INODES_OFF, self.inodes);
+        put64(&mut b, SB_BITMAP_START_OFF, self.bitmap_start);
+        put64(&mut b, SB_POOL_START_OFF, self.pool_start);
+        put64(&mut b, SB_CHANNELS_OFF, self.channels);
+        b[SB_ID_OFF..SB_CSUM_OFF].copy_from_slice(&self.id);
+        let csum = crc32c::crc32c(&b[..SB_CSUM_OFF]);
+        put32(&mut b, SB_CSUM_OFF, csum);
+        b
+    }
+
+    fn decode(b: &[u8; SB_LEN], region_len: u64) -> std::result::Result<Geometry, String> {
+        if b[SB_MAGIC_OFF..SB_VERSION_OFF] != SB_MAGIC {
+            return Err("no easyio file system here (bad superblock magic)".into());
+        }
+        if get32(b, SB_CSUM_OFF) != crc32c::crc32c(&b[..SB_CSUM_OFF]) {
+            return Err("superblock checksum mismatch".into());
+        }
+        let version = get32(b, SB_VERSION_OFF);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}; this build reads version {FORMAT_VERSION}"
+            ));
+        }
+        if get32(b, SB_BLOCK_SIZE_OFF) as u64 != BLOCK_SIZE {
+            return Err("unsupported block size".into());
+        }
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&b[SB_ID_OFF..SB_CSUM_OFF]);
+        let g = Geometry {
+            total_blocks: get64(b, SB_TOTAL_OFF),
+            journal_start: get64(b, SB_JOURNAL_START_OFF),
+            journals: get64(b, SB_JOURNALS_OFF),
+            inode_start: get64(b, SB_INODE_START_OFF),
+            inodes: get64(b, SB_INODES_OFF),
+            bitmap_start: get64(b, SB_BITMAP_START_OFF),
+            pool_start: get64(b, SB_POOL_START_OFF),
+            channels: get64(b, SB_CHANNELS_OFF),
+            id,
+        };
+        // The checksum only says the bytes are what was written; check that what was
+        // written is a layout this code would have produced for this region.
+        let expect = Geometry::new(g.total_blocks * BLOCK_SIZE, Some(g.inodes), g.channels)
+            .map_err(|e| format!("superblock geometry is impossible: {e}"))?;
+        let consistent = g.journal_start == expect.journal_start
+            && g.journals == expect.journals
+            && g.inode_start == expect.inode_start
+            && g.bitmap_start == expect.bitmap_start
+            && g.pool_start == expect.pool_start;
+        if !consistent {
+            return Err("superblock geometry is inconsistent".into());
+        }
+        if g.total_blocks * BLOCK_SIZE > region_len {
+            return Err(format!(
+                "superblock claims {} bytes but the region has {region_len}",
+                g.total_blocks * BLOCK_SIZE
+            ));
+        }
+        Ok(g)
+    }
+
+    /// Writes the superblock and its replica, each durable before the next.
+    pub fn write(&self, pm: &dyn Pmem) {
+        let b = self.encode();
+        pm.write_persist(SB_BLOCK * BLOCK_SIZE, &b);
+        pm.write_persist(SB_REPLICA_BLOCK * BLOCK_SIZE, &b);
+    }
+
+    /// Reads the superblock, falling back to the replica. Returns the geometry and
+    /// whether the primary had to be skipped (and why).
+    pub fn read(pm: &dyn Pmem) -> Result<(Geometry, Option<String>)> {
+        let region_len = pm.len();
+        if region_len < 2 * BLOCK_SIZE {
+            return Err(Error::Corrupt("region too small for a superblock".into()));
+        }
+        let mut b = [0u8; SB_LEN];
+        pm.read(SB_BLOCK * BLOCK_SIZE, &mut b);
+        let primary = Geometry::decode(&b, region_len);
+        if let Ok(g) = primary {
+            return Ok((g, None));
+        }
+        let why = primary.unwrap_err();
+        pm.read(SB_REPLICA_BLOCK * BLOCK_SIZE, &mut b);
+        match Geometry::decode(&b, region_len) {
+            Ok(g) => Ok((g, Some(why))),
+            Err(replica) => Err(Error::Corrupt(format!(
+                "superblock: {why}; replica: {replica}"
+            ))),
+        }
+    }
+}
+
+fn random_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    // SAFETY: getrandom fills at most id.len() bytes of a buffer we own.
+    let n = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
+    if n != id.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        id.copy_from_slice(&t.to_le_bytes());
+    }
+    id
+}
+
+/// Little-endian field helpers shared by every on-region structure.
+pub fn put64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+pub fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+pub fn get64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+pub fn get32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_round_trips_and_rejects_corruption() {
+        let g = Geometry::new(64 << 20, None, 8).unwrap();
+        assert!(g.pool_start > g.bitmap_start && g.bitmap_start > g.inode_start);
+        let b = g.encode();
+        assert_eq!(Geometry::decode(&b, 64 << 20).unwrap(), g);
+        for i in 0..SB_LEN {
+            let mut bad = b;
+            bad[i] ^= 1;
+            assert!(Geometry::decode(&bad, 64 << 20).is_err(), "flip at {i} accepted");
+        }
+        assert!(Geometry::decode(&b, 32 << 20).is_err(), "larger than region accepted");
+    }
+
+    #[test]
+    fn tiny_regions_are_refused() {
+        assert!(Geometry::new(64 * 1024, None, 8).is_err());
+        assert!(Geometry::new(64 << 20, None, 0).is_err());
+    }
+}

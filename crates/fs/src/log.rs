@@ -1,0 +1,359 @@
+//! Per-inode logs (NOVA): chains of 4 KiB pages holding fixed-size, checksummed entries.
+//!
+//! An inode's log is committed by an 8-byte atomic store of its tail: entries between
+//! the head and the tail are the inode's history; anything after the tail is garbage.
+//!
+//! Log page (one block):
+//!
+//! | offset             | size | field                                           |
+//! |--------------------|------|-------------------------------------------------|
+//! | 0                  | 4032 | [`SLOTS_PER_PAGE`] entry slots of [`SLOT`] bytes |
+//! | [`TRAILER_OFF`]    | 8    | byte offset of the next page (0: none)          |
+//! | `TRAILER_OFF + 8`  | 8    | owning inode number                             |
+//! | `TRAILER_OFF + 16` | 8    | magic `b"EIOLOGPG"`                             |
+//!
+//! Entry header (first 8 bytes of the first slot of every entry):
+//!
+//! | offset | size | field                                                        |
+//! |--------|------|--------------------------------------------------------------|
+//! | 0      | 1    | kind ([`Kind`])                                              |
+//! | 1      | 1    | slots the entry covers (1..=[`MAX_ENTRY_SLOTS`])             |
+//! | 2      | 2    | name length (directory entries), else 0                      |
+//! | 4      | 4    | CRC-32C of all the entry's bytes with this field zeroed      |
+//!
+//! Payloads (offsets from the start of the entry):
+//!
+//! - write: 8 page offset u64 · 16 first block u64 · 24 page count u32 · 32 file size
+//!   after the write u64 · 40 mtime ns i64 · 48 SN u64 (0: data durable before commit)
+//! - attr: 8 field mask u32 · 12 mode u32 · 16 uid u32 · 20 gid u32 · 24 size u64 ·
+//!   32 atime i64 · 40 mtime i64 · 48 ctime i64
+//! - link: 8 link count u32 · 16 ctime i64
+//! - dentry add / remove: 8 inode u64 · 16 ctime i64 · 24 name bytes (spilling into
+//!   further slots)
+//!
+//! A recovered write entry whose SN never completed is voided in place: one atomic store
+//! replaces its first word with kind [`Kind::Void`], so it can never come back to life
+//! when the completion counter later passes its SN.
+
+use crate::error::{Error, Result};
+use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
+
+/// Bytes per entry slot (one cache line).
+pub const SLOT: u64 = 64;
+/// Entry slots per log page; the last slot holds the trailer.
+pub const SLOTS_PER_PAGE: u64 = BLOCK_SIZE / SLOT - 1;
+/// Offset of the trailer inside a log page.
+pub const TRAILER_OFF: u64 = SLOTS_PER_PAGE * SLOT;
+/// Magic of a log page trailer.
+pub const PAGE_MAGIC: u64 = u64::from_le_bytes(*b"EIOLOGPG");
+/// Largest entry: a directory entry with a 255-byte name.
+pub const MAX_ENTRY_SLOTS: u64 = (DENTRY_NAME_OFF as u64 + crate::MAX_NAME as u64).div_ceil(SLOT);
+
+const DENTRY_NAME_OFF: usize = 24;
+
+/// Entry kinds as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Write = 1,
+    Attr = 2,
+    Link = 3,
+    DentryAdd = 4,
+    DentryDel = 5,
+    Void = 0xFF,
+}
+
+/// Fields an attribute entry sets.
+pub mod attr {
+    pub const MODE: u32 = 1;
+    pub const UID: u32 = 2;
+    pub const GID: u32 = 4;
+    pub const SIZE: u32 = 8;
+    pub const ATIME: u32 = 16;
+    pub const MTIME: u32 = 32;
+    pub const CTIME: u32 = 64;
+    pub const ALL: u32 = 127;
+}
+
+/// A decoded log entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Pages `pgoff..pgoff + npages` of the file now live in blocks `block..`.
+    Write {
+        pgoff: u64,
+        block: u64,
+        npages: u32,
+        size: u64,
+        mtime: i64,
+        sn: u64,
+    },
+    /// Attribute change: the fields named in `mask` take the values given.
+    Attr {
+        mask: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        size: u64,
+        atime: i64,
+        mtime: i64,
+        ctime: i64,
+    },
+    /// The link count becomes `nlink`.
+    Link { nlink: u32, ctime: i64 },
+    /// Directory entry `name` → `ino` added (replacing any entry of that name).
+    DentryAdd { ino: u64, ctime: i64, name: String },
+    /// Directory entry `name` removed.
+    DentryDel { ino: u64, ctime: i64, name: String },
+    /// An entry voided by recovery.
+    Void,
+}
+
+impl Entry {
+    /// Slots this entry occupies.
+    pub fn slots(&self) -> u64 {
+        match self {
+            Entry::DentryAdd { name, .. } | Entry::DentryDel { name, .. } => {
+                (DENTRY_NAME_OFF as u64 + name.len() as u64).div_ceil(SLOT)
+            }
+            _ => 1,
+        }
+    }
+
+    /// The stored bytes, a whole number of slots, checksum filled in.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; (self.slots() * SLOT) as usize];
+        let kind = match self {
+            Entry::Write {
+                pgoff,
+                block,
+                npages,
+                size,
+                mtime,
+                sn,
+            } => {
+                put64(&mut b, 8, *pgoff);
+                put64(&mut b, 16, *block);
+                put32(&mut b, 24, *npages);
+                put64(&mut b, 32, *size);
+                put64(&mut b, 40, *mtime as u64);
+                put64(&mut b, 48, *sn);
+                Kind::Write
+            }
+            Entry::Attr {
+                mask,
+                mode,
+                uid,
+                gid,
+                size,
+                atime,
+                mtime,
+                ctime,
+            } => {
+                put32(&mut b, 8, *mask);
+                put32(&mut b, 12, *mode);
+                put32(&mut b, 16, *uid);
+                put32(&mut b, 20, *gid);
+                put64(&mut b, 24, *size);
+                put64(&mut b, 32, *atime as u64);
+                put64(&mut b, 40, *mtime as u64);
+                put64(&mut b, 48, *ctime as u64);
+                Kind::Attr
+            }
+            Entry::Link { nlink, ctime } => {
+                put32(&mut b, 8, *nlink);
+                put64(&mut b, 16, *ctime as u64);
+                Kind::Link
+            }
+            Entry::DentryAdd { ino, ctime, name } | Entry::DentryDel { ino, ctime, name } => {
+                put64(&mut b, 8, *ino);
+                put64(&mut b, 16, *ctime as u64);
+                b[2..4].copy_from_slice(&(name.len() as u16).to_le_bytes());
+                b[DENTRY_NAME_OFF..DENTRY_NAME_OFF + name.len()].copy_from_slice(name.as_bytes());
+                if matches!(self, Entry::DentryAdd { .. }) {
+                    Kind::DentryAdd
+                } else {
+                    Kind::DentryDel
+                }
+            }
+            Entry::Void => Kind::Void,
+        };
+        b[0] = kind as u8;
+        b[1] = self.slots() as u8;
+        let csum = crc32c::crc32c(&b);
+        put32(&mut b, 4, csum);
+        b
+    }
+
+    /// Slots announced by an entry's first slot, checked against the limits, so the
+    /// caller knows how many more bytes to read.
+    pub fn slots_of(first: &[u8]) -> Result<u64> {
+        let slots = first[1] as u64;
+        if slots == 0 || slots > MAX_ENTRY_SLOTS {
+            return Err(Error::Corrupt(format!("log entry claims {slots} slots")));
+        }
+        Ok(slots)
+    }
+
+    /// Decodes a whole entry (all its slots), verifying the checksum.
+    pub fn decode(b: &[u8]) -> Result<Entry> {
+        let bad = |why: String| Error::Corrupt(format!("log entry: {why}"));
+        if b[0] == Kind::Void as u8 {
+            return Ok(Entry::Void);
+        }
+        let mut copy = b.to_vec();
+        put32(&mut copy, 4, 0);
+        if crc32c::crc32c(&copy) != get32(b, 4) {
+            return Err(bad("checksum mismatch".into()));
+        }
+        let name = || -> Result<String> {
+            let len = u16::from_le_bytes([b[2], b[3]]) as usize;
+            if len == 0 || len > crate::MAX_NAME || DENTRY_NAME_OFF + len > b.len() {
+                return Err(bad(format!("name length {len}")));
+            }
+            String::from_utf8(b[DENTRY_NAME_OFF..DENTRY_NAME_OFF + len].to_vec())
+                .map_err(|_| bad("name is not UTF-8".into()))
+        };
+        Ok(match b[0] {
+            k if k == Kind::Write as u8 => Entry::Write {
+                pgoff: get64(b, 8),
+                block: get64(b, 16),
+                npages: get32(b, 24),
+                size: get64(b, 32),
+                mtime: get64(b, 40) as i64,
+                sn: get64(b, 48),
+            },
+            k if k == Kind::Attr as u8 => Entry::Attr {
+                mask: get32(b, 8),
+                mode: get32(b, 12),
+                uid: get32(b, 16),
+                gid: get32(b, 20),
+                size: get64(b, 24),
+                atime: get64(b, 32) as i64,
+                mtime: get64(b, 40) as i64,
+                ctime: get64(b, 48) as i64,
+            },
+            k if k == Kind::Link as u8 => Entry::Link {
+                nlink: get32(b, 8),
+                ctime: get64(b, 16) as i64,
+            },
+            k if k == Kind::DentryAdd as u8 => Entry::DentryAdd {
+                ino: get64(b, 8),
+                ctime: get64(b, 16) as i64,
+                name: name()?,
+            },
+            k if k == Kind::DentryDel as u8 => Entry::DentryDel {
+                ino: get64(b, 8),
+                ctime: get64(b, 16) as i64,
+                name: name()?,
+            },
+            k => return Err(bad(format!("unknown kind {k}"))),
+        })
+    }
+
+    /// The first word of this entry once voided: kind Void, same slot count.
+    pub fn void_word(first: &[u8]) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&first[..8]);
+        w[0] = Kind::Void as u8;
+        u64::from_le_bytes(w)
+    }
+}
+
+/// Where a log stands in DRAM: its pages in order and the committed tail.
+#[derive(Clone, Debug, Default)]
+pub struct LogState {
+    /// Byte offset of the first page (0: no log yet).
+    pub head: u64,
+    /// Byte offset of the next free slot (0: empty log).
+    pub tail: u64,
+    /// Byte offsets of the pages, head first.
+    pub pages: Vec<u64>,
+    /// Entries between head and tail, voided ones included (for the cleaning policy).
+    pub entries: u64,
+}
+
+/// The trailer of a fresh log page.
+pub fn trailer(next: u64, owner: u64) -> [u8; 24] {
+    let mut t = [0u8; 24];
+    put64(&mut t, 0, next);
+    put64(&mut t, 8, owner);
+    put64(&mut t, 16, PAGE_MAGIC);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Entry> {
+        vec![
+            Entry::Write {
+                pgoff: 7,
+                block: 1234,
+                npages: 3,
+                size: 40000,
+                mtime: -5,
+                sn: (3 << 48) | 99,
+            },
+            Entry::Attr {
+                mask: attr::ALL,
+                mode: 0o644,
+                uid: 1,
+                gid: 2,
+                size: 9,
+                atime: 10,
+                mtime: 11,
+                ctime: 12,
+            },
+            Entry::Link { nlink: 3, ctime: 4 },
+            Entry::DentryAdd {
+                ino: 5,
+                ctime: 6,
+                name: "x".repeat(crate::MAX_NAME),
+            },
+            Entry::DentryDel {
+                ino: 5,
+                ctime: 6,
+                name: "short".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        for e in samples() {
+            let b = e.encode();
+            assert_eq!(b.len() as u64, e.slots() * SLOT);
+            assert!(e.slots() <= MAX_ENTRY_SLOTS);
+            assert_eq!(Entry::slots_of(&b).unwrap(), e.slots());
+            assert_eq!(Entry::decode(&b).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn any_flipped_bit_is_caught() {
+        for e in samples() {
+            let b = e.encode();
+            for i in 0..b.len() {
+                for bit in [0x01u8, 0x80] {
+                    let mut bad = b.clone();
+                    bad[i] ^= bit;
+                    if i == 0 && bad[0] == Kind::Void as u8 {
+                        continue;
+                    }
+                    assert!(Entry::decode(&bad).is_err(), "{e:?}: flip at {i} accepted");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn voided_entry_decodes_as_void() {
+        let b = Entry::Link { nlink: 1, ctime: 0 }.encode();
+        let w = Entry::void_word(&b).to_le_bytes();
+        let mut v = b.clone();
+        v[..8].copy_from_slice(&w);
+        assert_eq!(Entry::decode(&v).unwrap(), Entry::Void);
+        assert_eq!(Entry::slots_of(&v).unwrap(), 1);
+    }
+}

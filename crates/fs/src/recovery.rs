@@ -1,0 +1,503 @@
+//! Format, mount and recovery: rebuilding the DRAM state from the region.
+//!
+//! Mount reads the superblock (or its replica), rolls back active journals, walks every
+//! valid inode's log — verifying checksums and every pointer before following it —,
+//! drops committed writes whose SN never completed, frees inodes no directory reaches
+//! (unlinked while open, or created by an interrupted operation), and rebuilds the
+//! allocators: from the bitmap saved by a clean unmount, else from what the logs
+//! reference. `fsck` runs the same scan without changing anything.
+//!
+//! Mount state block ([`MOUNT_BLOCK`]):
+//!
+//! | offset | size | field                                                   |
+//! |--------|------|---------------------------------------------------------|
+//! | 0      | 8    | clean word: [`CLEAN`] after a clean unmount, else 0     |
+//! | 8      | 4    | CRC-32C of the saved bitmap                             |
+//! | 16     | 8    | free blocks recorded in the bitmap                      |
+//!
+//! The saved bitmap has one bit per block of the region (1 = free), from block 0.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+use pmem::Pmem;
+use serde::Serialize;
+
+use crate::alloc::{BlockAlloc, Extent, InoAlloc};
+use crate::epoch::Epoch;
+use crate::error::{Error, Result};
+use crate::inode::{FileKind, Inode, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF};
+use crate::journal;
+use crate::layout::{Geometry, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
+use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
+use crate::{FileSystem, MountOptions};
+
+/// Clean word of a cleanly unmounted file system.
+pub const CLEAN: u64 = 0x4E41_454C_434F_4945; // "EIOCLEAN"
+const CLEAN_OFF: u64 = MOUNT_BLOCK * BLOCK_SIZE;
+const BITMAP_CSUM_OFF: u64 = CLEAN_OFF + 8;
+const BITMAP_FREE_OFF: u64 = CLEAN_OFF + 16;
+
+/// What mount found and did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MountReport {
+    /// The previous unmount was clean (allocators loaded from the saved bitmap).
+    pub clean: bool,
+    /// Why the primary superblock was skipped, if it was.
+    pub superblock_replica_used: Option<String>,
+    pub journals_rolled_back: u64,
+    pub journal_words_restored: u64,
+    pub inodes: u64,
+    pub log_entries: u64,
+    /// Committed writes whose data copy never completed, dropped (old data kept).
+    pub pending_writes_dropped: u64,
+    /// Inodes no directory reaches, freed.
+    pub orphans_freed: u64,
+    pub free_blocks: u64,
+    pub mount_us: u64,
+}
+
+/// Everything a scan of the region learned.
+pub(crate) struct Scan {
+    pub geo: Geometry,
+    pub states: HashMap<u64, InodeState>,
+    /// Per pool block: referenced by a log (page) or by a file (data).
+    pub used: Vec<bool>,
+    /// Inconsistencies; mount refuses to go on if there are any.
+    pub problems: Vec<String>,
+    /// Things a mount would repair (fsck reports them without failing).
+    pub notes: Vec<String>,
+    pub orphans: Vec<u64>,
+    pub report: MountReport,
+}
+
+/// Writes an empty file system: superblock, cleared metadata, root directory.
+pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
+    // Zero every metadata block (journals, inode table, mount state, records).
+    let zero = vec![0u8; BLOCK_SIZE as usize];
+    for b in 2..geo.pool_start {
+        pm.write(b * BLOCK_SIZE, &zero);
+        pm.flush(b * BLOCK_SIZE, BLOCK_SIZE);
+    }
+    pm.fence();
+    let now = crate::now_ns();
+    let root = InodeRecord {
+        ino: ROOT_INO,
+        kind: FileKind::Dir,
+        mode: 0o755,
+        // SAFETY: geteuid/getegid cannot fail.
+        uid: unsafe { libc::geteuid() },
+        // SAFETY: as above.
+        gid: unsafe { libc::getegid() },
+        ctime: now,
+    };
+    let off = geo.inode_off(ROOT_INO);
+    root.write(pm, off);
+    pm.store_u64_persist(off + VALID_OFF, VALID);
+    // The superblock last: a region whose format was interrupted does not mount.
+    geo.write(pm);
+    Ok(())
+}
+
+pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
+    let start = Instant::now();
+    let (geo, replica_reason) = Geometry::read(&*pm)?;
+    let replay = journal::replay(&*pm, &geo)?;
+    let not_done = |_: u64| false;
+    let sn_done: &dyn Fn(u64) -> bool = match &opts.sn_done {
+        Some(f) => f.as_ref(),
+        None => &not_done,
+    };
+    let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
+    let mut scan = scan(&*pm, geo, true, sn_done)?;
+    if !scan.problems.is_empty() {
+        let n = scan.problems.len();
+        let first: Vec<&str> = scan.problems.iter().take(3).map(String::as_str).collect();
+        return Err(Error::Corrupt(format!(
+            "{} ({n} problem{} found; run `easyio fsck` for all)",
+            first.join("; "),
+            if n == 1 { "" } else { "s" }
+        )));
+    }
+    // Free orphans durably before anything can reuse their number.
+    for &ino in &scan.orphans {
+        pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
+        if let Some(st) = scan.states.remove(&ino) {
+            for p in &st.log.pages {
+                scan.used[(p / BLOCK_SIZE - geo.pool_start) as usize] = false;
+            }
+            for e in st.data_extents() {
+                for b in e.start..e.start + e.len {
+                    scan.used[(b - geo.pool_start) as usize] = false;
+                }
+            }
+        }
+    }
+    let blocks = BlockAlloc::empty(geo.pool_start, geo.total_blocks);
+    let saved = if clean && scan.orphans.is_empty() {
+        load_bitmap(&*pm, &geo)
+    } else {
+        None
+    };
+    let clean_used = saved.is_some();
+    match saved {
+        Some(free) => free.into_iter().for_each(|e| blocks.free(e)),
+        None => {
+            for e in free_extents(&scan.used, geo.pool_start) {
+                blocks.free(e);
+            }
+        }
+    }
+    // From here on a crash must not trust the saved bitmap.
+    pm.store_u64_persist(CLEAN_OFF, 0);
+
+    let in_use: Vec<u64> = scan.states.keys().copied().collect();
+    let inos = InoAlloc::new((ROOT_INO + 1..geo.inodes).filter(|i| !scan.states.contains_key(i)));
+    let inodes = scan
+        .states
+        .drain()
+        .map(|(ino, st)| {
+            let inode = Arc::new(Inode {
+                ino,
+                state: RwLock::new(st),
+                opens: AtomicU32::new(0),
+            });
+            (ino, inode)
+        })
+        .collect();
+    let mut report = scan.report;
+    report.clean = clean_used;
+    report.superblock_replica_used = replica_reason;
+    report.journals_rolled_back = replay.rolled_back;
+    report.journal_words_restored = replay.words_restored;
+    report.inodes = in_use.len() as u64;
+    report.free_blocks = blocks.free_blocks();
+    if report.superblock_replica_used.is_some() {
+        // Heal the primary from the replica.
+        geo.write(&*pm);
+    }
+    let fs = FileSystem {
+        pm,
+        geo,
+        inodes: RwLock::new(inodes),
+        blocks,
+        inos,
+        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
+        epoch: Epoch::new(),
+        fds: RwLock::new(Vec::new()),
+        rename_lock: Mutex::new(()),
+        mover: opts.mover,
+        unmounted: AtomicBool::new(false),
+    };
+    report.mount_us = start.elapsed().as_micros() as u64;
+    Ok((fs, report))
+}
+
+/// Saves the free-block bitmap and marks the file system clean.
+pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: &BlockAlloc) {
+    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
+    let mut free = 0;
+    for e in blocks.snapshot() {
+        for b in e.start..e.start + e.len {
+            bitmap[(b / 8) as usize] |= 1 << (b % 8);
+        }
+        free += e.len;
+    }
+    pm.write(geo.bitmap_off(), &bitmap);
+    pm.flush(geo.bitmap_off(), bitmap.len() as u64);
+    pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(&bitmap) as u64);
+    pm.store_u64(BITMAP_FREE_OFF, free);
+    pm.persist(BITMAP_CSUM_OFF, 16);
+    pm.store_u64_persist(CLEAN_OFF, CLEAN);
+}
+
+/// The free extents of a saved bitmap, if its checksum holds and it frees only pool
+/// blocks.
+pub(crate) fn load_bitmap(pm: &dyn Pmem, geo: &Geometry) -> Option<Vec<Extent>> {
+    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
+    pm.read(geo.bitmap_off(), &mut bitmap);
+    if crc32c::crc32c(&bitmap) as u64 != pm.load_u64(BITMAP_CSUM_OFF) {
+        return None;
+    }
+    let mut free = Vec::new();
+    for b in 0..geo.total_blocks {
+        if bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0 {
+            if b < geo.pool_start {
+                return None;
+            }
+            crate::inode::push_block(&mut free, b);
+        }
+    }
+    Some(free)
+}
+
+fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
+    let mut out = Vec::new();
+    for (i, &u) in used.iter().enumerate() {
+        if !u {
+            crate::inode::push_block(&mut out, pool_start + i as u64);
+        }
+    }
+    out
+}
+
+/// Walks the whole region. With `repair`, voids committed writes whose SN is not done
+/// (so they can never come back); without, only notes them.
+pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool, sn_done: &dyn Fn(u64) -> bool) -> Result<Scan> {
+    let mut s = Scan {
+        geo,
+        states: HashMap::new(),
+        used: vec![false; geo.pool_blocks() as usize],
+        problems: Vec::new(),
+        notes: Vec::new(),
+        orphans: Vec::new(),
+        report: MountReport::default(),
+    };
+    for ino in ROOT_INO..geo.inodes {
+        let off = geo.inode_off(ino);
+        match pm.load_u64(off + VALID_OFF) {
+            0 => continue,
+            VALID => {}
+            w => {
+                s.problems.push(format!("inode {ino}: invalid valid word {w:#x}"));
+                continue;
+            }
+        }
+        match scan_inode(pm, &mut s, ino, repair, sn_done) {
+            Ok(st) => {
+                s.states.insert(ino, st);
+            }
+            Err(e) => s.problems.push(e.to_string()),
+        }
+    }
+    check_tree(&mut s);
+    Ok(s)
+}
+
+fn mark_used(s: &mut Scan, block: u64, what: &str) -> std::result::Result<(), String> {
+    let i = (block - s.geo.pool_start) as usize;
+    if s.used[i] {
+        return Err(format!("block {block} referenced twice (again as {what})"));
+    }
+    s.used[i] = true;
+    Ok(())
+}
+
+fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool, sn_done: &dyn Fn(u64) -> bool) -> Result<InodeState> {
+    let geo = s.geo;
+    let off = geo.inode_off(ino);
+    let rec = InodeRecord::read(pm, off, ino)?;
+    let mut st = InodeState::new(&rec);
+    let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
+    let head = pm.load_u64(off + HEAD_OFF);
+    let tail = pm.load_u64(off + TAIL_OFF);
+    // The page chain, every pointer checked before it is followed.
+    let mut pages = Vec::new();
+    let mut used_in = Vec::new();
+    let mut next = head;
+    while next != 0 {
+        if !geo.is_pool_block_off(next) {
+            return Err(bad(format!("log page pointer {next:#x} outside the pool")));
+        }
+        if pages.len() as u64 > geo.pool_blocks() {
+            return Err(bad("log page chain does not end".into()));
+        }
+        mark_used(s, next / BLOCK_SIZE, &format!("log page of inode {ino}")).map_err(bad)?;
+        let mut t = [0u8; 32];
+        pm.read(next + TRAILER_OFF, &mut t);
+        let field = |i: usize| u64::from_le_bytes(t[i * 8..i * 8 + 8].try_into().unwrap());
+        if field(2) != PAGE_MAGIC || field(1) != ino {
+            return Err(bad(format!("log page {next:#x} has a bad trailer")));
+        }
+        pages.push(next);
+        used_in.push(field(3));
+        next = field(0);
+    }
+    if tail != 0 {
+        let page = tail - tail % BLOCK_SIZE;
+        let in_page = tail % BLOCK_SIZE;
+        if !pages.contains(&page) || in_page % SLOT != 0 || in_page > TRAILER_OFF {
+            return Err(bad(format!("log tail {tail:#x} is not inside its log")));
+        }
+    }
+    // Entries from the head to the tail.
+    let mut displaced = Vec::new();
+    if tail != 0 {
+        'pages: for (i, &page) in pages.iter().enumerate() {
+            let is_tail_page = page == tail - tail % BLOCK_SIZE;
+            let end_slot = if is_tail_page {
+                (tail % BLOCK_SIZE) / SLOT
+            } else {
+                used_in[i]
+            };
+            if end_slot > SLOTS_PER_PAGE {
+                return Err(bad(format!("log page {page:#x} claims {end_slot} used slots")));
+            }
+            let mut slot = 0;
+            while slot < end_slot {
+                let at = page + slot * SLOT;
+                let mut first = [0u8; SLOT as usize];
+                pm.read(at, &mut first);
+                let k = Entry::slots_of(&first).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
+                if slot + k > end_slot {
+                    return Err(bad(format!("log entry at {at:#x} runs past the log end")));
+                }
+                let mut bytes = vec![0u8; (k * SLOT) as usize];
+                pm.read(at, &mut bytes);
+                let e = Entry::decode(&bytes).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
+                validate_entry(&geo, &st, &e).map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
+                if let Entry::Write { sn, .. } = e {
+                    if sn != 0 && !sn_done(sn) {
+                        s.report.pending_writes_dropped += 1;
+                        if repair {
+                            pm.store_u64_persist(at, Entry::void_word(&first));
+                        } else {
+                            s.notes.push(format!(
+                                "inode {ino}: write entry at {at:#x} waits on SN {sn:#x} that \
+                                 never completed; mount will drop it"
+                            ));
+                        }
+                        st.log.entries += 1;
+                        slot += k;
+                        continue;
+                    }
+                }
+                st.apply(&e, &mut displaced);
+                s.report.log_entries += 1;
+                slot += k;
+            }
+            if is_tail_page {
+                break 'pages;
+            }
+        }
+    }
+    st.log = LogState {
+        head,
+        tail,
+        pages,
+        entries: st.log.entries,
+    };
+    for e in st.data_extents() {
+        for b in e.start..e.start + e.len {
+            mark_used(s, b, &format!("data of inode {ino}")).map_err(bad)?;
+        }
+    }
+    if st.kind == FileKind::Dir && st.size != 0 {
+        return Err(bad("directory with data".into()));
+    }
+    Ok(st)
+}
+
+fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Result<(), String> {
+    match e {
+        Entry::Write {
+            pgoff,
+            block,
+            npages,
+            size,
+            ..
+        } => {
+            if st.kind == FileKind::Dir {
+                return Err("write entry in a directory".into());
+            }
+            let end = block.checked_add(*npages as u64);
+            if *npages == 0
+                || *block < geo.pool_start
+                || end.is_none_or(|end| end > geo.total_blocks)
+            {
+                return Err(format!("data blocks {block}+{npages} outside the pool"));
+            }
+            if pgoff.checked_add(*npages as u64).is_none() || *size > crate::MAX_FILE_SIZE {
+                return Err("impossible file range".into());
+            }
+        }
+        Entry::Attr { size, .. } if *size > crate::MAX_FILE_SIZE => {
+            return Err("impossible file size".into())
+        }
+        Entry::DentryAdd { ino, name, .. } | Entry::DentryDel { ino, name, .. } => {
+            if st.kind != FileKind::Dir {
+                return Err("directory entry in a non-directory".into());
+            }
+            if *ino <= ROOT_INO || *ino >= geo.inodes {
+                return Err(format!("directory entry {name:?} names inode {ino}"));
+            }
+            if name == "." || name == ".." || name.contains('/') {
+                return Err(format!("directory entry with illegal name {name:?}"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Walks the tree from the root: every directory entry names a live inode, every
+/// directory is reached once, link counts match, and unreachable inodes are orphans.
+fn check_tree(s: &mut Scan) {
+    let Some(root) = s.states.get(&ROOT_INO) else {
+        s.problems.push("root directory missing".into());
+        return;
+    };
+    if root.kind != FileKind::Dir {
+        s.problems.push("root is not a directory".into());
+        return;
+    }
+    let mut refs: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    let mut parents: Vec<(u64, u64)> = vec![(ROOT_INO, ROOT_INO)];
+    let mut queue = VecDeque::from([ROOT_INO]);
+    let mut seen_dirs = std::collections::HashSet::from([ROOT_INO]);
+    while let Some(dir) = queue.pop_front() {
+        let mut children: Vec<(String, u64)> = s.states[&dir]
+            .children
+            .iter()
+            .map(|(n, &i)| (n.clone(), i))
+            .collect();
+        children.sort();
+        for (name, child) in children {
+            let Some(cst) = s.states.get(&child) else {
+                s.problems.push(format!(
+                    "directory {dir}: entry {name:?} names inode {child}, which is not in use"
+                ));
+                continue;
+            };
+            *refs.entry(child).or_default() += 1;
+            if cst.kind == FileKind::Dir {
+                *subdirs.entry(dir).or_default() += 1;
+                if !seen_dirs.insert(child) {
+                    s.problems.push(format!("directory {child} is linked more than once"));
+                    continue;
+                }
+                parents.push((child, dir));
+                queue.push_back(child);
+            }
+        }
+    }
+    for (child, parent) in parents {
+        s.states.get_mut(&child).unwrap().parent = parent;
+    }
+    let mut inos: Vec<u64> = s.states.keys().copied().collect();
+    inos.sort_unstable();
+    for ino in inos {
+        let st = &s.states[&ino];
+        let reached = ino == ROOT_INO || refs.contains_key(&ino);
+        if !reached {
+            s.orphans.push(ino);
+            s.notes.push(format!("inode {ino} is not in any directory (orphan)"));
+            continue;
+        }
+        let expect = match st.kind {
+            FileKind::Dir => 2 + subdirs.get(&ino).copied().unwrap_or(0),
+            _ => refs[&ino],
+        };
+        if st.nlink != expect {
+            s.problems.push(format!(
+                "inode {ino}: link count {} but {expect} references",
+                st.nlink
+            ));
+        }
+    }
+    s.report.orphans_freed = s.orphans.len() as u64;
+}
