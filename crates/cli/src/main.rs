@@ -1,6 +1,7 @@
 //! The `easyio` command.
 
 mod bench;
+mod files;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -15,14 +16,51 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create (or with --force reformat) a region and format it.
+    Mkfs(files::MkfsArgs),
+    /// Check an image without changing it; exits 4 if it finds problems.
+    Fsck(files::FsckArgs),
+    /// Geometry, usage, and what the mount had to do.
+    Info(files::InfoArgs),
+    /// List a directory.
+    Ls(files::LsArgs),
+    /// Describe a file, directory or symbolic link.
+    Stat(files::PathArgs),
+    /// Copy a local file into the image.
+    Put(files::PutArgs),
+    /// Copy a file out of the image.
+    Get(files::GetArgs),
+    /// Print a file of the image.
+    Cat(files::CatArgs),
+    /// Remove a file (or, with -r, a directory tree).
+    Rm(files::RmArgs),
+    /// Create a directory.
+    Mkdir(files::MkdirArgs),
+    /// Rename or move.
+    Mv(files::MvArgs),
     /// Benchmarks: the physical limit of the machine and each layer above it.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
 
 fn main() {
+    // Die quietly on a closed pipe (`easyio ls | head`), as other command-line tools do,
+    // instead of panicking on the failed write.
+    // SAFETY: resetting a signal disposition to its default before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Mkfs(a) => files::mkfs(a),
+        Command::Fsck(a) => files::fsck(a),
+        Command::Info(a) => files::info(a),
+        Command::Ls(a) => files::ls(a),
+        Command::Stat(a) => files::stat(a),
+        Command::Put(a) => files::put(a),
+        Command::Get(a) => files::get(a),
+        Command::Cat(a) => files::cat(a),
+        Command::Rm(a) => files::rm(a),
+        Command::Mkdir(a) => files::mkdir(a),
+        Command::Mv(a) => files::mv(a),
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(err) = result {
@@ -35,7 +73,11 @@ fn main() {
 /// "in use" (EBUSY) from "no such region" (ENOENT); 1 otherwise.
 fn exit_code(err: &anyhow::Error) -> i32 {
     err.chain()
-        .find_map(|e| e.downcast_ref::<pmem::Error>().map(pmem::Error::errno))
+        .find_map(|e| {
+            e.downcast_ref::<pmem::Error>()
+                .map(pmem::Error::errno)
+                .or_else(|| e.downcast_ref::<fs::Error>().map(fs::Error::errno))
+        })
         .map(|errno| errno.clamp(1, 125))
         .unwrap_or(1)
 }

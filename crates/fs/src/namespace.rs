@@ -72,7 +72,13 @@ impl FileSystem {
         }
     }
 
-    fn resolve_from(&self, base: Arc<Inode>, path: &str, follow: bool, hops: usize) -> Result<Arc<Inode>> {
+    fn resolve_from(
+        &self,
+        base: Arc<Inode>,
+        path: &str,
+        follow: bool,
+        hops: usize,
+    ) -> Result<Arc<Inode>> {
         let p = self.walk(base, path, hops)?;
         if p.name.is_empty() {
             return Ok(p.dir);
@@ -95,7 +101,10 @@ impl FileSystem {
 
     fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
         let trailing_slash = path.len() > 1 && path.ends_with('/');
-        let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let mut comps: Vec<&str> = path
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
         let Some(last) = comps.pop() else {
             return Ok(Parent {
                 dir,
@@ -285,7 +294,14 @@ impl FileSystem {
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
-        self.create_in(&p.dir, &mut dst, &p.name, FileKind::Symlink, 0o777, target.as_bytes())?;
+        self.create_in(
+            &p.dir,
+            &mut dst,
+            &p.name,
+            FileKind::Symlink,
+            0o777,
+            target.as_bytes(),
+        )?;
         Ok(())
     }
 
@@ -398,7 +414,11 @@ impl FileSystem {
     }
 
     /// Frees an inode with no links and no open descriptors. Called with it locked.
-    pub(crate) fn release_if_unused(&self, inode: &Arc<Inode>, st: &mut RwLockWriteGuard<'_, InodeState>) {
+    pub(crate) fn release_if_unused(
+        &self,
+        inode: &Arc<Inode>,
+        st: &mut RwLockWriteGuard<'_, InodeState>,
+    ) {
         if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 {
             return;
         }
@@ -442,11 +462,15 @@ impl FileSystem {
             return Err(Error::Exists);
         }
         if target.ino == p.dir.ino {
-            return Err(Error::NotPermitted("hard links to directories are not allowed"));
+            return Err(Error::NotPermitted(
+                "hard links to directories are not allowed",
+            ));
         }
         let mut tst = target.state.write();
         if tst.kind == FileKind::Dir {
-            return Err(Error::NotPermitted("hard links to directories are not allowed"));
+            return Err(Error::NotPermitted(
+                "hard links to directories are not allowed",
+            ));
         }
         if tst.freed || tst.nlink == 0 {
             return Err(Error::NotFound);
@@ -465,7 +489,11 @@ impl FileSystem {
             }],
         )?;
         let nlink = tst.nlink + 1;
-        let ts = self.stage(target.ino, &mut tst, vec![Entry::Link { nlink, ctime: now }])?;
+        let ts = self.stage(
+            target.ino,
+            &mut tst,
+            vec![Entry::Link { nlink, ctime: now }],
+        )?;
         self.commit_journaled(&[&ps, &ts], &[]);
         Self::apply_staged(&mut dst, ps);
         Self::apply_staged(&mut tst, ts);
@@ -498,7 +526,8 @@ impl FileSystem {
             tst_guard = Some(to.dir.state.write());
             fst = from.dir.state.write();
         }
-        if fst.kind != FileKind::Dir || tst_guard.as_ref().is_some_and(|t| t.kind != FileKind::Dir) {
+        if fst.kind != FileKind::Dir || tst_guard.as_ref().is_some_and(|t| t.kind != FileKind::Dir)
+        {
             return Err(Error::NotDir);
         }
         let src_ino = *fst.children.get(&from.name).ok_or(Error::NotFound)?;
@@ -528,9 +557,7 @@ impl FileSystem {
             let mut at = to.dir.ino;
             while at != ROOT_INO {
                 if at == src_ino {
-                    return Err(Error::Invalid(
-                        "cannot move a directory into itself".into(),
-                    ));
+                    return Err(Error::Invalid("cannot move a directory into itself".into()));
                 }
                 at = if at == from.dir.ino {
                     fst.parent
