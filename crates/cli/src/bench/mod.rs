@@ -1,5 +1,6 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
+mod micro;
 mod raw;
 
 use std::time::{Duration, Instant};
@@ -10,11 +11,14 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// The physical limit: single-core copies into and out of the region.
     Raw(raw::RawArgs),
+    /// FxMark-style file system microbenchmarks, beside the kernel's tmpfs.
+    Micro(micro::MicroArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Raw(args) => raw::run(args),
+        BenchCommand::Micro(args) => micro::run(args),
     }
 }
 

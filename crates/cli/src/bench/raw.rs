@@ -20,6 +20,7 @@ use crate::report::{self, size_label, Machine};
 /// Copy sizes measured, from one page to one huge page.
 pub const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];
 /// Region size: far larger than any last-level cache on the machines we run on.
+pub const LIMIT_REGION_BYTES: u64 = REGION_BYTES;
 const REGION_BYTES: u64 = 256 << 20;
 /// Alternating rounds per (size, path); the median is reported.
 const ROUNDS: usize = 5;
@@ -41,7 +42,7 @@ pub struct RawArgs {
 
 /// What is measured.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Path {
+pub enum Path {
     /// `Pmem::copy_persist`.
     PersistentCopy,
     /// The C loop of 64-byte non-temporal stores + sfence.
@@ -92,7 +93,6 @@ struct Report {
 pub fn run(args: RawArgs) -> anyhow::Result<()> {
     let region = open_region(args.image.as_deref())?;
     let round = Duration::from_millis(args.round_ms);
-    let slots = region.len() / SIZES[SIZES.len() - 1] * SIZES[SIZES.len() - 1];
     let src: Vec<u8> = (0..SIZES[SIZES.len() - 1])
         .map(|i| (i * 13) as u8)
         .collect();
@@ -100,8 +100,6 @@ pub fn run(args: RawArgs) -> anyhow::Result<()> {
 
     let mut results = Vec::new();
     for &size in &SIZES {
-        let n_slots = slots / size;
-        let off = |i: u64| (i % n_slots) * size;
         let s = &src[..size as usize];
         let mut samples = vec![Vec::new(); Path::ALL.len()];
         for r in 0..ROUNDS {
@@ -112,15 +110,7 @@ pub fn run(args: RawArgs) -> anyhow::Result<()> {
                 vec![3, 2, 1, 0]
             };
             for k in order {
-                let d = &mut dst[..size as usize];
-                let ns = match Path::ALL[k] {
-                    Path::PersistentCopy => time_per_op(round, |i| region.copy_persist(off(i), s)),
-                    Path::CNtLoop => {
-                        time_per_op(round, |i| peer::c_nt_copy_persist(&region, off(i), s))
-                    }
-                    Path::Read => time_per_op(round, |i| region.read(off(i), d)),
-                    Path::CopyFlush => time_per_op(round, |i| region.write_persist(off(i), s)),
-                };
+                let ns = measure_with(&region, size, Path::ALL[k], round, s, &mut dst);
                 samples[k].push(ns);
             }
         }
@@ -173,6 +163,33 @@ pub fn run(args: RawArgs) -> anyhow::Result<()> {
         report::table(&["size", "path", "GiB/s", "ns/op", "vs C NT loop"], rows)
     );
     Ok(())
+}
+
+/// Mean ns per operation of `path` moving `size` bytes for about `budget`, with
+/// destinations (or sources) rotating through the whole region.
+pub fn measure(region: &Region, size: u64, path: Path, budget: Duration) -> f64 {
+    let src: Vec<u8> = (0..size).map(|i| (i * 13) as u8).collect();
+    let mut dst = vec![0u8; size as usize];
+    measure_with(region, size, path, budget, &src, &mut dst)
+}
+
+fn measure_with(
+    region: &Region,
+    size: u64,
+    path: Path,
+    budget: Duration,
+    s: &[u8],
+    dst: &mut [u8],
+) -> f64 {
+    let n_slots = (region.len() / size).max(1);
+    let off = |i: u64| (i % n_slots) * size;
+    let d = &mut dst[..size as usize];
+    match path {
+        Path::PersistentCopy => time_per_op(budget, |i| region.copy_persist(off(i), s)),
+        Path::CNtLoop => time_per_op(budget, |i| peer::c_nt_copy_persist(region, off(i), s)),
+        Path::Read => time_per_op(budget, |i| region.read(off(i), d)),
+        Path::CopyFlush => time_per_op(budget, |i| region.write_persist(off(i), s)),
+    }
 }
 
 fn open_region(image: Option<&std::path::Path>) -> anyhow::Result<Region> {

@@ -1,0 +1,653 @@
+//! `easyio bench micro`: FxMark-style microbenchmarks, each workload in each mode.
+//!
+//! Modes are the file system with a data mover (`cpu` now) and `kernel`, the same
+//! workload through `std::fs` on a directory in /dev/shm — the host's tmpfs, whose
+//! writes are not persistent, as the external peer. Workloads (FxMark's names):
+//!
+//! | name | what each thread does                                    |
+//! |------|----------------------------------------------------------|
+//! | DWAL | appends `io-size` to a private file                      |
+//! | DWOL | overwrites the first block of a private file             |
+//! | DWOM | overwrites its own block of a shared file                |
+//! | DRBL | reads the first block of a private file                  |
+//! | DRBM | reads its own block of a shared file                     |
+//! | MWCL | creates empty files in a private directory               |
+//! | MWUL | unlinks files from a private directory                   |
+//! | MWRL | renames a file within a private directory                |
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
+use hdrhistogram::Histogram;
+use pmem::{Pmem, Region};
+use serde::Serialize;
+
+use super::{gib_per_s, raw};
+use crate::files::parse_size;
+use crate::report::{self, Machine};
+
+/// Private files grow to at most this many bytes (and at most a quarter of the region
+/// shared among the threads) before DWAL starts them over.
+const APPEND_CAP: u64 = 64 << 20;
+/// Files a metadata workload keeps in its directory before clearing it (untimed).
+const NAMESPACE_BATCH: u64 = 2_000;
+/// Rounds, and time per round, of the single-core limit measured beside data workloads
+/// (the median is used, as in `bench raw`).
+const LIMIT_ROUNDS: usize = 5;
+const LIMIT_ROUND: Duration = Duration::from_millis(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[clap(rename_all = "UPPER")]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Workload {
+    Dwal,
+    Dwol,
+    Dwom,
+    Drbl,
+    Drbm,
+    Mwcl,
+    Mwul,
+    Mwrl,
+}
+
+impl Workload {
+    fn moves_data(self) -> bool {
+        !matches!(self, Workload::Mwcl | Workload::Mwul | Workload::Mwrl)
+    }
+    fn reads(self) -> bool {
+        matches!(self, Workload::Drbl | Workload::Drbm)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// easyio, data copied by the calling thread (NOVA's data path).
+    Cpu,
+    /// The host kernel's tmpfs through std::fs (not persistent).
+    Kernel,
+}
+
+#[derive(Args)]
+pub struct MicroArgs {
+    /// Workloads, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "DWAL,DWOL,DWOM,DRBL,DRBM,MWCL,MWUL,MWRL"
+    )]
+    workload: Vec<Workload>,
+    /// Modes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,kernel")]
+    mode: Vec<Mode>,
+    /// Thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
+    /// Bytes per read or write (K, M suffixes).
+    #[arg(long, default_value = "4K")]
+    io_size: String,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 1.0)]
+    duration: f64,
+    /// Size of the easyio region (a temporary file in /dev/shm).
+    #[arg(long, default_value = "1G")]
+    region_size: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize, Clone)]
+struct Row {
+    workload: Workload,
+    mode: Mode,
+    threads: usize,
+    io_size: u64,
+    ops_per_s: f64,
+    gib_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// CPU-seconds of the whole process per GiB moved (data workloads).
+    cpu_s_per_gib: Option<f64>,
+    /// Bandwidth as a fraction of the single-core limit (`bench raw`'s persistent copy
+    /// for writes, memcpy for reads) measured in the same run.
+    of_limit: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    duration_s: f64,
+    note: &'static str,
+    results: Vec<Row>,
+}
+
+/// Where a workload runs.
+enum Target {
+    Easyio(Box<FileSystem>),
+    Kernel(PathBuf),
+}
+
+enum Handle {
+    Fd(fs::Fd),
+    File(std::fs::File),
+}
+
+impl Target {
+    fn path(&self, p: &str) -> PathBuf {
+        match self {
+            Target::Kernel(root) => root.join(p.trim_start_matches('/')),
+            Target::Easyio(_) => PathBuf::from(p),
+        }
+    }
+
+    fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
+        Ok(match self {
+            Target::Easyio(fs) => {
+                let mut f = OpenFlags::RDWR;
+                if create {
+                    f = f | OpenFlags::CREAT;
+                }
+                if append {
+                    f = f | OpenFlags::APPEND;
+                }
+                Handle::Fd(fs.open(p, f, 0o644).with_context(|| p.to_string())?)
+            }
+            Target::Kernel(_) => Handle::File(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(create)
+                    .append(append)
+                    .truncate(false)
+                    .open(self.path(p))
+                    .with_context(|| p.to_string())?,
+            ),
+        })
+    }
+
+    fn close(&self, h: Handle) -> anyhow::Result<()> {
+        if let (Target::Easyio(fs), Handle::Fd(fd)) = (self, h) {
+            fs.close(fd)?;
+        }
+        Ok(())
+    }
+
+    fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => {
+                fs.pwrite(*fd, buf, off)?;
+            }
+            (_, Handle::File(f)) => f.write_all_at(buf, off)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
+        use std::io::Write;
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => {
+                fs.write(*fd, buf)?;
+            }
+            (_, Handle::File(f)) => (&*f).write_all(buf)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        Ok(match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
+            (_, Handle::File(f)) => f.read_at(buf, off)?,
+            _ => unreachable!(),
+        })
+    }
+
+    fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
+            (_, Handle::File(f)) => f.set_len(len)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    fn create_empty(&self, p: &str) -> anyhow::Result<()> {
+        let h = self.open(p, true, false)?;
+        self.close(h)
+    }
+
+    fn unlink(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.unlink(p)?,
+            Target::Kernel(_) => std::fs::remove_file(self.path(p))?,
+        }
+        Ok(())
+    }
+
+    fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.rename(a, b)?,
+            Target::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
+        }
+        Ok(())
+    }
+
+    fn mkdir(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.mkdir(p, 0o755)?,
+            Target::Kernel(_) => std::fs::create_dir(self.path(p))?,
+        }
+        Ok(())
+    }
+}
+
+/// What one thread measured.
+struct ThreadResult {
+    ops: u64,
+    bytes: u64,
+    active: Duration,
+    hist: Histogram<u64>,
+}
+
+/// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
+/// untimed upkeep (restarting a file, clearing or refilling a directory): its time
+/// counts in no latency and is left out of the thread's active time.
+fn timed_loop(
+    deadline: Instant,
+    mut op: impl FnMut(u64) -> anyhow::Result<u64>,
+    mut maintain: impl FnMut(u64) -> anyhow::Result<()>,
+) -> anyhow::Result<ThreadResult> {
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut ops, mut bytes) = (0u64, 0u64);
+    let mut upkeep = Duration::ZERO;
+    let begin = Instant::now();
+    let mut i = 0u64;
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        let n = op(i)?;
+        hist.record(t0.elapsed().as_nanos() as u64)?;
+        ops += 1;
+        bytes += n;
+        i += 1;
+        let t1 = Instant::now();
+        maintain(i)?;
+        upkeep += t1.elapsed();
+    }
+    Ok(ThreadResult {
+        ops,
+        bytes,
+        active: begin.elapsed().saturating_sub(upkeep),
+        hist,
+    })
+}
+
+/// Sets up one thread's files, waits for every thread at `start`, then runs the
+/// workload for `duration`.
+fn run_thread(
+    t: &Target,
+    w: Workload,
+    tid: usize,
+    io: u64,
+    duration: Duration,
+    start: &Barrier,
+    append_cap: u64,
+) -> anyhow::Result<ThreadResult> {
+    let go = || {
+        start.wait();
+        Instant::now() + duration
+    };
+    let buf = vec![tid as u8 ^ 0x5A; io as usize];
+    let mut rbuf = vec![0u8; io as usize];
+    let dir = format!("/t{tid}");
+    t.mkdir(&dir)?;
+    match w {
+        Workload::Dwal => {
+            let h = t.open(&format!("{dir}/f"), true, true)?;
+            let deadline = go();
+            let cap_ops = (append_cap / io).max(1);
+            let r = timed_loop(
+                deadline,
+                |_| t.append(&h, &buf).map(|_| io),
+                |i| {
+                    if i % cap_ops == 0 {
+                        t.truncate(&h, 0)?;
+                    }
+                    Ok(())
+                },
+            );
+            t.close(h)?;
+            r
+        }
+        Workload::Dwol | Workload::Drbl => {
+            let h = t.open(&format!("{dir}/f"), true, false)?;
+            t.pwrite(&h, &buf, 0)?;
+            let deadline = go();
+            let r = if w == Workload::Dwol {
+                timed_loop(deadline, |_| t.pwrite(&h, &buf, 0).map(|_| io), |_| Ok(()))
+            } else {
+                timed_loop(
+                    deadline,
+                    |_| t.pread(&h, &mut rbuf, 0).map(|n| n as u64),
+                    |_| Ok(()),
+                )
+            };
+            t.close(h)?;
+            r
+        }
+        Workload::Dwom | Workload::Drbm => {
+            let h = t.open("/shared", false, false)?;
+            let off = tid as u64 * io;
+            let deadline = go();
+            let r = if w == Workload::Dwom {
+                timed_loop(
+                    deadline,
+                    |_| t.pwrite(&h, &buf, off).map(|_| io),
+                    |_| Ok(()),
+                )
+            } else {
+                timed_loop(
+                    deadline,
+                    |_| t.pread(&h, &mut rbuf, off).map(|n| n as u64),
+                    |_| Ok(()),
+                )
+            };
+            t.close(h)?;
+            r
+        }
+        Workload::Mwcl => {
+            let deadline = go();
+            let mut cleared = 0u64;
+            timed_loop(
+                deadline,
+                |i| t.create_empty(&format!("{dir}/f{i}")).map(|_| 0),
+                |i| {
+                    if i % NAMESPACE_BATCH == 0 {
+                        for k in cleared..i {
+                            t.unlink(&format!("{dir}/f{k}"))?;
+                        }
+                        cleared = i;
+                    }
+                    Ok(())
+                },
+            )
+        }
+        Workload::Mwul => {
+            let refill = |from: u64| -> anyhow::Result<()> {
+                for k in from..from + NAMESPACE_BATCH {
+                    t.create_empty(&format!("{dir}/f{k}"))?;
+                }
+                Ok(())
+            };
+            refill(0)?;
+            let deadline = go();
+            timed_loop(
+                deadline,
+                |i| t.unlink(&format!("{dir}/f{i}")).map(|_| 0),
+                |i| {
+                    if i % NAMESPACE_BATCH == 0 {
+                        refill(i)?;
+                    }
+                    Ok(())
+                },
+            )
+        }
+        Workload::Mwrl => {
+            t.create_empty(&format!("{dir}/a"))?;
+            let deadline = go();
+            timed_loop(
+                deadline,
+                |i| {
+                    let (a, b) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
+                    t.rename(&format!("{dir}/{a}"), &format!("{dir}/{b}"))
+                        .map(|_| 0)
+                },
+                |_| Ok(()),
+            )
+        }
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct; we read it only on success.
+    let ru = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn run_one(
+    w: Workload,
+    mode: Mode,
+    threads: usize,
+    io: u64,
+    duration: Duration,
+    region: &Arc<dyn Pmem>,
+) -> anyhow::Result<Row> {
+    let kernel_dir;
+    let target = match mode {
+        Mode::Cpu => {
+            FileSystem::format(&**region, &FormatOptions::default())?;
+            let (fs, _) = FileSystem::mount(region.clone(), MountOptions::default())?;
+            kernel_dir = None;
+            Target::Easyio(Box::new(fs))
+        }
+        Mode::Kernel => {
+            let dir =
+                std::env::temp_dir().join(format!("easyio-bench-kernel-{}", std::process::id()));
+            let dir = if Path::new("/dev/shm").is_dir() {
+                PathBuf::from(format!(
+                    "/dev/shm/easyio-bench-kernel-{}",
+                    std::process::id()
+                ))
+            } else {
+                dir
+            };
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)?;
+            kernel_dir = Some(dir.clone());
+            Target::Kernel(dir)
+        }
+    };
+    if matches!(w, Workload::Dwom | Workload::Drbm) {
+        let h = target.open("/shared", true, false)?;
+        let fill = vec![0xA5u8; io as usize];
+        for t in 0..threads {
+            target.pwrite(&h, &fill, t as u64 * io)?;
+        }
+        target.close(h)?;
+    }
+    let append_cap = (region.len() / 4 / threads as u64).min(APPEND_CAP);
+    let start = Barrier::new(threads + 1);
+    let (results, cpu) = std::thread::scope(|s| -> anyhow::Result<_> {
+        let handles: Vec<_> = (0..threads)
+            .map(|tid| {
+                let (target, start) = (&target, &start);
+                s.spawn(move || run_thread(target, w, tid, io, duration, start, append_cap))
+            })
+            .collect();
+        start.wait();
+        let cpu0 = cpu_seconds();
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
+            );
+        }
+        Ok((results, cpu_seconds() - cpu0))
+    })?;
+    if let Target::Easyio(fs) = target {
+        fs.unmount()?;
+    }
+    if let Some(dir) = kernel_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut ops_per_s, mut bytes_per_s, mut bytes) = (0.0, 0.0, 0u64);
+    for r in &results {
+        hist.add(&r.hist)?;
+        // Each thread's rate over its active time (upkeep excluded).
+        if r.active > Duration::ZERO {
+            ops_per_s += r.ops as f64 / r.active.as_secs_f64();
+            bytes_per_s += r.bytes as f64 / r.active.as_secs_f64();
+        }
+        bytes += r.bytes;
+    }
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    Ok(Row {
+        workload: w,
+        mode,
+        threads,
+        io_size: io,
+        ops_per_s,
+        gib_per_s: bytes_per_s / (1u64 << 30) as f64,
+        p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
+        p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
+        cpu_s_per_gib: (w.moves_data() && gib > 0.0).then(|| cpu / gib),
+        of_limit: None,
+    })
+}
+
+/// The single-core limit for moving `io` bytes: persistent copy (writes) or memcpy
+/// (reads), GiB/s, measured now on a scratch region.
+fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
+    let region = Region::create_temp(raw::LIMIT_REGION_BYTES)?;
+    let path = if read {
+        raw::Path::Read
+    } else {
+        raw::Path::PersistentCopy
+    };
+    let samples = (0..LIMIT_ROUNDS)
+        .map(|_| raw::measure(&region, io, path, LIMIT_ROUND))
+        .collect();
+    Ok(gib_per_s(io, super::median(samples)))
+}
+
+pub fn run(a: MicroArgs) -> anyhow::Result<()> {
+    let io = parse_size(&a.io_size)?;
+    if io == 0 {
+        anyhow::bail!("--io-size must be at least one byte");
+    }
+    if a.threads.contains(&0) {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    if a.duration.is_nan() || a.duration <= 0.0 {
+        anyhow::bail!("--duration must be positive");
+    }
+    let duration = Duration::from_secs_f64(a.duration);
+    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(parse_size(&a.region_size)?)?);
+    let mut runs = Vec::new();
+    for &w in &a.workload {
+        for &t in &a.threads {
+            for &m in &a.mode {
+                runs.push((w, m, t));
+            }
+        }
+    }
+    let progress = indicatif::ProgressBar::new(runs.len() as u64);
+    if a.json || duration.as_secs_f64() * runs.len() as f64 <= 3.0 {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::new();
+    let mut limits = std::collections::HashMap::new();
+    for (w, m, t) in runs {
+        progress.set_message(format!("{w:?} {m:?} {t} thread(s)"));
+        let mut row = run_one(w, m, t, io, duration, &region)
+            .with_context(|| format!("{w:?} in mode {m:?} with {t} thread(s)"))?;
+        if w.moves_data() {
+            let limit = match limits.get(&w.reads()) {
+                Some(&l) => l,
+                None => {
+                    let l = single_core_limit(io, w.reads())?;
+                    limits.insert(w.reads(), l);
+                    l
+                }
+            };
+            row.of_limit = Some(row.gib_per_s / limit);
+        }
+        results.push(row);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    let report = Report {
+        machine: Machine::this(),
+        duration_s: a.duration,
+        note: "kernel = std::fs on the host tmpfs: its writes are not persistent",
+        results,
+    };
+    if a.json {
+        return report::print_json(&report);
+    }
+    println!(
+        "easyio bench micro — {} s per run; io size {}",
+        a.duration,
+        report::size_label(io)
+    );
+    println!("machine: {}", report.machine.describe());
+    println!("note:    {}", report.note);
+    let rows = report
+        .results
+        .iter()
+        .map(|r| {
+            let peer = report.results.iter().find(|p| {
+                p.mode == Mode::Kernel && p.workload == r.workload && p.threads == r.threads
+            });
+            vec![
+                format!("{:?}", r.workload).to_uppercase(),
+                format!("{:?}", r.mode).to_lowercase(),
+                r.threads.to_string(),
+                format!("{:.0}", r.ops_per_s),
+                if r.workload.moves_data() {
+                    format!("{:.2}", r.gib_per_s)
+                } else {
+                    String::new()
+                },
+                format!("{:.2}", r.p50_us),
+                format!("{:.2}", r.p99_us),
+                r.cpu_s_per_gib.map_or(String::new(), |c| format!("{c:.3}")),
+                r.of_limit.map_or(String::new(), |f| format!("{f:.2}")),
+                match peer {
+                    Some(p) if r.mode != Mode::Kernel && p.ops_per_s > 0.0 => {
+                        format!("{:.2}x", r.ops_per_s / p.ops_per_s)
+                    }
+                    _ => String::new(),
+                },
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        report::table(
+            &[
+                "workload",
+                "mode",
+                "thr",
+                "ops/s",
+                "GiB/s",
+                "p50 µs",
+                "p99 µs",
+                "CPU-s/GiB",
+                "of limit",
+                "vs kernel"
+            ],
+            rows
+        )
+    );
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `easyio bench micro` end to end with tiny durations: every workload runs in both
+//! modes, and the JSON carries what the README quotes.
+
+use std::process::Command;
+
+#[test]
+fn every_workload_runs_in_every_mode() {
+    let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
+        .args([
+            "bench",
+            "micro",
+            "--duration",
+            "0.05",
+            "--region-size",
+            "64M",
+            "--threads",
+            "1,2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 8 * 2 * 2);
+    for r in rows {
+        assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
+        let data = !["MWCL", "MWUL", "MWRL"].contains(&r["workload"].as_str().unwrap());
+        assert_eq!(r["of_limit"].is_number(), data, "{r}");
+        assert_eq!(r["cpu_s_per_gib"].is_number(), data, "{r}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    for args in [
+        &["--io-size", "0"][..],
+        &["--threads", "0"],
+        &["--duration", "-1"],
+        &["--mode", "warp"],
+        &["--workload", "XYZ"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
+            .args(["bench", "micro"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(!out.stderr.is_empty());
+    }
+}
