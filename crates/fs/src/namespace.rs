@@ -22,6 +22,9 @@ pub(crate) struct Parent {
     pub name: String,
     /// The path ended with '/', so the final component must be a directory.
     pub trailing_slash: bool,
+    /// The path ended with `.` or `..`: it names a directory but no entry of one, so
+    /// it cannot be created, removed or renamed.
+    pub dot: bool,
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -101,15 +104,34 @@ impl FileSystem {
 
     fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
         let trailing_slash = path.len() > 1 && path.ends_with('/');
-        let mut comps: Vec<&str> = path
-            .split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
-            .collect();
+        let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let dot = matches!(comps.last(), Some(&".") | Some(&".."));
+        if comps.last() == Some(&".") {
+            comps.pop();
+            // "d/." names d itself: resolve d as a directory, then stand on it.
+            let p = self.walk(dir, &comps.join("/"), hops)?;
+            let d = if p.name.is_empty() {
+                p.dir
+            } else {
+                self.resolve_from(p.dir, &p.name, true, hops)?
+            };
+            if d.state.read().kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            return Ok(Parent {
+                dir: d,
+                name: String::new(),
+                trailing_slash,
+                dot,
+            });
+        }
+        comps.retain(|c| *c != ".");
         let Some(last) = comps.pop() else {
             return Ok(Parent {
                 dir,
                 name: String::new(),
                 trailing_slash,
+                dot,
             });
         };
         for c in comps {
@@ -144,12 +166,14 @@ impl FileSystem {
                 dir: self.parent_of(&dir)?,
                 name: String::new(),
                 trailing_slash,
+                dot,
             });
         }
         Ok(Parent {
             dir,
             name: last.to_string(),
             trailing_slash,
+            dot,
         })
     }
 
@@ -356,15 +380,15 @@ impl FileSystem {
 
     fn remove(&self, path: &str, want_dir: bool) -> Result<()> {
         let p = self.resolve_parent(path)?;
+        if p.dot {
+            return Err(Error::Invalid("cannot remove '.' or '..'".into()));
+        }
         if p.name.is_empty() {
             return Err(if want_dir {
                 Error::NotPermitted("cannot remove the root directory")
             } else {
                 Error::IsDir
             });
-        }
-        if p.name == ".." {
-            return Err(Error::NotEmpty);
         }
         let mut dst = p.dir.state.write();
         if dst.kind != FileKind::Dir {
@@ -507,10 +531,8 @@ impl FileSystem {
     pub fn rename(&self, old: &str, new: &str) -> Result<()> {
         let from = self.resolve_parent(old)?;
         let to = self.resolve_parent(new)?;
-        for n in [&from.name, &to.name] {
-            if n.is_empty() || n == ".." {
-                return Err(Error::Invalid("cannot rename the root, '.' or '..'".into()));
-            }
+        if from.name.is_empty() || to.name.is_empty() {
+            return Err(Error::Invalid("cannot rename the root, '.' or '..'".into()));
         }
         let same_dir = from.dir.ino == to.dir.ino;
         let _cross = (!same_dir).then(|| self.rename_lock.lock());

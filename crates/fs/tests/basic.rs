@@ -334,3 +334,24 @@ fn log_cleaning_bounds_log_growth() {
     let fs = mount(&pm);
     assert_eq!(read_file(&fs, "/hot"), 19_999u32.to_le_bytes());
 }
+
+#[test]
+fn dot_and_dotdot_cannot_be_removed_or_renamed() {
+    let pm = fresh(8 * MIB);
+    let fs = mount(&pm);
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.mkdir("/d/e", 0o755).unwrap();
+    write_file(&fs, "/f", b"x");
+    assert!(matches!(fs.rmdir("/d/e/."), Err(Error::Invalid(_))));
+    assert!(matches!(fs.rmdir("/d/e/.."), Err(Error::Invalid(_))));
+    assert!(matches!(fs.unlink("/d/."), Err(Error::Invalid(_))));
+    assert!(matches!(fs.rename("/d/.", "/x"), Err(Error::Invalid(_))));
+    assert!(matches!(fs.rename("/d/e", "/d/.."), Err(Error::Invalid(_))));
+    assert!(matches!(fs.mkdir("/d/.", 0o755), Err(Error::Exists)));
+    assert!(matches!(fs.stat("/f/."), Err(Error::NotDir)));
+    assert_eq!(fs.stat("/d/e/.").unwrap().ino, fs.stat("/d/e").unwrap().ino);
+    assert!(
+        fs.stat("/d/e").is_ok(),
+        "a refused removal removed something"
+    );
+}
