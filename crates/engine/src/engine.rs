@@ -262,10 +262,15 @@ impl Engine {
     /// Like [`Engine::is_done`], but reports a channel that will never complete `sn`
     /// (a device error, or shutdown) as an error.
     pub fn poll(&self, sn: Sn) -> Result<bool> {
+        let channel = sn.channel();
+        if let Backend::Dsa(dsa) = &self.backend {
+            // Reap first, so that the channel's statistics and queue depth follow.
+            self.core(channel)?;
+            dsa.reap(channel)?;
+        }
         if self.is_done(sn) {
             return Ok(true);
         }
-        let channel = sn.channel();
         self.core(channel)?;
         match &self.backend {
             Backend::Cpu => {}
@@ -300,6 +305,11 @@ impl Engine {
 
     /// Statistics of `channel`.
     pub fn stats(&self, channel: u16) -> Result<ChannelStats> {
+        if let Backend::Dsa(dsa) = &self.backend {
+            self.core(channel)?;
+            // A failed channel still has statistics.
+            let _ = dsa.reap(channel);
+        }
         Ok(self.core(channel)?.stats(self.is_suspended(channel)))
     }
 
