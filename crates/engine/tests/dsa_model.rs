@@ -74,10 +74,8 @@ fn batch_of_copies_gets_one_sn_and_one_in_flight_at_a_time() {
     assert!(record_is_done(&*region, AREA, sn));
     let too_many = vec![descs[0]; engine.max_batch() + 1];
     // SAFETY: refused.
-    assert!(matches!(
-        unsafe { engine.try_submit(0, &too_many) },
-        Err(Error::BadBatch(_))
-    ));
+    let refused = unsafe { engine.try_submit(0, &too_many) };
+    assert!(matches!(refused, Err(Error::BadBatch(_))));
 }
 
 /// Maps a page with no access, so touching it faults.
