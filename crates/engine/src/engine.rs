@@ -22,6 +22,8 @@ pub const DEFAULT_RING_CAPACITY: usize = 256;
 /// catch the next submission of a caller streaming copies, short enough that an idle
 /// engine costs no CPU.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// A waiter spins and yields this long before it starts sleeping.
+const WAIT_SPIN: Duration = Duration::from_micros(200);
 /// A waiter sleeps this long between checks once spinning and yielding are exhausted.
 const WAIT_SLEEP: Duration = Duration::from_micros(20);
 
@@ -532,23 +534,31 @@ pub(crate) fn advance(channel: u16, next: u64, n: usize) -> Result<u64> {
         .ok_or(Error::Exhausted { channel })
 }
 
-/// Spin, then yield, then sleep: how waiting callers back off.
+/// Spin, then yield, then sleep: how waiting callers back off. Sleeping is left for
+/// waits longer than [`WAIT_SPIN`]: a timed sleep costs tens of microseconds (timer
+/// slack), more than most copies take.
 struct Pause {
     backoff: Backoff,
+    since: Instant,
 }
 
 impl Pause {
     fn new() -> Pause {
         Pause {
             backoff: Backoff::new(),
+            since: Instant::now(),
         }
     }
 
     fn pause(&mut self) {
-        if self.backoff.is_completed() {
-            std::thread::sleep(WAIT_SLEEP);
+        if self.since.elapsed() < WAIT_SPIN {
+            if self.backoff.is_completed() {
+                std::thread::yield_now();
+            } else {
+                self.backoff.snooze();
+            }
         } else {
-            self.backoff.snooze();
+            std::thread::sleep(WAIT_SLEEP);
         }
     }
 }
