@@ -1,5 +1,6 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
+mod engine;
 mod raw;
 
 use std::time::{Duration, Instant};
@@ -10,11 +11,15 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// The physical limit: single-core copies into and out of the region.
     Raw(raw::RawArgs),
+    /// Copy engines: latency and bandwidth per backend, size, direction, batch and
+    /// channel count, beside the persistent copy and memcpy of the same run.
+    Engine(engine::EngineArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Raw(args) => raw::run(args),
+        BenchCommand::Engine(args) => engine::run(args),
     }
 }
 
