@@ -1,6 +1,7 @@
 //! The `easyio` command.
 
 mod bench;
+mod engines;
 mod files;
 mod report;
 
@@ -41,6 +42,8 @@ enum Command {
     /// Benchmarks: the physical limit of the machine and each layer above it.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The copy engines and channels available on this machine.
+    Engines(engines::EnginesArgs),
 }
 
 fn main() {
@@ -62,6 +65,7 @@ fn main() {
         Command::Mkdir(a) => files::mkdir(a),
         Command::Mv(a) => files::mv(a),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Engines(args) => engines::run(args),
     };
     if let Err(err) = result {
         eprintln!("easyio: {err:#}");
@@ -77,6 +81,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             e.downcast_ref::<pmem::Error>()
                 .map(pmem::Error::errno)
                 .or_else(|| e.downcast_ref::<fs::Error>().map(fs::Error::errno))
+                .or_else(|| e.downcast_ref::<engine::Error>().map(engine::Error::errno))
         })
         .map(|errno| errno.clamp(1, 125))
         .unwrap_or(1)

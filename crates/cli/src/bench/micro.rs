@@ -523,7 +523,7 @@ fn run_one(
 /// The single-core limit for moving `io` bytes: persistent copy (writes) or memcpy
 /// (reads), GiB/s, measured now on a scratch region.
 fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
-    let region = Region::create_temp(raw::LIMIT_REGION_BYTES)?;
+    let region = Region::create_temp(raw::REGION_BYTES)?;
     let path = if read {
         raw::Path::Read
     } else {

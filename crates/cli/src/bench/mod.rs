@@ -1,5 +1,6 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
+mod engine;
 mod micro;
 mod raw;
 
@@ -13,12 +14,16 @@ pub enum BenchCommand {
     Raw(raw::RawArgs),
     /// FxMark-style file system microbenchmarks, beside the kernel's tmpfs.
     Micro(micro::MicroArgs),
+    /// Copy engines: latency and bandwidth per backend, size, direction, batch and
+    /// channel count, beside the persistent copy and memcpy of the same run.
+    Engine(engine::EngineArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Raw(args) => raw::run(args),
         BenchCommand::Micro(args) => micro::run(args),
+        BenchCommand::Engine(args) => engine::run(args),
     }
 }
 

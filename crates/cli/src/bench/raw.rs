@@ -20,10 +20,9 @@ use crate::report::{self, size_label, Machine};
 /// Copy sizes measured, from one page to one huge page.
 pub const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];
 /// Region size: far larger than any last-level cache on the machines we run on.
-pub const LIMIT_REGION_BYTES: u64 = REGION_BYTES;
-const REGION_BYTES: u64 = 256 << 20;
+pub const REGION_BYTES: u64 = 256 << 20;
 /// Alternating rounds per (size, path); the median is reported.
-const ROUNDS: usize = 5;
+pub const ROUNDS: usize = 5;
 
 #[derive(Args)]
 pub struct RawArgs {
@@ -192,7 +191,8 @@ fn measure_with(
     }
 }
 
-fn open_region(image: Option<&std::path::Path>) -> anyhow::Result<Region> {
+/// The benchmark region: a temporary one in /dev/shm, in a directory, or at a new path.
+pub fn open_region(image: Option<&std::path::Path>) -> anyhow::Result<Region> {
     match image {
         None => Ok(Region::create_temp(REGION_BYTES)?),
         Some(p) if p.is_dir() => Ok(Region::create_temp_in(p, REGION_BYTES)?),

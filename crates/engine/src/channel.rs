@@ -1,0 +1,97 @@
+//! What every backend keeps per channel: its record, its counters and its statistics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use pmem::Pmem;
+
+use crate::record;
+
+/// A snapshot of one channel's statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Descriptors completed since the engine started.
+    pub descriptors: u64,
+    /// Bytes those descriptors moved.
+    pub bytes: u64,
+    /// Descriptors submitted and not yet completed.
+    pub queue_depth: u64,
+    /// Nanoseconds the channel spent copying and publishing.
+    pub busy_ns: u64,
+    /// Whether the channel is suspended.
+    pub suspended: bool,
+}
+
+/// Counters and record of one channel, shared by the submitting side and whoever
+/// completes (a worker thread, the caller, or the device's completion reaper).
+pub(crate) struct ChannelCore {
+    pub index: u16,
+    /// Region offset of the counter word of this channel's persistent record.
+    pub counter_off: u64,
+    /// Last counter handed out; its lock orders submissions on the channel, so that
+    /// counters enter the ring in increasing order.
+    pub next: Mutex<u64>,
+    /// Mirror of `next` readable without the lock (queue depth).
+    submitted: CachePadded<AtomicU64>,
+    /// Mirror of the persistent counter (queue depth).
+    completed: CachePadded<AtomicU64>,
+    descriptors: AtomicU64,
+    bytes: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+impl ChannelCore {
+    pub fn new(index: u16, area_off: u64, counter: u64) -> ChannelCore {
+        ChannelCore {
+            index,
+            counter_off: record::counter_off(area_off, index),
+            next: Mutex::new(counter),
+            submitted: CachePadded::new(AtomicU64::new(counter)),
+            completed: CachePadded::new(AtomicU64::new(counter)),
+            descriptors: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records that counters up to `last` have been handed out (caller holds `next`).
+    pub fn note_submitted(&self, last: u64) {
+        self.submitted.store(last, Ordering::Release);
+    }
+
+    /// Descriptors submitted and not completed: two loads, no lock.
+    pub fn queue_depth(&self) -> u64 {
+        let done = self.completed.load(Ordering::Acquire);
+        self.submitted.load(Ordering::Acquire).saturating_sub(done)
+    }
+
+    /// Makes `counter` the channel's durable completion counter. The caller has made
+    /// every descriptor up to `counter` durable (copies fenced) before calling.
+    pub fn publish(&self, pmem: &dyn Pmem, counter: u64) {
+        pmem.store_u64(self.counter_off, counter);
+        pmem.persist(self.counter_off, 8);
+        self.note_completed(counter);
+    }
+
+    /// Updates the DRAM mirror once the record says `counter` (a device wrote it).
+    pub fn note_completed(&self, counter: u64) {
+        self.completed.store(counter, Ordering::Release);
+    }
+
+    pub fn account(&self, descriptors: u64, bytes: u64, busy_ns: u64) {
+        self.descriptors.fetch_add(descriptors, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self, suspended: bool) -> ChannelStats {
+        ChannelStats {
+            descriptors: self.descriptors.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            queue_depth: self.queue_depth(),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            suspended,
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! The `dsa` backend: Intel DSA through user-mode work queues, one channel per queue.
+//!
+//! Every submission is one batch descriptor whose list holds a MEMMOVE per copy and,
+//! last, a MEMFILL with the fence flag that writes the channel's new counter (as its
+//! 8-byte pattern) into the channel's persistent record. The fence makes the device
+//! run the counter write only after every copy of the batch succeeded, and copies into
+//! the region carry destination readback with cache control clear, so each is durable
+//! in memory before the next descriptor starts: the counter never runs ahead of
+//! durable data. A failed copy abandons the fenced counter write.
+//!
+//! DSA does not promise that two batches on one queue complete in order, and a later
+//! batch's counter overtaking an earlier batch's data would break the record's
+//! meaning. A channel therefore has one batch in flight at a time (its copies run in
+//! parallel inside the device); a submission while one is in flight answers busy.
+//! Completion is reaped by the callers of submit, poll and wait: the batch's own
+//! completion record is polled, and on failure the copy descriptors' records name
+//! the first error as a typed [`DsaError`]. After a failure the channel completes
+//! nothing more: its counter must not pass the copy that failed.
+
+mod hw;
+pub mod model;
+mod portal;
+mod sysfs;
+
+use std::alloc::Layout;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use pmem::Region;
+
+pub use hw::{flags, opcode, status, Completion, HwDesc, COMPLETION_BYTES, DESC_BYTES};
+pub use portal::{enqcmd, movdir64b, Portal, WqPortal, PORTAL_BYTES, PORTAL_SLOTS};
+pub use sysfs::{discover, WqInfo, DEV_DSA, SYSFS_DSA};
+
+use crate::channel::ChannelCore;
+use crate::desc::{Desc, Direction};
+use crate::error::{Error, Result};
+use crate::Sn;
+
+/// Times a submitter offers a descriptor to a full shared queue before answering busy.
+const ENQCMD_RETRIES: usize = 64;
+/// Flags of every copy descriptor: a completion record, always written; no block on
+/// fault (a fault is reported, not waited out).
+const COPY_FLAGS: u32 = flags::CRAV | flags::RCR;
+/// Extra flags of a copy into the region: durable in memory before completion.
+const DURABLE_FLAGS: u32 = flags::DRDBK;
+/// Extra flags of a copy out of the region: leave the data in the cache for its reader.
+const READ_FLAGS: u32 = flags::CC;
+
+/// A completion status other than success, as the DSA backend reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DsaError {
+    /// A page the copy touched was not present (block on fault is off).
+    #[error(
+        "page fault at {addr:#x} ({}) after {bytes_completed} bytes",
+        if *write { "write" } else { "read" }
+    )]
+    PageFault {
+        addr: u64,
+        write: bool,
+        bytes_completed: u32,
+    },
+    /// The descriptor carried flags the device does not accept.
+    #[error("invalid descriptor flags {flags:#x}")]
+    InvalidFlags { flags: u32 },
+    /// A completion record address was not 32-byte aligned, so the device could not
+    /// report through it.
+    #[error(
+        "completion record address {addr:#x} is not {} -byte aligned",
+        hw::COMPLETION_ALIGN
+    )]
+    CompletionRecordAlign { addr: u64 },
+    /// Any other completion status.
+    #[error("completion status {code:#04x} ({})", status::name(*code))]
+    Status { code: u8 },
+    /// The device logged a software error instead of writing a completion record.
+    #[error("device software error {code:#04x} ({})", status::name(*code))]
+    SoftwareError { code: u8 },
+}
+
+impl DsaError {
+    /// The errno this error corresponds to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            DsaError::PageFault { .. } => libc::EFAULT,
+            DsaError::InvalidFlags { .. } | DsaError::CompletionRecordAlign { .. } => libc::EINVAL,
+            DsaError::Status { .. } | DsaError::SoftwareError { .. } => libc::EIO,
+        }
+    }
+
+    fn from_completion(c: &Completion) -> DsaError {
+        match c.status & status::MASK {
+            status::PAGE_FAULT_NOBOF => DsaError::PageFault {
+                addr: c.fault_addr,
+                write: c.status & status::WRITE_FAULT != 0,
+                bytes_completed: c.bytes_completed,
+            },
+            status::INVALID_FLAGS => DsaError::InvalidFlags {
+                flags: c.invalid_flags,
+            },
+            code => DsaError::Status { code },
+        }
+    }
+}
+
+/// Damage a test can ask for in the next batch's first copy descriptor
+/// ([`crate::Testing::corrupt_next`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corruption {
+    /// Set a flag bit the specification reserves.
+    InvalidFlags,
+    /// Move its completion record address off 32-byte alignment.
+    MisalignedCompletion,
+}
+
+/// The reserved flag bit [`Corruption::InvalidFlags`] sets.
+const RESERVED_FLAG: u32 = 1 << 6;
+
+/// Descriptor list and completion records of one channel's in-flight batch, in DRAM
+/// the device reads and writes directly.
+struct BatchMem {
+    base: *mut u8,
+    layout: Layout,
+    /// Descriptors the list holds (copies plus the counter write).
+    slots: usize,
+}
+
+// SAFETY: plain memory owned by one channel and touched only under its lock (and by
+// the device while a batch is in flight).
+unsafe impl Send for BatchMem {}
+
+impl BatchMem {
+    fn new(slots: usize) -> BatchMem {
+        let bytes = slots * (DESC_BYTES + COMPLETION_BYTES) + COMPLETION_BYTES;
+        let layout = Layout::from_size_align(bytes, pmem::PAGE_SIZE as usize).expect("layout");
+        // SAFETY: non-zero size; checked for null below.
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!base.is_null(), "out of memory for DSA batch buffers");
+        BatchMem {
+            base,
+            layout,
+            slots,
+        }
+    }
+
+    /// The descriptor list (64-byte aligned: the base is page aligned).
+    fn list(&self) -> *mut HwDesc {
+        self.base as *mut HwDesc
+    }
+
+    /// Completion record of list entry `i` (32-byte aligned).
+    fn member_cr(&self, i: usize) -> *mut u8 {
+        // SAFETY: inside the allocation: the records follow the list.
+        unsafe {
+            self.base
+                .add(self.slots * DESC_BYTES + i * COMPLETION_BYTES)
+        }
+    }
+
+    /// Completion record of the batch descriptor itself.
+    fn batch_cr(&self) -> *mut u8 {
+        self.member_cr(self.slots)
+    }
+
+    fn clear_records(&self) {
+        // SAFETY: the records are inside the allocation; no batch is in flight.
+        unsafe { std::ptr::write_bytes(self.member_cr(0), 0, (self.slots + 1) * COMPLETION_BYTES) };
+    }
+}
+
+impl Drop for BatchMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base, self.layout) };
+    }
+}
+
+struct InFlight {
+    last: u64,
+    members: usize,
+    bytes: u64,
+    since: Instant,
+}
+
+struct ChanState {
+    mem: BatchMem,
+    inflight: Option<InFlight>,
+    failed: Option<DsaError>,
+    corrupt: Option<Corruption>,
+}
+
+struct DsaChannel {
+    core: Arc<ChannelCore>,
+    portal: Box<dyn Portal>,
+    state: Mutex<ChanState>,
+    suspended: AtomicBool,
+    stopped: AtomicBool,
+    max_transfer: u64,
+}
+
+/// The DSA backend's channels.
+pub(crate) struct Dsa {
+    region: Arc<Region>,
+    chans: Vec<DsaChannel>,
+    max_batch: usize,
+}
+
+/// Opens up to `channels` portals of the machine's user-mode work queues.
+pub(crate) fn open_portals(channels: usize) -> Result<Vec<Box<dyn Portal>>> {
+    discover()?
+        .into_iter()
+        .take(channels)
+        .map(|wq| WqPortal::open(wq).map(|p| Box::new(p) as Box<dyn Portal>))
+        .collect()
+}
+
+impl Dsa {
+    pub fn new(
+        region: Arc<Region>,
+        cores: &[Arc<ChannelCore>],
+        portals: Vec<Box<dyn Portal>>,
+    ) -> Result<Dsa> {
+        let max_batch = portals
+            .iter()
+            .map(|p| p.max_batch())
+            .min()
+            .unwrap_or(0)
+            .saturating_sub(1);
+        if max_batch == 0 || portals.iter().any(|p| p.wq_size() == 0) {
+            return Err(Error::Config(
+                "DSA work queues need a size and a maximum batch size of at least 2".into(),
+            ));
+        }
+        let chans = cores
+            .iter()
+            .zip(portals)
+            .map(|(core, portal)| DsaChannel {
+                core: core.clone(),
+                max_transfer: portal.max_transfer().min(u32::MAX as u64),
+                state: Mutex::new(ChanState {
+                    mem: BatchMem::new(max_batch + 1),
+                    inflight: None,
+                    failed: None,
+                    corrupt: None,
+                }),
+                portal,
+                suspended: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
+            })
+            .collect();
+        Ok(Dsa {
+            region,
+            chans,
+            max_batch,
+        })
+    }
+
+    /// Copies per batch (one list entry is the counter write).
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// # Safety
+    /// As [`crate::Engine::try_submit`]; descriptors already validated.
+    pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
+        let ch = &self.chans[channel as usize];
+        let mut st = ch.state.lock();
+        self.reap_locked(ch, &mut st)?;
+        if ch.stopped.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown { channel });
+        }
+        if st.inflight.is_some() || ch.suspended.load(Ordering::SeqCst) {
+            return Err(Error::Busy {
+                channel,
+                free: 0,
+                needed: descs.len(),
+            });
+        }
+        if let Some(d) = descs.iter().find(|d| d.len() as u64 > ch.max_transfer) {
+            return Err(Error::BadBatch(format!(
+                "a {}-byte copy exceeds the work queue's maximum transfer of {} bytes",
+                d.len(),
+                ch.max_transfer
+            )));
+        }
+        let mut next = ch.core.next.lock();
+        let last = crate::engine::advance(channel, *next, descs.len())?;
+        let corrupt = st.corrupt.take();
+        let mem = &st.mem;
+        mem.clear_records();
+        let mut bytes = 0;
+        for (i, d) in descs.iter().enumerate() {
+            let region = self.region.device_addr(d.region_off(), d.len() as u64) as u64;
+            let dram = d.dram() as u64;
+            let (src, dst, extra) = match d.direction() {
+                Direction::ToRegion => (dram, region, DURABLE_FLAGS),
+                Direction::FromRegion => (region, dram, READ_FLAGS),
+            };
+            let desc = HwDesc::memmove(
+                src,
+                dst,
+                d.len() as u32,
+                COPY_FLAGS | extra,
+                mem.member_cr(i) as u64,
+            );
+            // SAFETY: `i` < slots; no batch is in flight, so the list is ours.
+            unsafe { mem.list().add(i).write(desc) };
+            bytes += d.len() as u64;
+        }
+        let counter = self.region.device_addr(ch.core.counter_off, 8) as u64;
+        let publish = HwDesc::memfill(
+            last,
+            counter,
+            8,
+            COPY_FLAGS | DURABLE_FLAGS | flags::FENCE,
+            mem.member_cr(descs.len()) as u64,
+        );
+        // SAFETY: descs.len() <= max_batch < slots.
+        unsafe { mem.list().add(descs.len()).write(publish) };
+        if let Some(how) = corrupt {
+            // SAFETY: entry 0 exists (batches are never empty) and is ours.
+            let first = unsafe { &mut *mem.list() };
+            match how {
+                Corruption::InvalidFlags => first.set_flags(first.flags() | RESERVED_FLAG),
+                Corruption::MisalignedCompletion => first.set_completion(first.completion() + 8),
+            }
+        }
+        let batch = HwDesc::batch(
+            mem.list() as u64,
+            descs.len() as u32 + 1,
+            flags::CRAV | flags::RCR,
+            mem.batch_cr() as u64,
+        );
+        if !(0..ENQCMD_RETRIES).any(|_| ch.portal.submit(&batch)) {
+            return Err(Error::Busy {
+                channel,
+                free: 0,
+                needed: descs.len(),
+            });
+        }
+        *next = last;
+        ch.core.note_submitted(last);
+        st.inflight = Some(InFlight {
+            last,
+            members: descs.len(),
+            bytes,
+            since: Instant::now(),
+        });
+        Ok(Sn::new(channel, last).expect("counter checked by advance"))
+    }
+
+    /// Checks the in-flight batch of `channel`; fails if the channel has failed.
+    pub fn reap(&self, channel: u16) -> Result<()> {
+        let ch = &self.chans[channel as usize];
+        let mut st = ch.state.lock();
+        self.reap_locked(ch, &mut st)
+    }
+
+    fn reap_locked(&self, ch: &DsaChannel, st: &mut ChanState) -> Result<()> {
+        let channel = ch.core.index;
+        if let Some(err) = &st.failed {
+            return Err(Error::Device {
+                channel,
+                error: err.clone(),
+            });
+        }
+        let Some(inf) = &st.inflight else {
+            return Ok(());
+        };
+        // SAFETY: the batch record lives in our buffers as long as the channel.
+        let code = unsafe { Completion::status_at(st.mem.batch_cr()) } & status::MASK;
+        let error = match code {
+            status::NONE => match ch.portal.take_software_error() {
+                None => return Ok(()),
+                Some(code) => DsaError::SoftwareError { code },
+            },
+            status::SUCCESS => {
+                ch.core.note_completed(inf.last);
+                ch.core.account(
+                    inf.members as u64,
+                    inf.bytes,
+                    inf.since.elapsed().as_nanos() as u64,
+                );
+                st.inflight = None;
+                return Ok(());
+            }
+            status::BATCH_FAIL => self.first_member_error(ch, st, inf.members + 1),
+            _ => {
+                // SAFETY: as above; the status was seen non-zero.
+                DsaError::from_completion(&unsafe { Completion::read_at(st.mem.batch_cr()) })
+            }
+        };
+        st.inflight = None;
+        st.failed = Some(error.clone());
+        Err(Error::Device { channel, error })
+    }
+
+    /// The first failure among a failed batch's `n` list entries.
+    fn first_member_error(&self, ch: &DsaChannel, st: &ChanState, n: usize) -> DsaError {
+        let swerr = ch.portal.take_software_error();
+        for i in 0..n {
+            // SAFETY: entry `i` < n <= slots was written by `try_submit`, and the batch
+            // has completed, so the device no longer touches it.
+            let desc = unsafe { st.mem.list().add(i).read() };
+            if !desc.completion().is_multiple_of(hw::COMPLETION_ALIGN) {
+                return DsaError::CompletionRecordAlign {
+                    addr: desc.completion(),
+                };
+            }
+            // SAFETY: the record of entry `i` is in our buffers.
+            let c = unsafe { Completion::read_at(st.mem.member_cr(i)) };
+            match c.status & status::MASK {
+                status::SUCCESS => continue,
+                // Not run: skipped by the fence after an earlier failure, or rejected
+                // without a record (a software error says why).
+                status::NONE => continue,
+                _ => return DsaError::from_completion(&c),
+            }
+        }
+        match swerr {
+            Some(code) => DsaError::SoftwareError { code },
+            None => DsaError::Status {
+                code: status::BATCH_FAIL,
+            },
+        }
+    }
+
+    pub fn set_suspended(&self, channel: u16, suspended: bool) {
+        self.chans[channel as usize]
+            .suspended
+            .store(suspended, Ordering::SeqCst);
+    }
+
+    pub fn is_suspended(&self, channel: u16) -> bool {
+        self.chans[channel as usize]
+            .suspended
+            .load(Ordering::Relaxed)
+    }
+
+    pub fn corrupt_next(&self, channel: u16, how: Corruption) {
+        self.chans[channel as usize].state.lock().corrupt = Some(how);
+    }
+
+    /// Refuses new batches and waits for the ones in flight.
+    pub fn shutdown(&self) {
+        for ch in &self.chans {
+            ch.stopped.store(true, Ordering::SeqCst);
+            let mut pause = crossbeam_utils::Backoff::new();
+            loop {
+                let mut st = ch.state.lock();
+                if self.reap_locked(ch, &mut st).is_err() || st.inflight.is_none() {
+                    break;
+                }
+                drop(st);
+                if pause.is_completed() {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                    pause = crossbeam_utils::Backoff::new();
+                } else {
+                    pause.snooze();
+                }
+            }
+        }
+    }
+}

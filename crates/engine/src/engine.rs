@@ -1,0 +1,564 @@
+//! The engine: N channels of one backend; submission, completion checks and waiting.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+use pmem::{Pmem, Region};
+
+use crate::channel::{ChannelCore, ChannelStats};
+use crate::desc::{perform_on_cpu, Desc, Direction};
+use crate::dsa::{Corruption, Dsa, Portal};
+use crate::error::{Error, Result};
+use crate::record::{self, RECORD_BYTES};
+use crate::sn::MAX_COUNTER;
+use crate::software::Software;
+use crate::Sn;
+
+/// Descriptors a software channel's ring holds by default.
+pub const DEFAULT_RING_CAPACITY: usize = 256;
+/// How long an idle software worker spins before it parks, by default: long enough to
+/// catch the next submission of a caller streaming copies, short enough that an idle
+/// engine costs no CPU.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// A waiter spins and yields this long before it starts sleeping.
+const WAIT_SPIN: Duration = Duration::from_micros(200);
+/// A waiter sleeps this long between checks once spinning and yielding are exhausted.
+const WAIT_SLEEP: Duration = Duration::from_micros(20);
+
+/// Which backend moves the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Copies inline on the submitting thread; every SN is done when submit returns.
+    Cpu,
+    /// A worker thread per channel (the embedded default).
+    Software,
+    /// Intel DSA through user-mode work queues.
+    Dsa,
+}
+
+impl BackendKind {
+    /// Every backend, in the order they are listed to people.
+    pub const ALL: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Software, BackendKind::Dsa];
+
+    /// The name used on command lines and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Software => "software",
+            BackendKind::Dsa => "dsa",
+        }
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<BackendKind> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::Config(format!("unknown engine {s:?} (cpu, software or dsa)")))
+    }
+}
+
+/// How to set an engine up.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Region offset of the completion-record area ([`crate::format_records`]).
+    pub area_off: u64,
+    /// Channels to open, 1..=[`crate::MAX_CHANNELS`] (the `dsa` backend opens at most
+    /// one per usable work queue).
+    pub channels: usize,
+    /// Descriptors a software channel's ring holds; a batch may not be larger.
+    pub ring_capacity: usize,
+    /// How long an idle software worker spins before parking.
+    pub spin: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            area_off: 0,
+            channels: 1,
+            ring_capacity: DEFAULT_RING_CAPACITY,
+            spin: DEFAULT_SPIN,
+        }
+    }
+}
+
+enum Backend {
+    Cpu,
+    Software(Software),
+    Dsa(Dsa),
+}
+
+/// A copy engine: channels that complete copy descriptors in FIFO order and publish
+/// their progress in persistent completion records.
+///
+/// The cycle: build [`Desc`]s, [`Engine::try_submit`] (or [`Engine::submit`]) a batch to
+/// a channel and get its [`Sn`]; later [`Engine::is_done`] (one load and a compare) or
+/// [`Engine::wait`]. All methods take `&self`; an engine is shared between threads
+/// behind an `Arc`.
+pub struct Engine {
+    kind: BackendKind,
+    pmem: Arc<dyn Pmem>,
+    area_off: u64,
+    cores: Vec<Arc<ChannelCore>>,
+    backend: Backend,
+}
+
+impl Engine {
+    /// Opens an engine of `kind` on a region: the `dsa` backend needs the region's
+    /// device addresses, the others only its [`Pmem`] operations.
+    pub fn open(kind: BackendKind, region: Arc<Region>, cfg: &EngineConfig) -> Result<Engine> {
+        match kind {
+            BackendKind::Cpu => Engine::cpu(region, cfg),
+            BackendKind::Software => Engine::software(region, cfg),
+            BackendKind::Dsa => Engine::dsa(region, cfg),
+        }
+    }
+
+    /// The inline CPU engine. The records at `cfg.area_off` must have been formatted
+    /// ([`crate::format_records`]); counting continues from the persisted counters.
+    pub fn cpu(pmem: Arc<dyn Pmem>, cfg: &EngineConfig) -> Result<Engine> {
+        let cores = open_cores(&*pmem, cfg.area_off, cfg.channels)?;
+        Ok(Engine {
+            kind: BackendKind::Cpu,
+            pmem,
+            area_off: cfg.area_off,
+            cores,
+            backend: Backend::Cpu,
+        })
+    }
+
+    /// The software engine: a worker thread per channel. Records as for [`Engine::cpu`].
+    pub fn software(pmem: Arc<dyn Pmem>, cfg: &EngineConfig) -> Result<Engine> {
+        if cfg.ring_capacity == 0 {
+            return Err(Error::Config("ring capacity must be at least 1".into()));
+        }
+        let cores = open_cores(&*pmem, cfg.area_off, cfg.channels)?;
+        let sw = Software::start(pmem.clone(), &cores, cfg.ring_capacity, cfg.spin)?;
+        Ok(Engine {
+            kind: BackendKind::Software,
+            pmem,
+            area_off: cfg.area_off,
+            cores,
+            backend: Backend::Software(sw),
+        })
+    }
+
+    /// The DSA engine on the enabled user-mode work queues of this machine, one channel
+    /// per queue up to `cfg.channels`. Fails with [`Error::DsaUnavailable`], saying what
+    /// was looked for, on a machine without them.
+    pub fn dsa(region: Arc<Region>, cfg: &EngineConfig) -> Result<Engine> {
+        let portals = crate::dsa::open_portals(cfg.channels)?;
+        Engine::dsa_with_portals(region, cfg, portals)
+    }
+
+    /// The DSA engine on the given work-queue portals, one channel each (a device
+    /// model's portals in tests).
+    pub fn dsa_with_portals(
+        region: Arc<Region>,
+        cfg: &EngineConfig,
+        portals: Vec<Box<dyn Portal>>,
+    ) -> Result<Engine> {
+        let channels = portals.len().min(cfg.channels);
+        let pmem: Arc<dyn Pmem> = region.clone();
+        let cores = open_cores(&*pmem, cfg.area_off, channels)?;
+        let dsa = Dsa::new(region, &cores, portals.into_iter().take(channels).collect())?;
+        Ok(Engine {
+            kind: BackendKind::Dsa,
+            pmem,
+            area_off: cfg.area_off,
+            cores,
+            backend: Backend::Dsa(dsa),
+        })
+    }
+
+    /// The backend.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.cores.len()
+    }
+
+    /// Region offset of the completion-record area.
+    pub fn area_off(&self) -> u64 {
+        self.area_off
+    }
+
+    /// Most descriptors one batch may hold on this engine.
+    pub fn max_batch(&self) -> usize {
+        match &self.backend {
+            Backend::Cpu => usize::MAX,
+            Backend::Software(sw) => sw.ring_capacity(),
+            Backend::Dsa(dsa) => dsa.max_batch(),
+        }
+    }
+
+    /// Submits a batch of descriptors to `channel` and returns the SN of its last
+    /// descriptor, which is done once every descriptor of the batch is done (a channel
+    /// completes in FIFO order). A channel without room answers [`Error::Busy`] at once.
+    ///
+    /// # Safety
+    /// Until `is_done` of the returned SN is true (or [`Engine::wait`] on it returns),
+    /// the DRAM range of every descriptor must stay valid: readable and unchanged for a
+    /// copy to the region, writable and neither read nor written by anyone else for a
+    /// copy from the region. Dropping or shutting down the engine waits for every
+    /// submitted descriptor, except behind a channel frozen through [`Testing`].
+    pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
+        self.validate(channel, descs)?;
+        match &self.backend {
+            Backend::Cpu => Ok(self.run_inline(channel, descs)),
+            // SAFETY: forwarded contract; validated above.
+            Backend::Software(sw) => unsafe { sw.try_submit(channel, descs) },
+            // SAFETY: forwarded contract; validated above.
+            Backend::Dsa(dsa) => unsafe { dsa.try_submit(channel, descs) },
+        }
+    }
+
+    /// [`Engine::try_submit`], waiting for room while the channel is busy.
+    ///
+    /// # Safety
+    /// As for [`Engine::try_submit`].
+    pub unsafe fn submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
+        let mut pause = Pause::new();
+        loop {
+            // SAFETY: forwarded contract.
+            match unsafe { self.try_submit(channel, descs) } {
+                Err(Error::Busy { .. }) => pause.pause(),
+                other => return other,
+            }
+        }
+    }
+
+    /// Copies `src` to region offset `off` through `channel` and waits until it is
+    /// durable. Safe: the borrow outlives the copy.
+    pub fn write_sync(&self, channel: u16, src: &[u8], off: u64) -> Result<()> {
+        // SAFETY: `src` stays borrowed until `wait` returns, and `wait` returns only
+        // once the copy is done or the channel has stopped touching it.
+        let sn = unsafe { self.submit(channel, &[Desc::write(src, off)])? };
+        self.wait(sn)
+    }
+
+    /// Copies region offset `off` into `dst` through `channel` and waits. Safe as
+    /// [`Engine::write_sync`].
+    pub fn read_sync(&self, channel: u16, off: u64, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: as in write_sync; `dst` is exclusively borrowed for the whole copy.
+        let sn = unsafe { self.submit(channel, &[Desc::read(off, dst)])? };
+        self.wait(sn)
+    }
+
+    /// True when `sn` is done: its copies reached their destination (durably, for
+    /// copies to the region). One load of the persistent record and a compare.
+    #[inline]
+    pub fn is_done(&self, sn: Sn) -> bool {
+        record::record_is_done(&*self.pmem, self.area_off, sn)
+    }
+
+    /// Like [`Engine::is_done`], but reports a channel that will never complete `sn`
+    /// (a device error, or shutdown) as an error.
+    pub fn poll(&self, sn: Sn) -> Result<bool> {
+        let channel = sn.channel();
+        if let Backend::Dsa(dsa) = &self.backend {
+            // Reap first, so that the channel's statistics and queue depth follow.
+            self.core(channel)?;
+            dsa.reap(channel)?;
+        }
+        if self.is_done(sn) {
+            return Ok(true);
+        }
+        self.core(channel)?;
+        match &self.backend {
+            Backend::Cpu => {}
+            Backend::Software(sw) => {
+                if sw.exited(channel) && !self.is_done(sn) {
+                    return Err(Error::ShutDown { channel });
+                }
+            }
+            Backend::Dsa(dsa) => dsa.reap(channel)?,
+        }
+        Ok(self.is_done(sn))
+    }
+
+    /// Waits on the calling thread until `sn` is done (spinning, then yielding, then
+    /// sleeping in short steps).
+    pub fn wait(&self, sn: Sn) -> Result<()> {
+        let mut pause = Pause::new();
+        while !self.poll(sn)? {
+            pause.pause();
+        }
+        Ok(())
+    }
+
+    /// Descriptors submitted to `channel` and not yet completed: two loads, no lock.
+    /// 0 for a channel that does not exist.
+    #[inline]
+    pub fn queue_depth(&self, channel: u16) -> u64 {
+        self.cores
+            .get(channel as usize)
+            .map_or(0, |c| c.queue_depth())
+    }
+
+    /// Statistics of `channel`.
+    pub fn stats(&self, channel: u16) -> Result<ChannelStats> {
+        if let Backend::Dsa(dsa) = &self.backend {
+            self.core(channel)?;
+            // A failed channel still has statistics.
+            let _ = dsa.reap(channel);
+        }
+        Ok(self.core(channel)?.stats(self.is_suspended(channel)))
+    }
+
+    /// Suspends `channel`: the descriptor in hand finishes, no other starts until
+    /// [`Engine::resume`]; submissions are still accepted while there is room (the DSA
+    /// backend answers busy instead). Returns once the channel is quiet.
+    pub fn suspend(&self, channel: u16) -> Result<()> {
+        self.core(channel)?;
+        match &self.backend {
+            Backend::Cpu => {
+                return Err(Error::Unsupported {
+                    op: "suspend",
+                    backend: "cpu",
+                })
+            }
+            Backend::Software(sw) => sw.suspend(channel),
+            Backend::Dsa(dsa) => dsa.set_suspended(channel, true),
+        }
+        Ok(())
+    }
+
+    /// Resumes a suspended channel.
+    pub fn resume(&self, channel: u16) -> Result<()> {
+        self.core(channel)?;
+        match &self.backend {
+            Backend::Cpu => {}
+            Backend::Software(sw) => sw.resume(channel),
+            Backend::Dsa(dsa) => dsa.set_suspended(channel, false),
+        }
+        Ok(())
+    }
+
+    /// Whether `channel` is suspended.
+    pub fn is_suspended(&self, channel: u16) -> bool {
+        match &self.backend {
+            Backend::Cpu => false,
+            Backend::Software(sw) => sw.is_suspended(channel),
+            Backend::Dsa(dsa) => dsa.is_suspended(channel),
+        }
+    }
+
+    /// Completes every submitted descriptor, then stops the workers. Idempotent; later
+    /// submissions fail with [`Error::ShutDown`]. Dropping the engine does the same.
+    pub fn shutdown(&self) {
+        match &self.backend {
+            Backend::Cpu => {}
+            Backend::Software(sw) => sw.shutdown(),
+            Backend::Dsa(dsa) => dsa.shutdown(),
+        }
+    }
+
+    /// Hooks for tests that must stop a channel at a chosen point.
+    pub fn testing(&self) -> Testing<'_> {
+        Testing { engine: self }
+    }
+
+    fn core(&self, channel: u16) -> Result<&ChannelCore> {
+        self.cores
+            .get(channel as usize)
+            .map(|c| &**c)
+            .ok_or(Error::NoChannel {
+                channel,
+                channels: self.cores.len(),
+            })
+    }
+
+    fn validate(&self, channel: u16, descs: &[Desc]) -> Result<()> {
+        self.core(channel)?;
+        if descs.is_empty() {
+            return Err(Error::BadBatch(
+                "a batch needs at least one descriptor".into(),
+            ));
+        }
+        if descs.len() > self.max_batch() {
+            return Err(Error::BadBatch(format!(
+                "{} descriptors; a {} batch holds at most {}",
+                descs.len(),
+                self.kind.name(),
+                self.max_batch()
+            )));
+        }
+        let region_len = self.pmem.len();
+        let records = self.area_off..self.area_off + self.cores.len() as u64 * RECORD_BYTES;
+        for d in descs {
+            if d.is_empty() {
+                return Err(Error::BadBatch("zero-length descriptor".into()));
+            }
+            let (off, len) = (d.region_off(), d.len() as u64);
+            let end = off.checked_add(len).filter(|&e| e <= region_len);
+            let hits_records = d.direction() == Direction::ToRegion
+                && off < records.end
+                && records.start < off.saturating_add(len);
+            if end.is_none() || hits_records {
+                return Err(Error::OutOfRange {
+                    off,
+                    len,
+                    region_len,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The CPU backend: copy, fence, publish, all under the channel's submit lock so
+    /// that counters are published in order.
+    fn run_inline(&self, channel: u16, descs: &[Desc]) -> Sn {
+        let core = &self.cores[channel as usize];
+        let start = Instant::now();
+        let mut next = core.next.lock();
+        let last = advance(channel, *next, descs.len()).expect("cpu counter exhausted");
+        core.note_submitted(last);
+        let mut bytes = 0;
+        for d in descs {
+            // SAFETY: the submit contract covers the DRAM ranges; the region ranges
+            // were validated.
+            unsafe { perform_on_cpu(&*self.pmem, d) };
+            bytes += d.len() as u64;
+        }
+        self.pmem.fence();
+        core.publish(&*self.pmem, last);
+        *next = last;
+        drop(next);
+        core.account(descs.len() as u64, bytes, start.elapsed().as_nanos() as u64);
+        Sn::new(channel, last).expect("counter checked by advance")
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Testing hooks, from [`Engine::testing`]. Not for production paths.
+pub struct Testing<'a> {
+    engine: &'a Engine,
+}
+
+impl Testing<'_> {
+    /// Software engine: from now on `channel`'s worker stops after the data of its
+    /// current group is durable and before it publishes the counter, and stays stopped
+    /// until [`Testing::thaw`]. Shutting the engine down while frozen leaves the
+    /// counter unpublished: exactly what a crash at that point leaves in the region.
+    /// While frozen, [`Engine::suspend`] of the channel blocks.
+    pub fn freeze_before_publish(&self, channel: u16) -> Result<()> {
+        self.engine.core(channel)?;
+        self.software("freeze_before_publish")?
+            .freeze_before_publish(channel);
+        Ok(())
+    }
+
+    /// The counter whose data is durable but unpublished on a frozen channel, once
+    /// its worker has stopped there.
+    pub fn frozen_at(&self, channel: u16) -> Result<Option<u64>> {
+        self.engine.core(channel)?;
+        Ok(self.software("frozen_at")?.frozen_at(channel))
+    }
+
+    /// Waits until the frozen `channel` has stopped before publishing; returns the
+    /// counter it holds back.
+    pub fn wait_frozen(&self, channel: u16) -> Result<u64> {
+        let mut pause = Pause::new();
+        loop {
+            if let Some(at) = self.frozen_at(channel)? {
+                return Ok(at);
+            }
+            pause.pause();
+        }
+    }
+
+    /// Lets a frozen channel publish and go on.
+    pub fn thaw(&self, channel: u16) -> Result<()> {
+        self.engine.core(channel)?;
+        self.software("thaw")?.thaw(channel);
+        Ok(())
+    }
+
+    /// DSA engine: damages the first copy descriptor of the next batch on `channel`
+    /// so that the device rejects it (error-path tests).
+    pub fn corrupt_next(&self, channel: u16, how: Corruption) -> Result<()> {
+        self.engine.core(channel)?;
+        match &self.engine.backend {
+            Backend::Dsa(dsa) => {
+                dsa.corrupt_next(channel, how);
+                Ok(())
+            }
+            _ => Err(Error::Unsupported {
+                op: "corrupt_next",
+                backend: self.engine.kind.name(),
+            }),
+        }
+    }
+
+    fn software(&self, op: &'static str) -> Result<&Software> {
+        match &self.engine.backend {
+            Backend::Software(sw) => Ok(sw),
+            _ => Err(Error::Unsupported {
+                op,
+                backend: self.engine.kind.name(),
+            }),
+        }
+    }
+}
+
+/// Opens the records of `channels` channels and a core for each, counting on from the
+/// persisted counters.
+fn open_cores(pmem: &dyn Pmem, area_off: u64, channels: usize) -> Result<Vec<Arc<ChannelCore>>> {
+    let counters = record::read_counters(pmem, area_off, channels)?;
+    Ok(counters
+        .into_iter()
+        .enumerate()
+        .map(|(c, counter)| Arc::new(ChannelCore::new(c as u16, area_off, counter)))
+        .collect())
+}
+
+/// The last counter of a batch of `n` after `next`, unless it passes [`MAX_COUNTER`].
+pub(crate) fn advance(channel: u16, next: u64, n: usize) -> Result<u64> {
+    next.checked_add(n as u64)
+        .filter(|&last| last <= MAX_COUNTER)
+        .ok_or(Error::Exhausted { channel })
+}
+
+/// Spin, then yield, then sleep: how waiting callers back off. Sleeping is left for
+/// waits longer than [`WAIT_SPIN`]: a timed sleep costs tens of microseconds (timer
+/// slack), more than most copies take.
+struct Pause {
+    backoff: Backoff,
+    since: Instant,
+}
+
+impl Pause {
+    fn new() -> Pause {
+        Pause {
+            backoff: Backoff::new(),
+            since: Instant::now(),
+        }
+    }
+
+    fn pause(&mut self) {
+        if self.since.elapsed() < WAIT_SPIN {
+            if self.backoff.is_completed() {
+                std::thread::yield_now();
+            } else {
+                self.backoff.snooze();
+            }
+        } else {
+            std::thread::sleep(WAIT_SLEEP);
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! `engine`: copy engines that move bytes between DRAM and the region on someone
+//! else's time, and say when they are done through persistent completion records.
+//!
+//! An [`Engine`] has N channels. A caller submits a batch of [`Desc`]s (DRAM → region,
+//! durable; or region → DRAM) to one channel and gets a sequence number, [`Sn`]:
+//! (channel, counter). Each channel completes in FIFO order and advances a 64-bit
+//! counter in its persistent record ([`record`]) only after the data it covers is
+//! durable, so `record >= sn` means "that copy reached the region" at any time,
+//! including after a crash ([`record_is_done`] needs no engine). [`Engine::is_done`]
+//! is that one load and a compare.
+//!
+//! Backends ([`BackendKind`]): `cpu` copies inline at submit; `software` (the
+//! embedded default) runs a worker thread per channel on a bounded ring; `dsa` drives
+//! Intel DSA user-mode work queues ([`dsa`]).
+//!
+//! Setting up: reserve [`AREA_BYTES`] (= `MAX_CHANNELS * RECORD_BYTES`) cache-line
+//! aligned bytes of the region, [`format_records`] them once (at file-system format),
+//! and open engines on them with [`EngineConfig::area_off`]; an engine continues
+//! counting from the persisted counters, so SNs stay monotonic across remounts.
+//! Counters that were handed out but never completed before a crash are handed out
+//! again after it: recovery must discard log entries whose SN is not done before new
+//! submissions start.
+
+mod channel;
+mod desc;
+pub mod dsa;
+mod engine;
+mod error;
+pub mod record;
+pub mod sn;
+mod software;
+
+pub use channel::ChannelStats;
+pub use desc::{Desc, Direction};
+pub use engine::{BackendKind, Engine, EngineConfig, Testing, DEFAULT_RING_CAPACITY, DEFAULT_SPIN};
+pub use error::{Error, Result};
+pub use record::{
+    format_records, read_counters, record_is_done, AREA_BYTES, MAX_CHANNELS, RECORD_BYTES,
+};
+pub use sn::Sn;
+
+/// What `easyio engines` shows for one backend on this machine.
+#[derive(Clone, Debug)]
+pub struct BackendInfo {
+    /// The backend.
+    pub kind: BackendKind,
+    /// Whether it can be opened here.
+    pub available: bool,
+    /// Channels it can offer here.
+    pub channels: usize,
+    /// One line per channel, or why the backend is unavailable.
+    pub detail: Vec<String>,
+}
+
+/// The backends and channels available on this machine.
+pub fn available() -> Vec<BackendInfo> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let dsa = match dsa::discover() {
+        Ok(wqs) => BackendInfo {
+            kind: BackendKind::Dsa,
+            available: true,
+            channels: wqs.len().min(MAX_CHANNELS),
+            detail: wqs.iter().map(|w| w.describe()).collect(),
+        },
+        Err(e) => BackendInfo {
+            kind: BackendKind::Dsa,
+            available: false,
+            channels: 0,
+            detail: vec![e.to_string()],
+        },
+    };
+    vec![
+        BackendInfo {
+            kind: BackendKind::Cpu,
+            available: true,
+            channels: MAX_CHANNELS,
+            detail: vec!["copies on the submitting thread; done at submit".into()],
+        },
+        BackendInfo {
+            kind: BackendKind::Software,
+            available: true,
+            channels: MAX_CHANNELS,
+            detail: vec![format!(
+                "one worker thread per channel (up to {MAX_CHANNELS}; {cores} CPU cores here), \
+                 ring of {DEFAULT_RING_CAPACITY} descriptors"
+            )],
+        },
+        dsa,
+    ]
+}

@@ -1,0 +1,311 @@
+//! The `software` backend: one worker thread per channel serving a bounded ring.
+//!
+//! Submission takes the channel's submit lock, hands out consecutive counters and
+//! pushes the descriptors onto the ring, so ring order is counter order. The worker
+//! pops descriptors in that order, copies each (non-temporal stores into the region,
+//! plain loads out of it), and after a group of them issues one fence and publishes
+//! the last counter of the group: store, write-back, fence. The counter therefore never
+//! runs ahead of durable data. An idle worker spins for [`crate::EngineConfig::spin`]
+//! and then parks; a submitter unparks it.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use parking_lot::Mutex;
+use pmem::Pmem;
+
+use crate::channel::ChannelCore;
+use crate::desc::{perform_on_cpu, Desc};
+use crate::error::{Error, Result};
+use crate::Sn;
+
+/// A worker publishes the counter at least once per this many bytes copied, so that a
+/// long backlog of small copies is not reported complete only at its very end.
+const PUBLISH_EVERY_BYTES: usize = 256 << 10;
+/// Spin iterations between clock reads while idle.
+const SPINS_PER_CLOCK_READ: u32 = 64;
+
+/// A descriptor in a ring, with the counter value its completion publishes.
+struct Job {
+    desc: Desc,
+    counter: u64,
+}
+
+/// One channel of the software engine.
+pub(crate) struct SwChannel {
+    core: Arc<ChannelCore>,
+    ring: ArrayQueue<Job>,
+    /// Set by the worker just before it parks; submitters unpark it when set.
+    parked: AtomicBool,
+    suspended: AtomicBool,
+    /// Held by the worker while it runs a group of descriptors; `suspend` takes it to
+    /// wait for the descriptor in hand.
+    running: Mutex<()>,
+    /// Testing: stop after the data is durable, before publishing.
+    freeze: AtomicBool,
+    /// Testing: the counter whose data is durable but unpublished while frozen, else 0.
+    frozen_at: AtomicU64,
+    stop: AtomicBool,
+    /// Set by the worker as it exits.
+    exited: AtomicBool,
+    thread: Mutex<Option<Thread>>,
+}
+
+impl SwChannel {
+    fn wake(&self) {
+        // Pairs with the fence in `idle`: either the worker sees the new ring entries
+        // (or flag) before it parks, or we see `parked` and unpark it.
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) {
+            if let Some(t) = self.thread.lock().as_ref() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// The software engine's channels and worker threads.
+pub(crate) struct Software {
+    pmem: Arc<dyn Pmem>,
+    chans: Vec<Arc<SwChannel>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Software {
+    pub fn start(
+        pmem: Arc<dyn Pmem>,
+        cores: &[Arc<ChannelCore>],
+        ring_capacity: usize,
+        spin: Duration,
+    ) -> Result<Software> {
+        let mut sw = Software {
+            pmem,
+            chans: Vec::new(),
+            workers: Mutex::new(Vec::new()),
+        };
+        for core in cores {
+            let ch = Arc::new(SwChannel {
+                core: core.clone(),
+                ring: ArrayQueue::new(ring_capacity),
+                parked: AtomicBool::new(false),
+                suspended: AtomicBool::new(false),
+                running: Mutex::new(()),
+                freeze: AtomicBool::new(false),
+                frozen_at: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+                exited: AtomicBool::new(false),
+                thread: Mutex::new(None),
+            });
+            let (worker_ch, pmem) = (ch.clone(), sw.pmem.clone());
+            let handle = thread::Builder::new()
+                .name(format!("easyio-engine-{}", core.index))
+                .spawn(move || {
+                    worker(&worker_ch, &*pmem, spin);
+                    worker_ch.exited.store(true, Ordering::SeqCst);
+                })
+                .map_err(|source| Error::Io {
+                    what: format!("spawning the worker of channel {}", core.index),
+                    source,
+                })?;
+            *ch.thread.lock() = Some(handle.thread().clone());
+            sw.chans.push(ch);
+            sw.workers.lock().push(handle);
+        }
+        Ok(sw)
+    }
+
+    /// # Safety
+    /// As [`crate::Engine::try_submit`]; descriptors already validated.
+    pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
+        let ch = &self.chans[channel as usize];
+        let n = descs.len();
+        let mut next = ch.core.next.lock();
+        if ch.stop.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown { channel });
+        }
+        let free = ch.ring.capacity() - ch.ring.len();
+        if free < n {
+            return Err(Error::Busy {
+                channel,
+                free,
+                needed: n,
+            });
+        }
+        let last = crate::engine::advance(channel, *next, n)?;
+        ch.core.note_submitted(last);
+        for (i, desc) in descs.iter().enumerate() {
+            let job = Job {
+                desc: *desc,
+                counter: *next + 1 + i as u64,
+            };
+            // Only this lock's holder pushes, and the worker only pops: the space
+            // counted above is still there.
+            assert!(
+                ch.ring.push(job).is_ok(),
+                "ring space checked under the submit lock"
+            );
+        }
+        *next = last;
+        drop(next);
+        ch.wake();
+        Ok(Sn::new(channel, last).expect("counter checked by advance"))
+    }
+
+    pub fn suspend(&self, channel: u16) {
+        let ch = &self.chans[channel as usize];
+        ch.suspended.store(true, Ordering::SeqCst);
+        // The worker checks the flag between descriptors while holding `running`; once
+        // we get the lock it has finished the descriptor in hand and seen the flag.
+        drop(ch.running.lock());
+    }
+
+    pub fn resume(&self, channel: u16) {
+        let ch = &self.chans[channel as usize];
+        ch.suspended.store(false, Ordering::SeqCst);
+        ch.wake();
+    }
+
+    pub fn is_suspended(&self, channel: u16) -> bool {
+        self.chans[channel as usize]
+            .suspended
+            .load(Ordering::Relaxed)
+    }
+
+    pub fn ring_capacity(&self) -> usize {
+        self.chans.first().map_or(0, |c| c.ring.capacity())
+    }
+
+    pub fn freeze_before_publish(&self, channel: u16) {
+        self.chans[channel as usize]
+            .freeze
+            .store(true, Ordering::SeqCst);
+    }
+
+    pub fn frozen_at(&self, channel: u16) -> Option<u64> {
+        let at = self.chans[channel as usize]
+            .frozen_at
+            .load(Ordering::Acquire);
+        (at != 0).then_some(at)
+    }
+
+    pub fn thaw(&self, channel: u16) {
+        let ch = &self.chans[channel as usize];
+        ch.freeze.store(false, Ordering::SeqCst);
+        ch.wake();
+    }
+
+    /// Stops every worker once its ring is drained (a frozen worker stops at once,
+    /// leaving its group unpublished) and joins them. Idempotent.
+    pub fn shutdown(&self) {
+        for ch in &self.chans {
+            // Under the submit lock: a submission either pushed before the flag (and
+            // the draining worker will run it) or sees the flag and is refused.
+            let _next = ch.core.next.lock();
+            ch.stop.store(true, Ordering::SeqCst);
+            ch.wake();
+        }
+        for handle in self.workers.lock().drain(..) {
+            // A worker that panicked has already reported it; nothing more to do here.
+            let _ = handle.join();
+        }
+    }
+
+    /// True once the channel's worker has exited (after shutdown).
+    pub fn exited(&self, channel: u16) -> bool {
+        self.chans[channel as usize].exited.load(Ordering::SeqCst)
+    }
+}
+
+fn worker(ch: &SwChannel, pmem: &dyn Pmem, spin: Duration) {
+    let mut idle_since: Option<Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        let stopping = ch.stop.load(Ordering::SeqCst);
+        if ch.suspended.load(Ordering::SeqCst) && !stopping {
+            park(ch, || !ch.suspended.load(Ordering::SeqCst));
+            continue;
+        }
+        match run_group(ch, pmem) {
+            GroupEnd::Ran => {
+                idle_since = None;
+                continue;
+            }
+            GroupEnd::Abandoned => return,
+            GroupEnd::Empty if stopping => return,
+            GroupEnd::Empty => {}
+        }
+        // Idle: spin a while (a submission soon after the last is common), then park.
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        spins += 1;
+        if !spins.is_multiple_of(SPINS_PER_CLOCK_READ) || since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        park(ch, || !ch.ring.is_empty());
+        idle_since = None;
+    }
+}
+
+/// Parks until woken, unless `ready` (or a stop request) already holds once `parked`
+/// is visible to submitters.
+fn park(ch: &SwChannel, ready: impl Fn() -> bool) {
+    ch.parked.store(true, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    if !ready() && !ch.stop.load(Ordering::SeqCst) {
+        thread::park();
+    }
+    ch.parked.store(false, Ordering::SeqCst);
+}
+
+enum GroupEnd {
+    /// Descriptors were copied and published.
+    Ran,
+    /// Nothing in the ring.
+    Empty,
+    /// Frozen and told to stop: the group's data is durable, its counter unpublished.
+    Abandoned,
+}
+
+/// Copies descriptors from the ring until it is empty, the channel is suspended or
+/// [`PUBLISH_EVERY_BYTES`] have been copied; then fences and publishes.
+fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
+    let _running = ch.running.lock();
+    let start = Instant::now();
+    let (mut last, mut count, mut bytes) = (0u64, 0u64, 0usize);
+    while bytes < PUBLISH_EVERY_BYTES {
+        if count > 0 && ch.suspended.load(Ordering::SeqCst) {
+            break;
+        }
+        let Some(job) = ch.ring.pop() else { break };
+        // SAFETY: the submitter promised (submit contract) that the DRAM range stays
+        // valid until the SN is done, which cannot happen before we publish below; the
+        // region range was checked at submission.
+        unsafe { perform_on_cpu(pmem, &job.desc) };
+        last = job.counter;
+        count += 1;
+        bytes += job.desc.len();
+    }
+    if count == 0 {
+        return GroupEnd::Empty;
+    }
+    // Everything copied so far is durable after this fence; only then may the counter
+    // say so.
+    pmem.fence();
+    if ch.freeze.load(Ordering::SeqCst) {
+        ch.frozen_at.store(last, Ordering::Release);
+        while ch.freeze.load(Ordering::SeqCst) {
+            if ch.stop.load(Ordering::SeqCst) {
+                return GroupEnd::Abandoned;
+            }
+            park(ch, || !ch.freeze.load(Ordering::SeqCst));
+        }
+        ch.frozen_at.store(0, Ordering::Release);
+    }
+    ch.core.publish(pmem, last);
+    ch.core
+        .account(count, bytes as u64, start.elapsed().as_nanos() as u64);
+    GroupEnd::Ran
+}

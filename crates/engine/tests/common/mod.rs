@@ -1,0 +1,57 @@
+//! Helpers shared by the engine's integration tests: regions, patterns, a small RNG.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use engine::{format_records, EngineConfig, AREA_BYTES};
+use pmem::Region;
+
+/// Region offset of the record area in every test region.
+pub const AREA: u64 = 0;
+/// First byte tests copy to: after the record area.
+pub const DATA: u64 = AREA_BYTES;
+
+/// A temporary region of `mib` MiB with formatted records for `channels` channels.
+pub fn region(mib: u64, channels: usize) -> Arc<Region> {
+    let r = Region::create_temp((mib << 20) + pmem::HEADER_LEN).unwrap();
+    format_records(&r, AREA, channels).unwrap();
+    Arc::new(r)
+}
+
+pub fn config(channels: usize) -> EngineConfig {
+    EngineConfig {
+        area_off: AREA,
+        channels,
+        ..EngineConfig::default()
+    }
+}
+
+/// Deterministic bytes that differ by seed and position.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+/// splitmix64: enough randomness for sizes and alignments.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Reads `len` bytes of the region at `off`.
+pub fn read(region: &Region, off: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    pmem::Pmem::read(region, off, &mut v);
+    v
+}

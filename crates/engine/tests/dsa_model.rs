@@ -1,0 +1,250 @@
+//! The DSA backend against the device model: descriptors go through a portal page
+//! (MOVDIR64B where the CPU has it), the model checks every field, copies and writes
+//! completion records; errors come back as typed errors.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{config, pattern, read, region, AREA, DATA};
+use engine::dsa::model::{DeviceModel, ModelConfig, ModelPortal};
+use engine::dsa::{Corruption, DsaError, Portal};
+use engine::{record, record_is_done, Desc, Engine, Error};
+use pmem::{Pmem, Region};
+
+fn engine_on_model(region: &Arc<Region>) -> (DeviceModel, Engine) {
+    if !ModelPortal::uses_movdir64b() {
+        println!(
+            "note: this CPU has no MOVDIR64B; the model's portal is written with eight \
+             8-byte stores instead of the real submission instruction"
+        );
+    }
+    let (model, portal) = DeviceModel::start(ModelConfig::default());
+    let portals: Vec<Box<dyn Portal>> = vec![Box::new(portal)];
+    let engine = Engine::dsa_with_portals(region.clone(), &config(1), portals).unwrap();
+    (model, engine)
+}
+
+#[test]
+fn memmove_both_ways_and_counter_published_by_the_device() {
+    let region = region(8, 1);
+    let (model, engine) = engine_on_model(&region);
+    let src = pattern(300_000, 1);
+    engine.write_sync(0, &src[5..], DATA + 3).unwrap();
+    assert_eq!(read(&region, DATA + 3, src.len() - 5), src[5..]);
+    assert_eq!(
+        region.load_u64(record::counter_off(AREA, 0)),
+        1,
+        "the fenced fill wrote the counter"
+    );
+    let mut back = vec![0u8; 100_001];
+    engine.read_sync(0, DATA + 3, &mut back).unwrap();
+    assert_eq!(back[..], src[5..100_006]);
+    // One batch descriptor plus two members (copy, counter fill) per submission.
+    assert_eq!(model.descriptors(), 6);
+    let stats = engine.stats(0).unwrap();
+    assert_eq!((stats.descriptors, stats.queue_depth), (2, 0));
+}
+
+#[test]
+fn batch_of_copies_gets_one_sn_and_one_in_flight_at_a_time() {
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model(&region);
+    let bufs: Vec<Vec<u8>> = (0..5)
+        .map(|i| pattern(10_000 + i * 999, i as u64))
+        .collect();
+    let descs: Vec<Desc> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Desc::write(b, DATA + i as u64 * 65536))
+        .collect();
+    // SAFETY: `bufs` lives until the SN is waited for.
+    let sn = unsafe { engine.submit(0, &descs).unwrap() };
+    assert_eq!(sn.counter(), 5);
+    // SAFETY: refused or completed before `bufs` is dropped (waited below).
+    match unsafe { engine.try_submit(0, &descs[..1]) } {
+        Err(Error::Busy { .. }) => {}
+        Ok(later) => engine.wait(later).unwrap(),
+        Err(e) => panic!("{e}"),
+    }
+    engine.wait(sn).unwrap();
+    for (i, b) in bufs.iter().enumerate() {
+        assert_eq!(&read(&region, DATA + i as u64 * 65536, b.len()), b);
+    }
+    assert!(record_is_done(&*region, AREA, sn));
+    let too_many = vec![descs[0]; engine.max_batch() + 1];
+    // SAFETY: refused.
+    let refused = unsafe { engine.try_submit(0, &too_many) };
+    assert!(matches!(refused, Err(Error::BadBatch(_))));
+}
+
+/// Maps a page with no access, so touching it faults.
+fn inaccessible_page() -> *mut u8 {
+    // SAFETY: an anonymous PROT_NONE page, checked below; unmapped by the test.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p as *mut u8
+}
+
+#[test]
+fn page_fault_is_a_typed_error_and_the_counter_stays_behind() {
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model(&region);
+    let good = pattern(8192, 2);
+    engine.write_sync(0, &good, DATA).unwrap();
+    let page = inaccessible_page();
+    // A good copy, then one from the inaccessible page.
+    let descs = [
+        Desc::write(&good, DATA + 65536),
+        Desc::to_region(page, DATA + 131072, 4096),
+    ];
+    // SAFETY: the device model reads through process_vm_readv, so the inaccessible page
+    // yields a fault status rather than a crash; `good` outlives the wait.
+    let sn = unsafe { engine.submit(0, &descs).unwrap() };
+    let err = engine.wait(sn).unwrap_err();
+    let Error::Device {
+        channel: 0,
+        error:
+            DsaError::PageFault {
+                addr,
+                write,
+                bytes_completed,
+            },
+    } = &err
+    else {
+        panic!("expected a page fault, got {err}");
+    };
+    assert_eq!((*addr, *write, *bytes_completed), (page as u64, false, 0));
+    assert_eq!(err.errno(), libc::EFAULT);
+    assert!(
+        !engine.is_done(sn),
+        "the fenced counter write must be abandoned"
+    );
+    assert_eq!(region.load_u64(record::counter_off(AREA, 0)), 1);
+    // The channel stays failed: nothing later may complete past the failed copy.
+    // SAFETY: refused.
+    let again = unsafe { engine.try_submit(0, &descs[..1]) }.unwrap_err();
+    assert!(matches!(
+        again,
+        Error::Device {
+            error: DsaError::PageFault { .. },
+            ..
+        }
+    ));
+    // SAFETY: mapped above.
+    unsafe { libc::munmap(page as *mut libc::c_void, 4096) };
+}
+
+#[test]
+fn write_fault_reports_the_destination_and_bytes_completed() {
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model(&region);
+    let page = inaccessible_page();
+    let src = pattern(4096, 3);
+    engine.write_sync(0, &src, DATA).unwrap();
+    // SAFETY: the model writes through process_vm_writev; the page only faults.
+    let sn = unsafe {
+        engine
+            .submit(0, &[Desc::from_region(DATA, page, 4096)])
+            .unwrap()
+    };
+    let err = engine.wait(sn).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Device {
+                error: DsaError::PageFault {
+                    write: true,
+                    bytes_completed: 0,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // SAFETY: mapped above.
+    unsafe { libc::munmap(page as *mut libc::c_void, 4096) };
+}
+
+#[test]
+fn invalid_flags_are_a_typed_error() {
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model(&region);
+    let src = pattern(4096, 4);
+    engine
+        .testing()
+        .corrupt_next(0, Corruption::InvalidFlags)
+        .unwrap();
+    // SAFETY: `src` outlives the wait.
+    let sn = unsafe { engine.submit(0, &[Desc::write(&src, DATA)]).unwrap() };
+    let err = engine.wait(sn).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Device {
+                error: DsaError::InvalidFlags { flags: 0x40 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert!(!engine.is_done(sn));
+}
+
+#[test]
+fn misaligned_completion_record_is_a_typed_error() {
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model(&region);
+    let src = pattern(4096, 5);
+    engine
+        .testing()
+        .corrupt_next(0, Corruption::MisalignedCompletion)
+        .unwrap();
+    // SAFETY: `src` outlives the wait.
+    let sn = unsafe { engine.submit(0, &[Desc::write(&src, DATA)]).unwrap() };
+    let err = engine.wait(sn).unwrap_err();
+    let Error::Device {
+        error: DsaError::CompletionRecordAlign { addr },
+        ..
+    } = err
+    else {
+        panic!("expected a completion-record alignment error, got {err}");
+    };
+    assert_eq!(addr % 32, 8);
+    assert!(!engine.is_done(sn));
+}
+
+#[test]
+fn selecting_dsa_without_a_device_says_what_was_looked_for() {
+    if std::path::Path::new(engine::dsa::SYSFS_DSA).exists() {
+        println!(
+            "skipped: this machine has an idxd driver; the no-device message is not reachable"
+        );
+        return;
+    }
+    let region = region(1, 1);
+    let err = Engine::dsa(region, &config(1)).err().expect("no DSA here");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(engine::dsa::SYSFS_DSA) && msg.contains(engine::dsa::DEV_DSA),
+        "{msg}"
+    );
+    assert_eq!(err.errno(), libc::ENODEV);
+    let info = engine::available();
+    let dsa = info
+        .iter()
+        .find(|b| b.kind == engine::BackendKind::Dsa)
+        .unwrap();
+    assert!(!dsa.available && dsa.detail[0].contains("/sys/bus/dsa"));
+}
