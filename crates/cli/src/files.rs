@@ -219,7 +219,7 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
     let region = Region::open(&a.image.image)?;
-    let r = fs::fsck::check(&region, None)?;
+    let r = fs::fsck::check(&region)?;
     if a.json {
         report::print_json(&r)?;
     } else {

@@ -35,9 +35,9 @@ impl FsckReport {
     }
 }
 
-/// Checks the image on `pm` without changing it. `sn_done` says whether a write's SN
-/// completed (the persistent completion records); `None` treats every SN as pending.
-pub fn check(pm: &dyn Pmem, sn_done: Option<&dyn Fn(u64) -> bool>) -> Result<FsckReport> {
+/// Checks the image on `pm` without changing it. Whether a write's copy completed is
+/// read from the persistent completion records.
+pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
     let mut r = FsckReport::default();
     let geo = match Geometry::read(pm) {
         Ok((g, None)) => g,
@@ -74,8 +74,10 @@ pub fn check(pm: &dyn Pmem, sn_done: Option<&dyn Fn(u64) -> bool>) -> Result<Fsc
             "{pending_journals} interrupted operation(s) in the journals; mount rolls them back"
         ));
     }
-    let never = |_: u64| false;
-    let s = scan(pm, geo, false, sn_done.unwrap_or(&never))?;
+    if let Err(e) = engine::read_counters(pm, geo.records_off(), geo.channels as usize) {
+        r.problems.push(format!("completion records: {e}"));
+    }
+    let s = scan(pm, geo, false)?;
     r.problems.extend(s.problems);
     r.notes.extend(s.notes);
     r.inodes = s.states.len() as u64;

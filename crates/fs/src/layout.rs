@@ -55,7 +55,8 @@ pub const INODE_SIZE: u64 = 128;
 /// Inodes per block of the inode table.
 pub const INODES_PER_BLOCK: u64 = BLOCK_SIZE / INODE_SIZE;
 /// Completion records the layout reserves room for (one 64-byte line each).
-pub const MAX_RECORDS: u64 = BLOCK_SIZE / 64;
+pub const MAX_RECORDS: u64 = BLOCK_SIZE / engine::RECORD_BYTES;
+const _: () = assert!(MAX_RECORDS * engine::RECORD_BYTES == engine::AREA_BYTES);
 /// Default data bytes per inode at format time: one inode per 16 KiB.
 pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 /// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".
@@ -152,6 +153,18 @@ impl Geometry {
     /// Byte offset of the completion-record area.
     pub fn records_off(&self) -> u64 {
         RECORDS_BLOCK * BLOCK_SIZE
+    }
+
+    /// Whether the copy named by raw SN `raw` reached the region, according to the
+    /// persistent completion records. An SN naming no channel of this file system
+    /// never completed.
+    pub fn sn_done(&self, pm: &dyn Pmem, raw: u64) -> bool {
+        match engine::Sn::from_raw(raw) {
+            Some(sn) if (sn.channel() as u64) < self.channels => {
+                engine::record_is_done(pm, self.records_off(), sn)
+            }
+            _ => false,
+        }
     }
 
     /// Byte offset of the saved free-block bitmap.

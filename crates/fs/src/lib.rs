@@ -70,17 +70,12 @@ pub struct FormatOptions {
 pub struct MountOptions {
     /// Who moves file data.
     pub mover: Box<dyn Mover>,
-    /// Whether a write that carries this raw SN had its data reach the region (the
-    /// persistent completion records decide); `None` treats every non-zero SN as not
-    /// done. Used by recovery only.
-    pub sn_done: Option<Box<dyn Fn(u64) -> bool + Send + Sync>>,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             mover: Box::new(CpuMover),
-            sn_done: None,
         }
     }
 }

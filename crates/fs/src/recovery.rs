@@ -85,6 +85,8 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
         pm.flush(b * BLOCK_SIZE, BLOCK_SIZE);
     }
     pm.fence();
+    engine::format_records(pm, geo.records_off(), geo.channels as usize)
+        .map_err(|e| Error::Invalid(format!("completion records: {e}")))?;
     let now = crate::now_ns();
     let root = InodeRecord {
         ino: ROOT_INO,
@@ -115,13 +117,8 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
     let start = Instant::now();
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
-    let not_done = |_: u64| false;
-    let sn_done: &dyn Fn(u64) -> bool = match &opts.sn_done {
-        Some(f) => f.as_ref(),
-        None => &not_done,
-    };
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
-    let mut scan = scan(&*pm, geo, true, sn_done)?;
+    let mut scan = scan(&*pm, geo, true)?;
     if !scan.problems.is_empty() {
         let n = scan.problems.len();
         let first: Vec<&str> = scan.problems.iter().take(3).map(String::as_str).collect();
@@ -255,12 +252,7 @@ fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
 
 /// Walks the whole region. With `repair`, voids committed writes whose SN is not done
 /// (so they can never come back); without, only notes them.
-pub(crate) fn scan(
-    pm: &dyn Pmem,
-    geo: Geometry,
-    repair: bool,
-    sn_done: &dyn Fn(u64) -> bool,
-) -> Result<Scan> {
+pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     let mut s = Scan {
         geo,
         states: HashMap::new(),
@@ -281,7 +273,7 @@ pub(crate) fn scan(
                 continue;
             }
         }
-        match scan_inode(pm, &mut s, ino, repair, sn_done) {
+        match scan_inode(pm, &mut s, ino, repair) {
             Ok(st) => {
                 s.states.insert(ino, st);
             }
@@ -301,13 +293,7 @@ fn mark_used(s: &mut Scan, block: u64, what: &str) -> std::result::Result<(), St
     Ok(())
 }
 
-fn scan_inode(
-    pm: &dyn Pmem,
-    s: &mut Scan,
-    ino: u64,
-    repair: bool,
-    sn_done: &dyn Fn(u64) -> bool,
-) -> Result<InodeState> {
+fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<InodeState> {
     let geo = s.geo;
     let off = geo.inode_off(ino);
     let rec = InodeRecord::read(pm, off, ino)?;
@@ -374,7 +360,7 @@ fn scan_inode(
                 validate_entry(&geo, &st, &e)
                     .map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
                 if let Entry::Write { sn, .. } = e {
-                    if sn != 0 && !sn_done(sn) {
+                    if sn != 0 && !geo.sn_done(pm, sn) {
                         s.report.pending_writes_dropped += 1;
                         if repair {
                             pm.store_u64_persist(at, Entry::void_word(&first));

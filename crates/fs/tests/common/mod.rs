@@ -45,6 +45,6 @@ pub fn read_file(fs: &FileSystem, path: &str) -> Vec<u8> {
 }
 
 pub fn assert_fsck_clean(pm: &Arc<dyn Pmem>) {
-    let r = fs::fsck::check(&**pm, None).unwrap();
+    let r = fs::fsck::check(&**pm).unwrap();
     assert!(r.ok(), "fsck problems: {:#?}", r.problems);
 }
