@@ -1,0 +1,66 @@
+//! Where the calling code is running: which uthread and which worker, kept in thread-locals
+//! that the worker sets around every switch.
+//!
+//! Uthreads migrate between workers, so a uthread must re-read these after every switch.
+//! The accessors are `#[inline(never)]` so the compiler cannot keep a thread-local address
+//! computed before a switch and use it after.
+
+use std::cell::Cell;
+
+use crate::task::{Task, TaskRef};
+use crate::worker::Local;
+
+thread_local! {
+    /// The uthread running on this thread, or null.
+    static TASK: Cell<*const Task> = const { Cell::new(std::ptr::null()) };
+    /// The worker this thread is, or null.
+    static WORKER: Cell<*const Local> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Sets the uthread running on this thread (null: none).
+#[inline]
+pub(crate) fn set_task(task: *const Task) {
+    TASK.with(|t| t.set(task));
+}
+
+/// Sets the worker this thread is (null: none).
+pub(crate) fn set_worker(worker: *const Local) {
+    WORKER.with(|w| w.set(worker));
+}
+
+/// The uthread running on this thread, if any.
+#[inline(never)]
+pub(crate) fn task() -> Option<&'static Task> {
+    let p = TASK.with(|t| t.get());
+    // SAFETY: the worker sets the pointer to the task it runs, holding a counted reference
+    // for as long as the uthread runs, and clears it when the uthread switches out. Code
+    // that reads it runs on that uthread, and a uthread's own task lives as long as the
+    // uthread (whichever worker holds it after a switch), so the borrow stays valid for the
+    // code of that uthread.
+    unsafe { p.as_ref() }
+}
+
+/// A counted reference to the uthread running on this thread, if any.
+#[inline(never)]
+pub(crate) fn task_ref() -> Option<TaskRef> {
+    let p = TASK.with(|t| t.get());
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the pointer came from `Arc::as_ptr` of the `TaskRef` the worker holds while
+    // the uthread runs (see `set_task`), so the allocation is alive and counted; taking one
+    // more count and building an `Arc` from it is the documented pairing.
+    unsafe {
+        std::sync::Arc::increment_strong_count(p);
+        Some(std::sync::Arc::from_raw(p))
+    }
+}
+
+/// The worker this thread is, if it is one.
+#[inline(never)]
+pub(crate) fn worker() -> Option<&'static Local> {
+    let p = WORKER.with(|w| w.get());
+    // SAFETY: a worker sets the pointer to its `Local` on entry to its loop and clears it
+    // before that `Local` is dropped; only code running on that thread reads it.
+    unsafe { p.as_ref() }
+}

@@ -1,0 +1,316 @@
+//! A worker: one kernel thread that runs uthreads from its local run queue, polls its wait
+//! set and timers at every scheduling point, steals from the global injection queue and
+//! from other workers when it runs dry, and parks its thread when there is nothing at all.
+//!
+//! The loop, once per scheduling point (after every switch back from a uthread):
+//!
+//! ```text
+//!   poll wait set -> fire timers -> next task: [injector every GLOBAL_QUEUE_INTERVAL]
+//!   local queue -> injector -> steal from others -> run it, or idle
+//! ```
+
+use std::collections::BinaryHeap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::{Steal, Worker};
+
+use crate::context;
+use crate::overflow::AltStack;
+use crate::runtime::Shared;
+use crate::stack::StackPool;
+use crate::stats::Counters;
+use crate::task::{Ran, Switch, TaskRef};
+
+/// Every this many scheduling points the injection queue is looked at before the local
+/// queue, so that work submitted from outside is not starved by uthreads that keep yielding
+/// (a prime, as in other work-stealing schedulers, so it does not beat with loop periods).
+pub const GLOBAL_QUEUE_INTERVAL: u32 = 61;
+/// Rounds an idle worker spins looking for work (and polling its wait set) before it yields
+/// or sleeps: a uthread woken from another worker is usually picked up within these.
+pub const IDLE_SPINS: u32 = 256;
+/// With uthreads in the wait set and nothing runnable, rounds of `std::thread::yield_now`
+/// after the spinning, before the worker starts napping.
+pub const WAIT_YIELDS: u32 = 64;
+/// With uthreads in the wait set and nothing runnable, how long the worker naps between
+/// polls once spinning and yielding found nothing. New work wakes it early.
+pub const WAIT_NAP: Duration = Duration::from_micros(20);
+
+/// The part of a worker that uthreads running on it reach through `context::worker`.
+pub(crate) struct Local {
+    /// Index of the worker, `0..workers`.
+    pub(crate) id: usize,
+    /// The local run queue (FIFO; other workers steal from its front).
+    pub(crate) queue: Worker<TaskRef>,
+    /// The runtime.
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// A uthread waiting for a condition, and the condition (on its stack).
+struct Waiting {
+    task: TaskRef,
+    cond: *const (dyn Fn() -> bool + 'static),
+}
+
+/// A sleeping uthread, ordered so that `BinaryHeap` pops the earliest deadline first.
+struct Timer {
+    deadline: Instant,
+    seq: u64,
+    task: TaskRef,
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, other: &Self) -> bool {
+        (self.deadline, self.seq) == (other.deadline, other.seq)
+    }
+}
+impl Eq for Timer {}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.deadline, other.seq).cmp(&(self.deadline, self.seq))
+    }
+}
+
+/// The worker-private state of the loop.
+struct Scheduler<'a> {
+    local: &'a Local,
+    counters: &'a Counters,
+    wait_set: Vec<Waiting>,
+    timers: BinaryHeap<Timer>,
+    timer_seq: u64,
+    stacks: StackPool,
+    tick: u32,
+    idle_rounds: u32,
+    rng: u64,
+}
+
+/// The body of worker thread `id`.
+pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
+    // Without an alternate signal stack an overflow is still fatal, only without the
+    // message; that is no reason to refuse to run.
+    let _alt = AltStack::ensure().ok().flatten();
+    shared.sleepers.register(id);
+    let local = Local { id, queue, shared };
+    context::set_worker(&local);
+    let shared = &local.shared;
+    let mut sched = Scheduler {
+        local: &local,
+        counters: &shared.counters[id],
+        wait_set: Vec::new(),
+        timers: BinaryHeap::new(),
+        timer_seq: 0,
+        stacks: StackPool::new(shared.stack_size),
+        tick: 0,
+        idle_rounds: 0,
+        rng: 0x9E37_79B9_7F4A_7C15 ^ (id as u64 + 1),
+    };
+    sched.run();
+    context::set_worker(std::ptr::null());
+}
+
+/// Makes a uthread that was parked (or is new) runnable: on the calling worker's queue when
+/// the caller is a worker of the same runtime, else on the injection queue; then wakes a
+/// sleeping worker, if any, to run or steal it.
+pub(crate) fn schedule(task: TaskRef) {
+    if let Some(local) = context::worker() {
+        if Arc::ptr_eq(&local.shared, &task.shared) {
+            local.queue.push(task);
+            local.shared.sleepers.notify_one();
+            return;
+        }
+    }
+    let shared = task.shared.clone();
+    shared.injector.push(task);
+    shared.sleepers.notify_one();
+}
+
+impl Scheduler<'_> {
+    fn run(&mut self) {
+        loop {
+            self.poll_wait_set();
+            self.fire_timers();
+            if let Some(task) = self.next_task() {
+                self.idle_rounds = 0;
+                self.switch_to(task);
+                continue;
+            }
+            if self.local.shared.finished() {
+                return;
+            }
+            self.idle();
+        }
+    }
+
+    /// Runs `task` until it switches back, and files it by the reason it gives.
+    fn switch_to(&mut self, task: TaskRef) {
+        Counters::bump(&self.counters.switches);
+        context::set_task(Arc::as_ptr(&task));
+        let stacks = &mut self.stacks;
+        let ran = task.run(|| stacks.take());
+        context::set_task(std::ptr::null());
+        match ran {
+            Ran::Switched(Switch::Yield) => self.local.queue.push(task),
+            Ran::Switched(Switch::Park) => {
+                if !task.park.commit_park() {
+                    self.local.queue.push(task);
+                }
+            }
+            Ran::Switched(Switch::Wait(cond)) => self.wait_set.push(Waiting { task, cond }),
+            Ran::Switched(Switch::Sleep(deadline)) => {
+                self.timer_seq += 1;
+                self.timers.push(Timer {
+                    deadline,
+                    seq: self.timer_seq,
+                    task,
+                });
+            }
+            Ran::Finished(stack) => {
+                self.stacks.give(stack);
+                self.local.shared.task_done();
+            }
+            Ran::NoStack => self.local.shared.task_done(),
+        }
+    }
+
+    /// Moves the waiting uthreads whose condition now holds to the run queue.
+    fn poll_wait_set(&mut self) {
+        if self.wait_set.is_empty() {
+            return;
+        }
+        Counters::bump(&self.counters.wait_polls);
+        let mut i = 0;
+        while i < self.wait_set.len() {
+            let cond = self.wait_set[i].cond;
+            // SAFETY: the condition lives on the stack of a uthread that is suspended in
+            // `wait_until` and stays suspended while it is in this wait set (only this
+            // worker resumes it), so the closure is alive and nothing else touches it.
+            // A panicking condition counts as ready: the uthread evaluates it again itself
+            // when resumed, so the panic reaches its joiner instead of killing the worker.
+            let ready = catch_unwind(AssertUnwindSafe(|| unsafe { (*cond)() })).unwrap_or(true);
+            if ready {
+                let w = self.wait_set.swap_remove(i);
+                Counters::bump(&self.counters.wait_ready);
+                self.local.queue.push(w.task);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Moves the sleeping uthreads whose deadline has passed to the run queue.
+    fn fire_timers(&mut self) {
+        if self.timers.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        while self.timers.peek().is_some_and(|t| t.deadline <= now) {
+            let t = self.timers.pop().expect("peeked");
+            self.local.queue.push(t.task);
+        }
+    }
+
+    fn next_task(&mut self) -> Option<TaskRef> {
+        self.tick = self.tick.wrapping_add(1);
+        if self.tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL) {
+            if let Some(t) = self.steal_injector() {
+                return Some(t);
+            }
+        }
+        self.local
+            .queue
+            .pop()
+            .or_else(|| self.steal_injector())
+            .or_else(|| self.steal_others())
+    }
+
+    fn steal_injector(&self) -> Option<TaskRef> {
+        loop {
+            match self
+                .local
+                .shared
+                .injector
+                .steal_batch_and_pop(&self.local.queue)
+            {
+                Steal::Success(t) => return Some(t),
+                Steal::Empty => return None,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    /// Takes half of another worker's run queue, starting at a random victim.
+    fn steal_others(&mut self) -> Option<TaskRef> {
+        let stealers = &self.local.shared.stealers;
+        let n = stealers.len();
+        if n < 2 {
+            return None;
+        }
+        // xorshift64: cheap, and enough to spread victims.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let start = (self.rng % n as u64) as usize;
+        for k in 0..n {
+            let victim = (start + k) % n;
+            if victim == self.local.id {
+                continue;
+            }
+            loop {
+                match stealers[victim].steal_batch_and_pop(&self.local.queue) {
+                    Steal::Success(t) => {
+                        Counters::bump(&self.counters.steals);
+                        return Some(t);
+                    }
+                    Steal::Empty => break,
+                    Steal::Retry => continue,
+                }
+            }
+        }
+        None
+    }
+
+    /// Nothing runnable: spin a little, then (with waiters) yield and nap between polls, or
+    /// (without) sleep until new work or the next timer.
+    fn idle(&mut self) {
+        self.idle_rounds = self.idle_rounds.saturating_add(1);
+        if self.idle_rounds <= IDLE_SPINS {
+            std::hint::spin_loop();
+            return;
+        }
+        if !self.wait_set.is_empty() {
+            if self.idle_rounds <= IDLE_SPINS + WAIT_YIELDS {
+                std::thread::yield_now();
+            } else {
+                self.sleep(Some(WAIT_NAP));
+            }
+            return;
+        }
+        let timeout = self
+            .timers
+            .peek()
+            .map(|t| t.deadline.saturating_duration_since(Instant::now()));
+        self.sleep(timeout);
+    }
+
+    /// Parks the thread (with the lost-wake-up protocol of `sleepers`) for at most `timeout`.
+    fn sleep(&mut self, timeout: Option<Duration>) {
+        let shared = &self.local.shared;
+        shared.sleepers.prepare(self.local.id);
+        if shared.has_queued_work() || shared.finished() {
+            shared.sleepers.cancel(self.local.id);
+            return;
+        }
+        Counters::bump(&self.counters.parks);
+        match timeout {
+            Some(d) => std::thread::park_timeout(d),
+            None => std::thread::park(),
+        }
+        shared.sleepers.cancel(self.local.id);
+    }
+}
