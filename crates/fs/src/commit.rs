@@ -180,11 +180,27 @@ impl FileSystem {
         }
     }
 
+    /// Retires the blocks of freed inodes whose last copy has finished since.
+    pub(crate) fn reap_deferred(&self) {
+        let ready: Vec<Extent> = {
+            let mut d = self.deferred.lock();
+            if d.is_empty() {
+                return;
+            }
+            let (ready, keep): (Vec<_>, Vec<_>) =
+                d.drain(..).partition(|(p, _)| self.mover.is_done(*p));
+            *d = keep;
+            ready.into_iter().flat_map(|(_, x)| x).collect()
+        };
+        self.retire(ready);
+    }
+
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
     pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),
             Err(_) => {
+                self.reap_deferred();
                 for _ in 0..3 {
                     self.epoch.collect(|e| self.blocks.free(e));
                 }

@@ -38,6 +38,8 @@ pub enum Error {
     Corrupt(String),
     #[error(transparent)]
     Region(#[from] pmem::Error),
+    #[error("data mover: {0}")]
+    Mover(#[from] mover::Error),
 }
 
 impl Error {
@@ -59,6 +61,8 @@ impl Error {
             Error::FileTooBig => libc::EFBIG,
             Error::Corrupt(_) => libc::EUCLEAN,
             Error::Region(e) => e.errno(),
+            Error::Mover(mover::Error::Engine(_)) => libc::EIO,
+            Error::Mover(e) => e.errno(),
         }
     }
 }

@@ -7,12 +7,14 @@ use parking_lot::Mutex;
 
 use crate::alloc::Extent;
 use crate::commit::Staged;
+use crate::epoch::ReadGuard;
 use crate::error::{Error, Result};
 use crate::inode::{FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
-use crate::mover::{ReadPiece, WritePiece};
 use crate::{now_ns, FileSystem, Stat, MAX_FILE_SIZE};
+use mover::{Pending, ReadPiece, WritePiece};
+use parking_lot::RwLockWriteGuard;
 
 /// An open file descriptor of a mounted file system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,6 +94,21 @@ pub(crate) struct OpenFile {
     pos: Mutex<u64>,
 }
 
+impl OpenFile {
+    pub(crate) fn inode(&self) -> &Arc<Inode> {
+        &self.inode
+    }
+    pub(crate) fn readable(&self) -> bool {
+        self.readable
+    }
+    pub(crate) fn writable(&self) -> bool {
+        self.writable
+    }
+    pub(crate) fn append(&self) -> bool {
+        self.append
+    }
+}
+
 impl FileSystem {
     /// Opens (and with `O_CREAT` creates) a file; returns the lowest free descriptor.
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
@@ -161,7 +178,7 @@ impl FileSystem {
         Ok(Fd(slot as u32))
     }
 
-    fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         self.fds
             .read()
             .get(fd.0 as usize)
@@ -345,14 +362,32 @@ impl FileSystem {
     }
 
     /// Copy-on-write write of `buf` at `at` (`None`: at the end). Returns the offset
-    /// just past the data written.
+    /// just past the data written, once the data is durable.
     pub(crate) fn write_inode(
         &self,
         inode: &Arc<Inode>,
         at: Option<u64>,
         buf: &[u8],
     ) -> Result<u64> {
-        let mut st = inode.state.write();
+        // SAFETY: `buf` and the returned page buffers live until the wait below.
+        let started = unsafe { self.start_write_inode(inode, at, buf)? };
+        self.mover.wait(started.pending)?;
+        Ok(started.end)
+    }
+
+    /// The orderless write (EASYIO §4.2): under the inode lock, start the data copy,
+    /// append and commit the entry carrying its SN, and release the lock — without
+    /// waiting for the copy, which the caller does next.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and unmodified until `pending` of the result is done.
+    pub(crate) unsafe fn start_write_inode(
+        &self,
+        inode: &Arc<Inode>,
+        at: Option<u64>,
+        buf: &[u8],
+    ) -> Result<StartedWrite> {
+        let mut st = self.lock_settled(inode)?;
         match st.kind {
             FileKind::Dir => return Err(Error::IsDir),
             FileKind::Symlink => return Err(Error::Invalid("write to a symbolic link".into())),
@@ -360,26 +395,60 @@ impl FileSystem {
         }
         let off = at.unwrap_or(st.size);
         if buf.is_empty() {
-            return Ok(off);
+            return Ok(StartedWrite {
+                end: off,
+                pending: Pending::Done,
+                _pages: Vec::new(),
+            });
         }
-        let staged = self.stage_data(inode.ino, &mut st, off, buf, now_ns())?;
+        // SAFETY: forwarded from our caller.
+        let (staged, pending, pages) =
+            unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns())? };
         let displaced = self.commit_one(&mut st, staged);
+        st.last_write = pending;
         self.retire(displaced);
         self.maybe_clean(inode, &mut st);
-        Ok(off + buf.len() as u64)
+        Ok(StartedWrite {
+            end: off + buf.len() as u64,
+            pending,
+            _pages: pages,
+        })
+    }
+
+    /// Level 2 of the two-level lock for writers: the inode write-locked with no copy of
+    /// an earlier write still running. The level-1 lock is never held while waiting.
+    pub(crate) fn lock_settled<'a>(
+        &self,
+        inode: &'a Arc<Inode>,
+    ) -> Result<RwLockWriteGuard<'a, InodeState>> {
+        loop {
+            let mut st = inode.state.write();
+            let p = st.last_write;
+            if self.mover.is_done(p) {
+                st.last_write = Pending::Done;
+                return Ok(st);
+            }
+            drop(st);
+            self.mover.wait(p)?;
+        }
     }
 
     /// Allocates new blocks for the pages `buf` touches at `off`, fills them — the
     /// untouched parts of partial pages from the old blocks, bytes past the old size as
-    /// zeros — and stages the write entries. Nothing is committed.
-    pub(crate) fn stage_data(
+    /// zeros — through the mover, and stages the write entries carrying the copy's SN.
+    /// Nothing is committed. Returns the merged partial pages, which must outlive the
+    /// copy.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and unmodified until the returned copy is done.
+    pub(crate) unsafe fn stage_data(
         &self,
         ino: u64,
         st: &mut InodeState,
         off: u64,
         buf: &[u8],
         now: i64,
-    ) -> Result<Staged> {
+    ) -> Result<(Staged, Pending, Vec<Vec<u8>>)> {
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
@@ -397,67 +466,114 @@ impl FileSystem {
         let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
-        let mut pieces: Vec<WritePiece<'_>> = Vec::new();
-        let mut p = p0;
-        while p < p1 {
-            let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
-            if p == p0 && head_partial {
+        let pending = {
+            let mut pieces: Vec<WritePiece<'_>> = Vec::new();
+            let mut p = p0;
+            while p < p1 {
+                let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
+                if p == p0 && head_partial {
+                    pieces.push(WritePiece {
+                        dst,
+                        src: head_buf.as_ref().unwrap(),
+                    });
+                    p += 1;
+                    continue;
+                }
+                if p == p1 - 1 && tail_partial {
+                    pieces.push(WritePiece {
+                        dst,
+                        src: tail_buf.as_ref().unwrap(),
+                    });
+                    p += 1;
+                    continue;
+                }
+                // A run of whole pages landing in contiguous blocks: one copy.
+                let mut q = p + 1;
+                let last_whole = if tail_partial { p1 - 1 } else { p1 };
+                while q < last_whole
+                    && blocks[(q - p0) as usize] == blocks[(q - p0 - 1) as usize] + 1
+                {
+                    q += 1;
+                }
+                let from = (p * BLOCK_SIZE - off) as usize;
+                let to = (q * BLOCK_SIZE - off) as usize;
                 pieces.push(WritePiece {
                     dst,
-                    src: head_buf.as_ref().unwrap(),
+                    src: &buf[from..to],
                 });
-                p += 1;
-                continue;
+                p = q;
             }
-            if p == p1 - 1 && tail_partial {
-                pieces.push(WritePiece {
-                    dst,
-                    src: tail_buf.as_ref().unwrap(),
-                });
-                p += 1;
-                continue;
-            }
-            // A run of whole pages landing in contiguous blocks: one copy.
-            let mut q = p + 1;
-            let last_whole = if tail_partial { p1 - 1 } else { p1 };
-            while q < last_whole && blocks[(q - p0) as usize] == blocks[(q - p0 - 1) as usize] + 1 {
-                q += 1;
-            }
-            let from = (p * BLOCK_SIZE - off) as usize;
-            let to = (q * BLOCK_SIZE - off) as usize;
-            pieces.push(WritePiece {
-                dst,
-                src: &buf[from..to],
-            });
-            p = q;
-        }
-        self.mover.write(&*self.pm, &pieces);
-        let size = st.size.max(end);
-        let mut entries = Vec::with_capacity(extents.len());
-        let mut pg = p0;
-        for e in &extents {
-            entries.push(Entry::Write {
-                pgoff: pg,
-                block: e.start,
-                npages: e.len as u32,
-                size,
-                mtime: now,
-                sn: 0,
-            });
-            pg += e.len;
-        }
-        match self.stage(ino, st, entries) {
-            Ok(mut staged) => {
-                staged.new_data = extents;
-                Ok(staged)
-            }
+            // SAFETY: `buf` per our caller; the merged pages are returned to the caller,
+            // who keeps them until the copy is done (moving a Vec keeps its heap buffer).
+            unsafe { self.mover.start_write(&pieces) }
+        };
+        let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
+        match self.stage_write_entries(ino, st, p0, &extents, end, now, pending) {
+            Ok(staged) => Ok((staged, pending, pages)),
             Err(e) => {
+                // The copy may still be running into these blocks: let it finish first.
+                let _ = self.mover.wait(pending);
                 for x in extents {
                     self.blocks.free(x);
                 }
                 Err(e)
             }
         }
+    }
+
+    /// [`Self::stage_data`] for small data written at offset 0 by this thread (symlink
+    /// targets): nothing is left pending.
+    pub(crate) fn stage_cpu_data(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        data: &[u8],
+        now: i64,
+    ) -> Result<Staged> {
+        let n = (data.len() as u64).div_ceil(BLOCK_SIZE);
+        let extents = self.alloc_blocks(n)?;
+        let mut at = 0usize;
+        for e in &extents {
+            for b in e.start..e.start + e.len {
+                let chunk = &data[at..(at + BLOCK_SIZE as usize).min(data.len())];
+                self.pm.copy_nt(b * BLOCK_SIZE, chunk);
+                at += chunk.len();
+            }
+        }
+        self.pm.fence();
+        self.stage_write_entries(ino, st, 0, &extents, data.len() as u64, now, Pending::Done)
+            .inspect_err(|_| extents.iter().for_each(|&x| self.blocks.free(x)))
+    }
+
+    /// Stages one write entry per extent of new blocks for pages from `p0`.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_write_entries(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        p0: u64,
+        extents: &[Extent],
+        end: u64,
+        now: i64,
+        pending: Pending,
+    ) -> Result<Staged> {
+        let size = st.size.max(end);
+        let mut entries = Vec::with_capacity(extents.len());
+        let mut pg = p0;
+        for e in extents {
+            entries.push(Entry::Write {
+                pgoff: pg,
+                block: e.start,
+                npages: e.len as u32,
+                size,
+                mtime: now,
+                sn: pending.raw(),
+            });
+            pg += e.len;
+        }
+        let mut staged = self.stage(ino, st, entries)?;
+        staged.new_data = extents.to_vec();
+        Ok(staged)
     }
 
     /// Gives back the data blocks of a staged write that will not be committed.
@@ -482,16 +598,43 @@ impl FileSystem {
         page
     }
 
-    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros. The inode lock is
-    /// released before the copy; the blocks stay allocated until it finishes.
+    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
     pub(crate) fn read_inode(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let (n, segs, _guard) = {
+        // SAFETY: `buf` stays borrowed until the wait below.
+        let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf)? };
+        let r = self.mover.wait(pending);
+        drop(guard);
+        r?;
+        Ok(n)
+    }
+
+    /// Starts a read: waits (level 2) for the latest write's copy, looks the blocks up
+    /// under the inode's read lock, registers with the epoch so the blocks stay
+    /// allocated, releases the lock and starts the copy. A read never delays a later
+    /// write: writes never touch blocks a reader may still copy from.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and untouched until the returned copy is done, and the
+    /// guard must be kept until then.
+    pub(crate) unsafe fn start_read_inode(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<(usize, Pending, ReadGuard<'_>)> {
+        let (n, segs, guard) = loop {
             let st = inode.state.read();
             if st.kind == FileKind::Dir {
                 return Err(Error::IsDir);
             }
+            if !self.mover.is_done(st.last_write) {
+                let p = st.last_write;
+                drop(st);
+                self.mover.wait(p)?;
+                continue;
+            }
             if off >= st.size || buf.is_empty() {
-                return Ok(0);
+                return Ok((0, Pending::Done, self.epoch.pin()));
             }
             let n = (st.size - off).min(buf.len() as u64) as usize;
             // (length, region offset or None for a hole), in buffer order.
@@ -512,7 +655,7 @@ impl FileSystem {
                 }
                 pos += len;
             }
-            (n, segs, self.epoch.pin())
+            break (n, segs, self.epoch.pin());
         };
         let mut pieces = Vec::with_capacity(segs.len());
         let mut rest = &mut buf[..n];
@@ -524,15 +667,16 @@ impl FileSystem {
                 None => this.fill(0),
             }
         }
-        self.mover.read(&*self.pm, &mut pieces);
-        Ok(n)
+        // SAFETY: forwarded from our caller.
+        let pending = unsafe { self.mover.start_read(&mut pieces) };
+        Ok((n, pending, guard))
     }
 
     pub(crate) fn truncate_inode(&self, inode: &Arc<Inode>, len: u64) -> Result<()> {
         if len > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
-        let mut st = inode.state.write();
+        let mut st = self.lock_settled(inode)?;
         match st.kind {
             FileKind::Dir => return Err(Error::IsDir),
             FileKind::Symlink => return Err(Error::Invalid("truncate of a symbolic link".into())),
@@ -551,13 +695,8 @@ impl FileSystem {
                 self.pm
                     .read(old * BLOCK_SIZE, &mut page[..(len % BLOCK_SIZE) as usize]);
                 cow = self.alloc_blocks(1)?;
-                self.mover.write(
-                    &*self.pm,
-                    &[WritePiece {
-                        dst: cow[0].start * BLOCK_SIZE,
-                        src: &page,
-                    }],
-                );
+                // One page, copied by this thread: nothing left pending under the lock.
+                self.pm.copy_persist(cow[0].start * BLOCK_SIZE, &page);
                 entries.push(Entry::Write {
                     pgoff: pg,
                     block: cow[0].start,
@@ -590,6 +729,15 @@ impl FileSystem {
         self.maybe_clean(inode, &mut st);
         Ok(())
     }
+}
+
+/// A write whose entry is committed and whose copy may still be running.
+pub(crate) struct StartedWrite {
+    /// Offset just past the data written.
+    pub end: u64,
+    pub pending: Pending,
+    /// Merged partial pages the copy reads from.
+    pub _pages: Vec<Vec<u8>>,
 }
 
 #[derive(Default)]

@@ -155,6 +155,9 @@ pub struct InodeState {
     pub parent: u64,
     /// Set once the inode has been freed; operations that raced with the free fail.
     pub freed: bool,
+    /// Level 2 of the two-level lock: the copy of the latest write, which a later read
+    /// or write of this inode waits for before touching data.
+    pub last_write: mover::Pending,
 }
 
 impl InodeState {
@@ -175,6 +178,7 @@ impl InodeState {
             children: HashMap::new(),
             parent: 0,
             freed: false,
+            last_write: mover::Pending::Done,
         }
     }
 

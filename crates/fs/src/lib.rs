@@ -12,6 +12,7 @@
 //! Not modelled: permissions are recorded (mode, uid, gid) but not enforced, and
 //! `atime` is not updated by reads (as with `noatime`).
 
+mod aio;
 mod alloc;
 mod commit;
 mod epoch;
@@ -22,7 +23,6 @@ mod inode;
 mod journal;
 pub mod layout;
 mod log;
-pub mod mover;
 mod namespace;
 mod recovery;
 
@@ -34,11 +34,12 @@ use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
 use serde::Serialize;
 
+pub use aio::{ReadToken, WriteToken};
 pub use error::{Error, Result};
 pub use file::{Fd, OpenFlags, Whence};
 pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
-pub use mover::{CpuMover, Mover};
+pub use mover::{Config as MoverConfig, Mode, Mover, Pending};
 pub use recovery::MountReport;
 
 use alloc::{BlockAlloc, InoAlloc};
@@ -67,15 +68,29 @@ pub struct FormatOptions {
 }
 
 /// Choices made when mounting.
+#[derive(Clone, Debug)]
 pub struct MountOptions {
     /// Who moves file data.
-    pub mover: Box<dyn Mover>,
+    pub mode: Mode,
+    /// Thresholds of the data movers.
+    pub mover: MoverConfig,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            mover: Box::new(CpuMover),
+            mode: Mode::Cpu,
+            mover: MoverConfig::default(),
+        }
+    }
+}
+
+impl MountOptions {
+    /// Default options with data moved in `mode`.
+    pub fn with_mode(mode: Mode) -> MountOptions {
+        MountOptions {
+            mode,
+            ..MountOptions::default()
         }
     }
 }
@@ -128,6 +143,9 @@ pub struct FileSystem {
     fds: RwLock<Vec<Option<Arc<OpenFile>>>>,
     rename_lock: Mutex<()>,
     mover: Box<dyn Mover>,
+    /// Data blocks of freed inodes whose last write's copy was still running: retired
+    /// once it is done, so the engine never writes into a reused block.
+    deferred: Mutex<Vec<(Pending, Vec<alloc::Extent>)>>,
     unmounted: std::sync::atomic::AtomicBool,
 }
 
@@ -175,6 +193,12 @@ impl FileSystem {
         for fd in open {
             let _ = self.close(fd);
         }
+        for (p, exts) in self.deferred.lock().drain(..) {
+            let _ = self.mover.wait(p);
+            for e in exts {
+                self.blocks.free(e);
+            }
+        }
         for ext in self.epoch.drain() {
             self.blocks.free(ext);
         }
@@ -191,9 +215,14 @@ impl FileSystem {
         &self.pm
     }
 
-    /// The data mover in use.
-    pub fn mover_name(&self) -> &'static str {
-        self.mover.name()
+    /// The data-movement mode in use.
+    pub fn mode(&self) -> Mode {
+        self.mover.mode()
+    }
+
+    /// The copy engine, in modes that use one.
+    pub fn engine(&self) -> Option<&Arc<engine::Engine>> {
+        self.mover.engine()
     }
 
     /// Blocks and inodes in use.

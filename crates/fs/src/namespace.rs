@@ -235,7 +235,9 @@ impl FileSystem {
             let child_staged = if data.is_empty() {
                 None
             } else {
-                Some(self.stage_data(ino, &mut st, 0, data, now)?)
+                // Symlink targets are small: copied by this thread, never left pending
+                // while the directory is locked.
+                Some(self.stage_cpu_data(ino, &mut st, data, now)?)
             };
             let mut entries = vec![Entry::DentryAdd {
                 ino,
@@ -452,7 +454,11 @@ impl FileSystem {
         self.free_log_pages(st);
         let data = st.data_extents();
         st.pages.clear();
-        self.retire(data);
+        if self.mover.is_done(st.last_write) {
+            self.retire(data);
+        } else {
+            self.deferred.lock().push((st.last_write, data));
+        }
         self.inodes.write().remove(&inode.ino);
         self.inos.free(inode.ino);
     }

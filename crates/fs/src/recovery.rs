@@ -185,6 +185,13 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         // Heal the primary from the replica.
         geo.write(&*pm);
     }
+    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
+        return Err(Error::Invalid(format!(
+            "{} engine channels requested; the file system was formatted with {}",
+            opts.mover.engine_channels, geo.channels
+        )));
+    }
+    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)?;
     let fs = FileSystem {
         pm,
         geo,
@@ -195,7 +202,8 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         epoch: Epoch::new(),
         fds: RwLock::new(Vec::new()),
         rename_lock: Mutex::new(()),
-        mover: opts.mover,
+        mover,
+        deferred: Mutex::new(Vec::new()),
         unmounted: AtomicBool::new(false),
     };
     report.mount_us = start.elapsed().as_micros() as u64;

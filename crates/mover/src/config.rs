@@ -1,0 +1,72 @@
+//! Every threshold of every mode, named, with where it comes from; all overridable.
+
+use crate::Error;
+
+/// The knobs of the data movers. `Default` gives the values of the papers.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Config {
+    /// `async`: copies of at most this many bytes go by CPU (EASYIO §4.4: the engine
+    /// only pays off above 4 KiB).
+    pub cpu_max: usize,
+    /// `async`: a read goes to the engine only if some channel has fewer than this many
+    /// descriptors queued, else by CPU (EASYIO Listing 2: queue depth below 2).
+    pub read_queue_depth: u64,
+    /// Engine channels the file system uses.
+    pub engine_channels: usize,
+    /// `dma-sync`: writes smaller than this go by CPU (Fastmove §5.4 size threshold;
+    /// §6.3.2 finds bulk writes pay off from 16 KiB).
+    pub dma_write_min: usize,
+    /// `dma-sync`: reads smaller than this go by CPU (Fastmove §6.3: 32 KiB).
+    pub dma_read_min: usize,
+    /// `dma-sync`: requests in flight on the engine above which the CPU copies
+    /// (Fastmove's concurrency sweet spot M).
+    pub dma_concurrency: usize,
+    /// `delegate`: writes larger than this are delegated (OdinFS §3.5: 256 B, the
+    /// media's XPBuffer size).
+    pub delegate_write_min: usize,
+    /// `delegate`: reads larger than this are delegated (OdinFS §3.5: one 32 KiB
+    /// stripe, where parallelising across delegation threads starts to pay).
+    pub delegate_read_min: usize,
+    /// `delegate`: a request is split into pieces of this size across the delegation
+    /// threads (OdinFS stripe).
+    pub stripe: usize,
+    /// `delegate`: number of delegation threads.
+    pub delegation_threads: usize,
+    /// `semaphore`: callers copying at once (PM-efficiency study: 2).
+    pub semaphore_k: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            cpu_max: 4096,
+            read_queue_depth: 2,
+            engine_channels: 2,
+            dma_write_min: 16 * 1024,
+            dma_read_min: 32 * 1024,
+            dma_concurrency: 4,
+            delegate_write_min: 256,
+            delegate_read_min: 32 * 1024,
+            stripe: 32 * 1024,
+            delegation_threads: 2,
+            semaphore_k: 2,
+        }
+    }
+}
+
+impl Config {
+    /// Refuses settings that cannot work.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |what: &str| Err(Error::Config(format!("mover config: {what}")));
+        if self.engine_channels == 0 || self.engine_channels > engine::MAX_CHANNELS {
+            return bad("engine_channels must be 1..=64");
+        }
+        if self.delegation_threads == 0 || self.semaphore_k == 0 || self.dma_concurrency == 0 {
+            return bad("delegation_threads, semaphore_k and dma_concurrency must be at least 1");
+        }
+        if self.stripe == 0 {
+            return bad("stripe must be at least 1 byte");
+        }
+        Ok(())
+    }
+}

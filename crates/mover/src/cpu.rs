@@ -1,0 +1,35 @@
+//! `cpu` mode (NOVA): the calling thread copies, with non-temporal stores into the
+//! region and one fence per request.
+
+use std::sync::Arc;
+
+use pmem::Pmem;
+
+use crate::{cpu_read, cpu_write, Mode, Mover, Pending, ReadPiece, WritePiece};
+
+/// The calling thread copies.
+pub struct CpuMover {
+    pm: Arc<dyn Pmem>,
+}
+
+impl CpuMover {
+    pub fn new(pm: Arc<dyn Pmem>) -> CpuMover {
+        CpuMover { pm }
+    }
+}
+
+impl Mover for CpuMover {
+    fn mode(&self) -> Mode {
+        Mode::Cpu
+    }
+
+    unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
+        cpu_write(&*self.pm, pieces);
+        Pending::Done
+    }
+
+    unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending {
+        cpu_read(&*self.pm, pieces);
+        Pending::Done
+    }
+}

@@ -1,0 +1,295 @@
+//! `mover`: who moves file data between DRAM and the region, and when the caller gets
+//! control back — the one axis on which the seed systems differ (DESIGN.md, "Baselines
+//! as modes").
+//!
+//! | mode        | models                      | who copies                         | caller       |
+//! |-------------|-----------------------------|------------------------------------|--------------|
+//! | `cpu`       | NOVA                        | calling thread, non-temporal stores| blocked      |
+//! | `semaphore` | PM-efficiency "Semaphore"   | calling thread, at most K at once  | blocked      |
+//! | `delegate`  | OdinFS / "Workqueue"        | delegation threads                 | blocked      |
+//! | `dma-sync`  | NOVA-DMA / Fastmove         | engine (+ CPU share of bulk reads) | blocked      |
+//! | `async`     | EASYIO                      | engine, selective offload          | uthread yields |
+//!
+//! A mover *starts* a copy and returns a [`Pending`]; the synchronous modes finish
+//! before returning ([`Pending::Done`]), `async` returns the engine's SN, which the file
+//! system records in its log entry (orderless commit) before waiting.
+
+mod config;
+mod cpu;
+mod delegate;
+mod dma_sync;
+mod offload;
+mod semaphore;
+
+use std::sync::Arc;
+
+pub use config::Config;
+pub use cpu::CpuMover;
+pub use delegate::DelegateMover;
+pub use dma_sync::DmaSyncMover;
+pub use offload::AsyncMover;
+pub use semaphore::SemaphoreMover;
+
+use pmem::Pmem;
+
+/// A copy into the region: `src` goes to region byte offset `dst`.
+pub struct WritePiece<'a> {
+    pub dst: u64,
+    pub src: &'a [u8],
+}
+
+/// A copy out of the region: region byte offset `src` fills `dst`.
+pub struct ReadPiece<'a> {
+    pub src: u64,
+    pub dst: &'a mut [u8],
+}
+
+/// Where a started copy stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// Finished (and, for writes, durable).
+    Done,
+    /// Running on an engine channel; finished once the SN is done.
+    Sn(engine::Sn),
+}
+
+impl Pending {
+    /// The SN as stored in a log entry: 0 for a finished copy.
+    pub fn raw(self) -> u64 {
+        match self {
+            Pending::Done => 0,
+            Pending::Sn(sn) => sn.to_raw(),
+        }
+    }
+}
+
+/// Why a mover could not be built or a copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("unknown mode {0:?} (cpu, semaphore, delegate, dma-sync, async)")]
+    UnknownMode(String),
+    #[error("copy engine: {0}")]
+    Engine(#[from] engine::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+impl Error {
+    /// The errno for the C ABI and exit codes.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::UnknownMode(_) | Error::Config(_) => libc::EINVAL,
+            Error::Engine(e) => e.errno(),
+        }
+    }
+}
+
+/// The data-movement modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Cpu,
+    Semaphore,
+    Delegate,
+    DmaSync,
+    Async,
+}
+
+impl Mode {
+    /// Every mode, in the order of the table above.
+    pub const ALL: [Mode; 5] = [
+        Mode::Cpu,
+        Mode::Semaphore,
+        Mode::Delegate,
+        Mode::DmaSync,
+        Mode::Async,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::Semaphore => "semaphore",
+            Mode::Delegate => "delegate",
+            Mode::DmaSync => "dma-sync",
+            Mode::Async => "async",
+        }
+    }
+
+    /// Whether the mode uses a copy engine.
+    pub fn uses_engine(self) -> bool {
+        matches!(self, Mode::DmaSync | Mode::Async)
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Mode, Error> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::UnknownMode(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who moves file data.
+pub trait Mover: Send + Sync {
+    /// The mode this mover implements.
+    fn mode(&self) -> Mode;
+
+    /// Starts copying every piece into the region. Synchronous modes return
+    /// [`Pending::Done`] with the data durable.
+    ///
+    /// # Safety
+    /// Every `src` buffer must stay valid and unmodified until the returned copy is done
+    /// ([`Mover::is_done`] or [`Mover::wait`]).
+    unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending;
+
+    /// Starts copying every piece out of the region.
+    ///
+    /// # Safety
+    /// Every `dst` buffer must stay valid, and must not be read or written by anyone
+    /// else, until the returned copy is done.
+    unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending;
+
+    /// Whether a started copy has finished: one load and a compare for engine copies.
+    fn is_done(&self, p: Pending) -> bool {
+        p == Pending::Done
+    }
+
+    /// Waits for a started copy: inside a uthread the uthread yields (it waits in its
+    /// worker's wait set); on an ordinary thread the caller spins, then backs off.
+    /// Fails if the engine channel failed before completing it.
+    fn wait(&self, p: Pending) -> Result<(), Error> {
+        debug_assert_eq!(
+            p,
+            Pending::Done,
+            "a mover that returns SNs must override wait"
+        );
+        Ok(())
+    }
+
+    /// Copies into the region and returns once everything is durable.
+    fn write(&self, pieces: &[WritePiece<'_>]) -> Result<(), Error> {
+        // SAFETY: we wait for the copy before the borrow of `pieces` ends.
+        let p = unsafe { self.start_write(pieces) };
+        self.wait(p)
+    }
+
+    /// Copies out of the region and returns once every byte is in place.
+    fn read(&self, pieces: &mut [ReadPiece<'_>]) -> Result<(), Error> {
+        // SAFETY: we wait for the copy before the borrow of `pieces` ends.
+        let p = unsafe { self.start_read(pieces) };
+        self.wait(p)
+    }
+
+    /// The copy engine, for modes that use one.
+    fn engine(&self) -> Option<&Arc<engine::Engine>> {
+        None
+    }
+}
+
+/// Builds the mover for `mode` over the region `pm`, whose engine completion records
+/// are at `records_off`.
+pub fn build(
+    mode: Mode,
+    pm: Arc<dyn Pmem>,
+    records_off: u64,
+    cfg: &Config,
+) -> Result<Box<dyn Mover>, Error> {
+    cfg.validate()?;
+    Ok(match mode {
+        Mode::Cpu => Box::new(CpuMover::new(pm)),
+        Mode::Semaphore => Box::new(SemaphoreMover::new(pm, cfg.semaphore_k)),
+        Mode::Delegate => Box::new(DelegateMover::new(pm, cfg)),
+        Mode::DmaSync => Box::new(DmaSyncMover::new(
+            pm.clone(),
+            open_engine(pm, records_off, cfg)?,
+            cfg,
+        )),
+        Mode::Async => Box::new(AsyncMover::new(
+            pm.clone(),
+            open_engine(pm, records_off, cfg)?,
+            cfg,
+        )),
+    })
+}
+
+fn open_engine(
+    pm: Arc<dyn Pmem>,
+    records_off: u64,
+    cfg: &Config,
+) -> Result<Arc<engine::Engine>, Error> {
+    let ecfg = engine::EngineConfig {
+        area_off: records_off,
+        channels: cfg.engine_channels,
+        ..engine::EngineConfig::default()
+    };
+    Ok(Arc::new(engine::Engine::software(pm, &ecfg)?))
+}
+
+/// Copies pieces into the region on the calling thread, one fence for all.
+pub(crate) fn cpu_write(pm: &dyn Pmem, pieces: &[WritePiece<'_>]) {
+    for p in pieces {
+        pm.copy_nt(p.dst, p.src);
+    }
+    pm.fence();
+}
+
+/// Copies pieces out of the region on the calling thread.
+pub(crate) fn cpu_read(pm: &dyn Pmem, pieces: &mut [ReadPiece<'_>]) {
+    for p in pieces {
+        pm.read(p.src, p.dst);
+    }
+}
+
+/// Waits for `sn` on `engine`: in a uthread through the runtime's wait set.
+pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(), Error> {
+    rt::wait_until(|| !matches!(engine.poll(sn), Ok(false)));
+    engine.poll(sn)?;
+    Ok(())
+}
+
+/// Submits `descs` to `channel` as batches no larger than the engine takes, yielding
+/// while the channel is full; returns the SN of the last batch, which covers all of them
+/// (a channel completes in order).
+///
+/// # Safety
+/// As for [`engine::Engine::try_submit`]: every buffer must live until the SN is done.
+pub(crate) unsafe fn submit_all(
+    engine: &engine::Engine,
+    channel: u16,
+    descs: &[engine::Desc],
+) -> Result<engine::Sn, engine::Error> {
+    let mut last = None;
+    for batch in descs.chunks(engine.max_batch().max(1)) {
+        loop {
+            // SAFETY: forwarded from the caller.
+            match unsafe { engine.try_submit(channel, batch) } {
+                Ok(sn) => {
+                    last = Some(sn);
+                    break;
+                }
+                Err(engine::Error::Busy { .. }) => rt::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    last.ok_or(engine::Error::BadBatch("empty request".into()))
+}
+
+/// Total bytes of a request.
+pub(crate) fn write_bytes(pieces: &[WritePiece<'_>]) -> usize {
+    pieces.iter().map(|p| p.src.len()).sum()
+}
+
+/// Total bytes of a request.
+pub(crate) fn read_bytes(pieces: &[ReadPiece<'_>]) -> usize {
+    pieces.iter().map(|p| p.dst.len()).sum()
+}

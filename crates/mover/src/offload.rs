@@ -1,0 +1,129 @@
+//! `async` mode (EASYIO §4): selective offload to the copy engine with read admission
+//! control; the caller gets the SN back and waits for it where it likes — in a uthread,
+//! by yielding.
+//!
+//! - Copies of at most `cpu_max` (4 KiB) go by CPU: below that the engine's submission
+//!   and completion cost more than the copy.
+//! - A write's pieces above that go to the engine as one batch on one channel (the
+//!   least loaded); the partial head and tail pages of an unaligned write arrive here as
+//!   page-sized pieces and so go by CPU.
+//! - A read goes to the engine only if some channel has fewer than `read_queue_depth`
+//!   (2) descriptors queued — EASYIO Listing 2 — otherwise the CPU copies it at once,
+//!   since a read's latency is what the caller waits on.
+
+use std::sync::Arc;
+
+use engine::{Desc, Engine};
+use pmem::Pmem;
+
+use crate::{
+    cpu_read, read_bytes, submit_all, wait_engine, Config, Mode, Mover, Pending, ReadPiece,
+    WritePiece,
+};
+
+/// EASYIO's selective offload over one engine.
+pub struct AsyncMover {
+    pm: Arc<dyn Pmem>,
+    engine: Arc<Engine>,
+    cpu_max: usize,
+    read_queue_depth: u64,
+}
+
+impl AsyncMover {
+    pub fn new(pm: Arc<dyn Pmem>, engine: Arc<Engine>, cfg: &Config) -> AsyncMover {
+        AsyncMover {
+            pm,
+            engine,
+            cpu_max: cfg.cpu_max,
+            read_queue_depth: cfg.read_queue_depth,
+        }
+    }
+
+    /// The channel with the fewest queued descriptors, and its depth.
+    fn least_loaded(&self) -> (u16, u64) {
+        (0..self.engine.channels() as u16)
+            .map(|c| (c, self.engine.queue_depth(c)))
+            .min_by_key(|&(_, d)| d)
+            .unwrap_or((0, 0))
+    }
+}
+
+impl Mover for AsyncMover {
+    fn mode(&self) -> Mode {
+        Mode::Async
+    }
+
+    unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
+        let mut descs = Vec::new();
+        let mut by_cpu = false;
+        for p in pieces {
+            if p.src.len() <= self.cpu_max {
+                self.pm.copy_nt(p.dst, p.src);
+                by_cpu = true;
+            } else {
+                descs.push(Desc::write(p.src, p.dst));
+            }
+        }
+        if by_cpu {
+            self.pm.fence();
+        }
+        if descs.is_empty() {
+            return Pending::Done;
+        }
+        let (channel, _) = self.least_loaded();
+        // SAFETY: forwarded from our caller's contract.
+        match unsafe { submit_all(&self.engine, channel, &descs) } {
+            Ok(sn) => Pending::Sn(sn),
+            Err(_) => {
+                // The engine refused (shut down or failed): copy by CPU instead.
+                for p in pieces.iter().filter(|p| p.src.len() > self.cpu_max) {
+                    self.pm.copy_nt(p.dst, p.src);
+                }
+                self.pm.fence();
+                Pending::Done
+            }
+        }
+    }
+
+    unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending {
+        if read_bytes(pieces) <= self.cpu_max {
+            cpu_read(&*self.pm, pieces);
+            return Pending::Done;
+        }
+        let (channel, depth) = self.least_loaded();
+        if depth >= self.read_queue_depth {
+            cpu_read(&*self.pm, pieces);
+            return Pending::Done;
+        }
+        let descs: Vec<Desc> = pieces
+            .iter_mut()
+            .map(|p| Desc::read(p.src, p.dst))
+            .collect();
+        // SAFETY: forwarded from our caller's contract.
+        match unsafe { submit_all(&self.engine, channel, &descs) } {
+            Ok(sn) => Pending::Sn(sn),
+            Err(_) => {
+                cpu_read(&*self.pm, pieces);
+                Pending::Done
+            }
+        }
+    }
+
+    fn is_done(&self, p: Pending) -> bool {
+        match p {
+            Pending::Done => true,
+            Pending::Sn(sn) => self.engine.is_done(sn),
+        }
+    }
+
+    fn wait(&self, p: Pending) -> Result<(), crate::Error> {
+        match p {
+            Pending::Done => Ok(()),
+            Pending::Sn(sn) => wait_engine(&self.engine, sn),
+        }
+    }
+
+    fn engine(&self) -> Option<&Arc<Engine>> {
+        Some(&self.engine)
+    }
+}
