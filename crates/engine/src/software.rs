@@ -220,6 +220,8 @@ impl Software {
 }
 
 fn worker(ch: &SwChannel, pmem: &dyn Pmem, spin: Duration) {
+    // On emulated slow memory, sleep out the modelled copy time instead of spinning.
+    pmem::slowmem::defer_stalls();
     let mut idle_since: Option<Instant> = None;
     let mut spins = 0u32;
     loop {
@@ -292,8 +294,9 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
         return GroupEnd::Empty;
     }
     // Everything copied so far is durable after this fence; only then may the counter
-    // say so.
+    // say so (on emulated slow memory, only once the modelled copy time has passed).
     pmem.fence();
+    pmem::slowmem::sleep_until_deferred();
     if ch.freeze.load(Ordering::SeqCst) {
         ch.frozen_at.store(last, Ordering::Release);
         while ch.freeze.load(Ordering::SeqCst) {

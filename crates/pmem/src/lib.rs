@@ -17,6 +17,7 @@ mod error;
 pub mod peer;
 pub mod persist;
 mod region;
+pub mod slowmem;
 
 pub use error::{Error, Result};
 pub use persist::{CopyKind, CpuFeatures, FlushKind, CACHE_LINE};

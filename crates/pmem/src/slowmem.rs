@@ -1,0 +1,252 @@
+//! Slow-memory emulation for machines without slow memory: a model of the medium's
+//! read and write bandwidth and access latency, shared by every copy into or out of the
+//! region. Results measured with it are emulated and must be labelled so.
+//!
+//! Every copy reserves its transfer time on the medium's timeline for its direction
+//! (so concurrent copies share the bandwidth), then completes one access latency after
+//! its transfer ends. A CPU copy *stalls* — spins — until then, as a CPU does on slow
+//! memory. A copy engine thread instead calls [`defer_stalls`] once: its copies then
+//! record their completion time, and the engine sleeps until [`deferred_deadline`]
+//! before publishing, so the modelled time passes without burning a core.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::{Durability, Pmem};
+
+/// A slow medium.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    /// Preset name, printed beside every emulated result.
+    pub name: &'static str,
+    /// Read bandwidth of the whole medium, bytes per second.
+    pub read_bw: f64,
+    /// Write bandwidth of the whole medium, bytes per second.
+    pub write_bw: f64,
+    /// Added to every read, after its transfer.
+    pub read_latency: Duration,
+    /// Added to every write, after its transfer.
+    pub write_latency: Duration,
+    /// Where the figures come from.
+    pub source: &'static str,
+}
+
+impl Model {
+    /// Intel Optane DC persistent memory as measured on EASYIO's test machine: peak
+    /// read 37.6 GB/s and write 13.2 GB/s (EASYIO §6.1); read latency set so that a
+    /// 4 KiB read takes 952 ns (Fastmove §2.2); write latency 90 ns for a write-back to
+    /// the persistence domain (an assumption; the seeds give no figure).
+    pub const OPTANE: Model = Model {
+        name: "optane",
+        read_bw: 37.6e9,
+        write_bw: 13.2e9,
+        read_latency: Duration::from_nanos(843),
+        write_latency: Duration::from_nanos(90),
+        source: "EASYIO §6.1 bandwidths, Fastmove §2.2 4 KiB read time",
+    };
+
+    /// A CXL type-3 memory expander on a PCIe 5.0 x8 link: about 26 GB/s each way and
+    /// 270 ns added latency (approximate public vendor figures, not from the seeds).
+    pub const CXL: Model = Model {
+        name: "cxl",
+        read_bw: 26e9,
+        write_bw: 26e9,
+        read_latency: Duration::from_nanos(270),
+        write_latency: Duration::from_nanos(270),
+        source: "approximate figures for a PCIe 5.0 x8 CXL expander",
+    };
+
+    /// A preset by name (`optane`, `cxl`).
+    pub fn preset(name: &str) -> Option<Model> {
+        match name {
+            "optane" => Some(Model::OPTANE),
+            "cxl" => Some(Model::CXL),
+            _ => None,
+        }
+    }
+}
+
+thread_local! {
+    static DEFER: Cell<bool> = const { Cell::new(false) };
+    static DEADLINE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Makes this thread's copies through a [`SlowMem`] record their modelled completion
+/// instead of spinning for it (for copy engine threads).
+pub fn defer_stalls() {
+    DEFER.with(|d| d.set(true));
+}
+
+/// The latest modelled completion of this thread's deferred copies since the last
+/// call, if it lies in the future; resets it.
+pub fn deferred_deadline() -> Option<Instant> {
+    let ns = DEADLINE.with(|d| d.replace(0));
+    let at = base() + Duration::from_nanos(ns);
+    (ns != 0 && at > Instant::now()).then_some(at)
+}
+
+/// Sleeps until [`deferred_deadline`], if there is one.
+pub fn sleep_until_deferred() {
+    if let Some(at) = deferred_deadline() {
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+    }
+}
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    base().elapsed().as_nanos() as u64
+}
+
+/// A region whose copies take as long as the model says.
+pub struct SlowMem {
+    inner: Arc<dyn Pmem>,
+    model: Model,
+    read_busy: AtomicU64,
+    write_busy: AtomicU64,
+}
+
+impl SlowMem {
+    /// Wraps `inner` with `model`.
+    pub fn new(inner: Arc<dyn Pmem>, model: Model) -> SlowMem {
+        SlowMem {
+            inner,
+            model,
+            read_busy: AtomicU64::new(0),
+            write_busy: AtomicU64::new(0),
+        }
+    }
+
+    /// The model in force.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Reserves the medium for `bytes` and returns when the copy completes (ns).
+    fn reserve(&self, bytes: usize, write: bool) -> u64 {
+        let (busy, bw, lat) = if write {
+            (
+                &self.write_busy,
+                self.model.write_bw,
+                self.model.write_latency,
+            )
+        } else {
+            (&self.read_busy, self.model.read_bw, self.model.read_latency)
+        };
+        let transfer = (bytes as f64 / bw * 1e9) as u64;
+        let now = now_ns();
+        let mut cur = busy.load(Ordering::Relaxed);
+        let end = loop {
+            let end = cur.max(now) + transfer;
+            match busy.compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break end,
+                Err(c) => cur = c,
+            }
+        };
+        end + lat.as_nanos() as u64
+    }
+
+    /// Stalls (or, on a deferring thread, records) until the modelled completion `done`
+    /// of a copy that reserved the medium before it started: the copy takes the longer
+    /// of the real and the modelled time.
+    fn stall(&self, done: u64) {
+        if DEFER.with(Cell::get) {
+            DEADLINE.with(|d| d.set(d.get().max(done)));
+            return;
+        }
+        while now_ns() < done {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Pmem for SlowMem {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn durability(&self) -> Durability {
+        self.inner.durability()
+    }
+    fn write(&self, off: u64, src: &[u8]) {
+        let done = self.reserve(src.len(), true);
+        self.inner.write(off, src);
+        self.stall(done);
+    }
+    fn store_u64(&self, off: u64, val: u64) {
+        self.inner.store_u64(off, val);
+    }
+    fn load_u64(&self, off: u64) -> u64 {
+        self.inner.load_u64(off)
+    }
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        let done = self.reserve(dst.len(), false);
+        self.inner.read(off, dst);
+        self.stall(done);
+    }
+    fn flush(&self, off: u64, len: u64) {
+        self.inner.flush(off, len);
+    }
+    fn fence(&self) {
+        self.inner.fence();
+    }
+    fn copy_nt(&self, off: u64, src: &[u8]) {
+        let done = self.reserve(src.len(), true);
+        self.inner.copy_nt(off, src);
+        self.stall(done);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Region;
+
+    #[test]
+    fn copies_take_the_modelled_time_and_share_bandwidth() {
+        let r: Arc<dyn Pmem> = Arc::new(Region::create_temp(8 << 20).unwrap());
+        let slow = SlowMem::new(
+            r,
+            Model {
+                name: "test",
+                read_bw: 1e9,
+                write_bw: 1e9,
+                read_latency: Duration::from_micros(50),
+                write_latency: Duration::from_micros(50),
+                source: "test",
+            },
+        );
+        let buf = vec![1u8; 1 << 20];
+        // 1 MiB at 1 GB/s is ~1 ms, plus 50 µs: the call cannot return sooner.
+        let t0 = Instant::now();
+        slow.copy_nt(0, &buf);
+        assert!(t0.elapsed() >= Duration::from_micros(1_000));
+        // A deferring thread returns at once but learns the completion time.
+        let t0 = Instant::now();
+        let deadline = std::thread::scope(|s| {
+            s.spawn(|| {
+                defer_stalls();
+                slow.copy_nt(0, &buf);
+                deferred_deadline()
+            })
+            .join()
+            .unwrap()
+        });
+        let deadline = deadline.expect("a deadline in the future");
+        assert!(deadline >= t0 + Duration::from_micros(1_000));
+        let mut back = vec![0u8; 1 << 20];
+        slow.read(0, &mut back);
+        assert_eq!(back, buf);
+    }
+
+    #[test]
+    fn presets_are_found_by_name() {
+        assert_eq!(Model::preset("optane"), Some(Model::OPTANE));
+        assert_eq!(Model::preset("cxl"), Some(Model::CXL));
+        assert_eq!(Model::preset("dram"), None);
+    }
+}
