@@ -10,11 +10,17 @@ fn every_workload_runs_in_every_mode() {
             "bench",
             "micro",
             "--duration",
-            "0.05",
+            "0.03",
             "--region-size",
             "64M",
-            "--threads",
-            "1,2",
+            "--workload",
+            "DWAL,DWOL,DWOM,DRBL,DRBM,MWCL,MWUL,MWRL,CIOW,CIOR",
+            "--mode",
+            "cpu,semaphore,delegate,dma-sync,async,async-locked,kernel",
+            "--uthreads-per-core",
+            "2",
+            "--compute-us",
+            "2",
             "--json",
         ])
         .output()
@@ -26,7 +32,7 @@ fn every_workload_runs_in_every_mode() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 8 * 2 * 2);
+    assert_eq!(rows.len(), 10 * 7);
     for r in rows {
         assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
@@ -44,6 +50,8 @@ fn bad_arguments_are_refused() {
         &["--duration", "-1"],
         &["--mode", "warp"],
         &["--workload", "XYZ"],
+        &["--uthreads-per-core", "0"],
+        &["--slowmem", "floppy"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
             .args(["bench", "micro"])

@@ -132,6 +132,9 @@ pub struct Inode {
     pub state: RwLock<InodeState>,
     /// Open descriptors; an unlinked inode is freed when the last one closes.
     pub opens: AtomicU32,
+    /// Held across whole reads and writes, copy included, only by the
+    /// `lock_across_wait` experiment variant (yields rather than blocks).
+    pub io_lock: rt::sync::Mutex<()>,
 }
 
 /// Everything about an inode, rebuilt from its record and log.

@@ -74,6 +74,10 @@ pub struct MountOptions {
     pub mode: Mode,
     /// Thresholds of the data movers.
     pub mover: MoverConfig,
+    /// For experiments only: hold a (uthread-aware) per-inode lock across the wait for
+    /// the data copy, as a file system without EASYIO's two-level locking must. Correct
+    /// but serialises every operation on a file behind the copy of the one before.
+    pub lock_across_wait: bool,
 }
 
 impl Default for MountOptions {
@@ -81,6 +85,7 @@ impl Default for MountOptions {
         MountOptions {
             mode: Mode::Cpu,
             mover: MoverConfig::default(),
+            lock_across_wait: false,
         }
     }
 }
@@ -146,6 +151,8 @@ pub struct FileSystem {
     /// Data blocks of freed inodes whose last write's copy was still running: retired
     /// once it is done, so the engine never writes into a reused block.
     deferred: Mutex<Vec<(Pending, Vec<alloc::Extent>)>>,
+    /// See [`MountOptions::lock_across_wait`].
+    lock_across_wait: bool,
     unmounted: std::sync::atomic::AtomicBool,
 }
 

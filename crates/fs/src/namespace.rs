@@ -278,6 +278,7 @@ impl FileSystem {
                     ino,
                     state: parking_lot::RwLock::new(st),
                     opens: Default::default(),
+                    io_lock: rt::sync::Mutex::new(()),
                 });
                 self.inodes.write().insert(ino, inode.clone());
                 self.maybe_clean(dir, dst);

@@ -170,6 +170,7 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
                 ino,
                 state: RwLock::new(st),
                 opens: AtomicU32::new(0),
+                io_lock: rt::sync::Mutex::new(()),
             });
             (ino, inode)
         })
@@ -204,6 +205,7 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         rename_lock: Mutex::new(()),
         mover,
         deferred: Mutex::new(Vec::new()),
+        lock_across_wait: opts.lock_across_wait,
         unmounted: AtomicBool::new(false),
     };
     report.mount_us = start.elapsed().as_micros() as u64;

@@ -99,7 +99,14 @@ impl DelegateMover {
             let q = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
             self.queues[q].send(job).expect("delegation thread gone");
         }
-        rt::wait_until(|| left.load(Ordering::Acquire) == 0);
+        let done = || left.load(Ordering::Acquire) == 0;
+        if !rt::in_uthread() {
+            let start = std::time::Instant::now();
+            while !done() && start.elapsed() < crate::THREAD_SPIN {
+                std::hint::spin_loop();
+            }
+        }
+        rt::wait_until(done);
     }
 }
 

@@ -1,8 +1,13 @@
 //! `easyio bench micro`: FxMark-style microbenchmarks, each workload in each mode.
 //!
-//! Modes are the file system with a data mover (`cpu` now) and `kernel`, the same
-//! workload through `std::fs` on a directory in /dev/shm — the host's tmpfs, whose
-//! writes are not persistent, as the external peer. Workloads (FxMark's names):
+//! Modes are the file system with each data mover (`cpu`, `semaphore`, `delegate`,
+//! `dma-sync`, `async`, and `async-locked`, the async mode holding a per-inode lock
+//! across the copy as a file system without two-level locking must) and `kernel`, the
+//! same workload through `std::fs` on a directory in /dev/shm — the host's tmpfs, whose
+//! writes are not persistent, as the external peer. In `async` modes each workload
+//! thread is a uthread, `--uthreads-per-core` of them on each of `--threads` workers.
+//! `--slowmem` applies the slow-memory emulation model to the region (labelled in the
+//! output). Workloads (FxMark's names, plus two of EASYIO's):
 //!
 //! | name | what each thread does                                    |
 //! |------|----------------------------------------------------------|
@@ -14,15 +19,19 @@
 //! | MWCL | creates empty files in a private directory               |
 //! | MWUL | unlinks files from a private directory                   |
 //! | MWRL | renames a file within a private directory                |
+//! | CIOW | computes `--compute-us`, then writes `io-size` to a private file |
+//! | CIOR | computes `--compute-us`, then reads `io-size` of a private file  |
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use hdrhistogram::Histogram;
+use pmem::slowmem::{Model, SlowMem};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
@@ -52,6 +61,8 @@ pub enum Workload {
     Mwcl,
     Mwul,
     Mwrl,
+    Ciow,
+    Cior,
 }
 
 impl Workload {
@@ -59,17 +70,71 @@ impl Workload {
         !matches!(self, Workload::Mwcl | Workload::Mwul | Workload::Mwrl)
     }
     fn reads(self) -> bool {
-        matches!(self, Workload::Drbl | Workload::Drbm)
+        matches!(self, Workload::Drbl | Workload::Drbm | Workload::Cior)
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// easyio, data copied by the calling thread (NOVA's data path).
+    /// easyio, data copied by the calling thread (NOVA).
     Cpu,
+    /// easyio, callers copy, at most K at once.
+    Semaphore,
+    /// easyio, delegation threads copy (OdinFS).
+    Delegate,
+    /// easyio, the engine copies, the caller waits (Fastmove).
+    DmaSync,
+    /// easyio, orderless writes and two-level locking on uthreads (EASYIO).
+    Async,
+    /// `async` holding a per-inode lock across the copy (no two-level locking).
+    AsyncLocked,
     /// The host kernel's tmpfs through std::fs (not persistent).
     Kernel,
+}
+
+impl Mode {
+    fn mover(self) -> Option<fs::Mode> {
+        match self {
+            Mode::Cpu => Some(fs::Mode::Cpu),
+            Mode::Semaphore => Some(fs::Mode::Semaphore),
+            Mode::Delegate => Some(fs::Mode::Delegate),
+            Mode::DmaSync => Some(fs::Mode::DmaSync),
+            Mode::Async | Mode::AsyncLocked => Some(fs::Mode::Async),
+            Mode::Kernel => None,
+        }
+    }
+    fn uthreads(self) -> bool {
+        matches!(self, Mode::Async | Mode::AsyncLocked)
+    }
+    fn name(self) -> String {
+        format!("{self:?}")
+            .chars()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                let dash = (i > 0 && c.is_uppercase()).then_some('-');
+                dash.into_iter().chain(c.to_lowercase())
+            })
+            .collect()
+    }
+}
+
+/// Slow-memory emulation presets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Slowmem {
+    None,
+    Optane,
+    Cxl,
+}
+
+impl Slowmem {
+    fn model(self) -> Option<Model> {
+        match self {
+            Slowmem::None => None,
+            Slowmem::Optane => Some(Model::OPTANE),
+            Slowmem::Cxl => Some(Model::CXL),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -82,14 +147,27 @@ pub struct MicroArgs {
     )]
     workload: Vec<Workload>,
     /// Modes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "cpu,kernel")]
+    #[arg(long, value_delimiter = ',', default_value = "cpu,async,kernel")]
     mode: Vec<Mode>,
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     threads: Vec<usize>,
-    /// Bytes per read or write (K, M suffixes).
-    #[arg(long, default_value = "4K")]
-    io_size: String,
+    /// Bytes per read or write (K, M suffixes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4K")]
+    io_size: Vec<String>,
+    /// Slow-memory emulation applied to the region (easyio modes only).
+    #[arg(long, value_enum, default_value = "none")]
+    slowmem: Slowmem,
+    /// Uthreads per worker in async modes.
+    #[arg(long, default_value_t = 1)]
+    uthreads_per_core: usize,
+    /// Microseconds of computation before each I/O of CIOW/CIOR; in DWOM with
+    /// `--compute-uthread`, the length of each compute burst.
+    #[arg(long, default_value_t = 10.0)]
+    compute_us: f64,
+    /// DWOM: each worker also runs a compute-only uthread (EASYIO Fig. 11 right).
+    #[arg(long)]
+    compute_uthread: bool,
     /// Seconds per run.
     #[arg(long, default_value_t = 1.0)]
     duration: f64,
@@ -105,11 +183,15 @@ struct Row {
     workload: Workload,
     mode: Mode,
     threads: usize,
+    /// Workload threads (uthreads in async modes).
+    clients: usize,
     io_size: u64,
     ops_per_s: f64,
     gib_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    /// CPU-microseconds of the whole process per operation.
+    cpu_us_per_op: f64,
     /// CPU-seconds of the whole process per GiB moved (data workloads).
     cpu_s_per_gib: Option<f64>,
     /// Bandwidth as a fraction of the single-core limit (`bench raw`'s persistent copy
@@ -121,6 +203,8 @@ struct Row {
 struct Report {
     machine: Machine,
     duration_s: f64,
+    /// The slow-memory model applied, if any: these results are emulated.
+    slowmem: Option<String>,
     note: &'static str,
     results: Vec<Row>,
 }
@@ -288,30 +372,70 @@ fn timed_loop(
     })
 }
 
+/// A start line every workload thread (or uthread) reaches after its setup; waiting
+/// yields in a uthread, so it works with more uthreads than workers.
+struct Gate {
+    arrived: AtomicUsize,
+    expected: usize,
+}
+
+impl Gate {
+    fn new(expected: usize) -> Gate {
+        Gate {
+            arrived: AtomicUsize::new(0),
+            expected,
+        }
+    }
+    fn arrive_and_wait(&self) {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        rt::wait_until(|| self.arrived.load(Ordering::Acquire) >= self.expected);
+    }
+}
+
+/// Spins for about `us` microseconds of computation.
+fn compute(us: f64) -> u64 {
+    let until = Instant::now() + Duration::from_secs_f64(us * 1e-6);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    while Instant::now() < until {
+        for _ in 0..64 {
+            x = std::hint::black_box(x.rotate_left(7) ^ 0x5DEE_CE66D);
+        }
+    }
+    x
+}
+
+/// What a run needs to know besides the workload.
+#[derive(Clone, Copy)]
+struct RunParams {
+    io: u64,
+    duration: Duration,
+    append_cap: u64,
+    compute_us: f64,
+}
+
 /// Sets up one thread's files, waits for every thread at `start`, then runs the
-/// workload for `duration`.
+/// workload for the run's duration.
 fn run_thread(
     t: &Target,
     w: Workload,
     tid: usize,
-    io: u64,
-    duration: Duration,
-    start: &Barrier,
-    append_cap: u64,
+    p: RunParams,
+    start: &Gate,
 ) -> anyhow::Result<ThreadResult> {
-    let go = || {
-        start.wait();
-        Instant::now() + duration
-    };
+    let io = p.io;
     let buf = vec![tid as u8 ^ 0x5A; io as usize];
     let mut rbuf = vec![0u8; io as usize];
     let dir = format!("/t{tid}");
     t.mkdir(&dir)?;
+    let go = || {
+        start.arrive_and_wait();
+        Instant::now() + p.duration
+    };
     match w {
         Workload::Dwal => {
             let h = t.open(&format!("{dir}/f"), true, true)?;
             let deadline = go();
-            let cap_ops = (append_cap / io).max(1);
+            let cap_ops = (p.append_cap / io).max(1);
             let r = timed_loop(
                 deadline,
                 |_| t.append(&h, &buf).map(|_| io),
@@ -325,18 +449,35 @@ fn run_thread(
             t.close(h)?;
             r
         }
-        Workload::Dwol | Workload::Drbl => {
+        Workload::Dwol | Workload::Drbl | Workload::Ciow | Workload::Cior => {
             let h = t.open(&format!("{dir}/f"), true, false)?;
             t.pwrite(&h, &buf, 0)?;
             let deadline = go();
-            let r = if w == Workload::Dwol {
-                timed_loop(deadline, |_| t.pwrite(&h, &buf, 0).map(|_| io), |_| Ok(()))
-            } else {
-                timed_loop(
+            let r = match w {
+                Workload::Dwol => {
+                    timed_loop(deadline, |_| t.pwrite(&h, &buf, 0).map(|_| io), |_| Ok(()))
+                }
+                Workload::Drbl => timed_loop(
                     deadline,
                     |_| t.pread(&h, &mut rbuf, 0).map(|n| n as u64),
                     |_| Ok(()),
-                )
+                ),
+                Workload::Ciow => timed_loop(
+                    deadline,
+                    |_| {
+                        compute(p.compute_us);
+                        t.pwrite(&h, &buf, 0).map(|_| io)
+                    },
+                    |_| Ok(()),
+                ),
+                _ => timed_loop(
+                    deadline,
+                    |_| {
+                        compute(p.compute_us);
+                        t.pread(&h, &mut rbuf, 0).map(|n| n as u64)
+                    },
+                    |_| Ok(()),
+                ),
             };
             t.close(h)?;
             r
@@ -427,57 +568,108 @@ fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-fn run_one(
-    w: Workload,
+/// One measured configuration.
+struct RunSpec {
+    workload: Workload,
     mode: Mode,
     threads: usize,
-    io: u64,
-    duration: Duration,
-    region: &Arc<dyn Pmem>,
-) -> anyhow::Result<Row> {
-    let kernel_dir;
-    let target = match mode {
-        Mode::Cpu => {
+    uthreads_per_core: usize,
+    slowmem: Option<Model>,
+    compute_uthread: bool,
+    params: RunParams,
+}
+
+fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
+    let (w, mode, threads) = (spec.workload, spec.mode, spec.threads);
+    let io = spec.params.io;
+    let kernel_dir = std::path::PathBuf::from(format!(
+        "/dev/shm/easyio-bench-kernel-{}",
+        std::process::id()
+    ));
+    let target = match mode.mover() {
+        Some(m) => {
             FileSystem::format(&**region, &FormatOptions::default())?;
-            let (fs, _) = FileSystem::mount(region.clone(), MountOptions::default())?;
-            kernel_dir = None;
-            Target::Easyio(Box::new(fs))
-        }
-        Mode::Kernel => {
-            let dir =
-                std::env::temp_dir().join(format!("easyio-bench-kernel-{}", std::process::id()));
-            let dir = if Path::new("/dev/shm").is_dir() {
-                PathBuf::from(format!(
-                    "/dev/shm/easyio-bench-kernel-{}",
-                    std::process::id()
-                ))
-            } else {
-                dir
+            let pm: Arc<dyn Pmem> = match spec.slowmem {
+                Some(model) => Arc::new(SlowMem::new(region.clone(), model)),
+                None => region.clone(),
             };
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir)?;
-            kernel_dir = Some(dir.clone());
-            Target::Kernel(dir)
+            let opts = MountOptions {
+                lock_across_wait: mode == Mode::AsyncLocked,
+                ..MountOptions::with_mode(m)
+            };
+            Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
         }
+        None => {
+            let _ = std::fs::remove_dir_all(&kernel_dir);
+            std::fs::create_dir_all(&kernel_dir)?;
+            Target::Kernel(kernel_dir.clone())
+        }
+    };
+    let target = Arc::new(target);
+    let clients = if mode.uthreads() {
+        threads * spec.uthreads_per_core
+    } else {
+        threads
     };
     if matches!(w, Workload::Dwom | Workload::Drbm) {
         let h = target.open("/shared", true, false)?;
         let fill = vec![0xA5u8; io as usize];
-        for t in 0..threads {
+        for t in 0..clients {
             target.pwrite(&h, &fill, t as u64 * io)?;
         }
         target.close(h)?;
     }
-    let append_cap = (region.len() / 4 / threads as u64).min(APPEND_CAP);
-    let start = Barrier::new(threads + 1);
-    let (results, cpu) = std::thread::scope(|s| -> anyhow::Result<_> {
-        let handles: Vec<_> = (0..threads)
+    let params = RunParams {
+        append_cap: (region.len() / 4 / clients as u64).min(APPEND_CAP),
+        ..spec.params
+    };
+    let gate = Arc::new(Gate::new(clients + 1));
+    let (results, cpu) = if mode.uthreads() {
+        let runtime = rt::Runtime::new(threads)?;
+        let handles: Vec<_> = (0..clients)
             .map(|tid| {
-                let (target, start) = (&target, &start);
-                s.spawn(move || run_thread(target, w, tid, io, duration, start, append_cap))
+                let (target, gate) = (target.clone(), gate.clone());
+                runtime.spawn(move || run_thread(&target, w, tid, params, &gate))
             })
             .collect();
-        start.wait();
+        // Compute-only uthreads beside the workload (Fig. 11 right): they yield between
+        // bursts, so a worker runs them whenever its I/O uthreads wait.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let computes: Vec<_> = (0..if spec.compute_uthread { threads } else { 0 })
+            .map(|_| {
+                let stop = stop.clone();
+                let us = params.compute_us;
+                runtime.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        compute(us);
+                        rt::yield_now();
+                    }
+                })
+            })
+            .collect();
+        gate.arrive_and_wait();
+        let cpu0 = cpu_seconds();
+        let mut results = Vec::new();
+        for h in handles {
+            results.push(
+                h.join()
+                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))??,
+            );
+        }
+        let cpu = cpu_seconds() - cpu0;
+        stop.store(true, Ordering::Relaxed);
+        for c in computes {
+            let _ = c.join();
+        }
+        (results, cpu)
+    } else {
+        let handles: Vec<_> = (0..clients)
+            .map(|tid| {
+                let (target, gate) = (target.clone(), gate.clone());
+                std::thread::spawn(move || run_thread(&target, w, tid, params, &gate))
+            })
+            .collect();
+        gate.arrive_and_wait();
         let cpu0 = cpu_seconds();
         let mut results = Vec::new();
         for h in handles {
@@ -486,16 +678,17 @@ fn run_one(
                     .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
             );
         }
-        Ok((results, cpu_seconds() - cpu0))
-    })?;
-    if let Target::Easyio(fs) = target {
-        fs.unmount()?;
-    }
-    if let Some(dir) = kernel_dir {
-        let _ = std::fs::remove_dir_all(dir);
+        (results, cpu_seconds() - cpu0)
+    };
+    match Arc::into_inner(target) {
+        Some(Target::Easyio(fs)) => fs.unmount()?,
+        Some(Target::Kernel(_)) => {
+            let _ = std::fs::remove_dir_all(&kernel_dir);
+        }
+        None => anyhow::bail!("benchmark target still shared after the run"),
     }
     let mut hist = Histogram::<u64>::new(3)?;
-    let (mut ops_per_s, mut bytes_per_s, mut bytes) = (0.0, 0.0, 0u64);
+    let (mut ops_per_s, mut bytes_per_s, mut bytes, mut ops) = (0.0, 0.0, 0u64, 0u64);
     for r in &results {
         hist.add(&r.hist)?;
         // Each thread's rate over its active time (upkeep excluded).
@@ -504,17 +697,20 @@ fn run_one(
             bytes_per_s += r.bytes as f64 / r.active.as_secs_f64();
         }
         bytes += r.bytes;
+        ops += r.ops;
     }
     let gib = bytes as f64 / (1u64 << 30) as f64;
     Ok(Row {
         workload: w,
         mode,
         threads,
+        clients,
         io_size: io,
         ops_per_s,
         gib_per_s: bytes_per_s / (1u64 << 30) as f64,
         p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
+        cpu_us_per_op: cpu * 1e6 / ops.max(1) as f64,
         cpu_s_per_gib: (w.moves_data() && gib > 0.0).then(|| cpu / gib),
         of_limit: None,
     })
@@ -536,23 +732,45 @@ fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
 }
 
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {
-    let io = parse_size(&a.io_size)?;
-    if io == 0 {
+    let sizes: Vec<u64> = a
+        .io_size
+        .iter()
+        .map(|s| parse_size(s))
+        .collect::<anyhow::Result<_>>()?;
+    if sizes.contains(&0) {
         anyhow::bail!("--io-size must be at least one byte");
     }
-    if a.threads.contains(&0) {
-        anyhow::bail!("--threads must be at least 1");
+    if a.threads.contains(&0) || a.uthreads_per_core == 0 {
+        anyhow::bail!("--threads and --uthreads-per-core must be at least 1");
     }
     if a.duration.is_nan() || a.duration <= 0.0 {
         anyhow::bail!("--duration must be positive");
+    }
+    if a.compute_us.is_nan() || a.compute_us < 0.0 {
+        anyhow::bail!("--compute-us must not be negative");
     }
     let duration = Duration::from_secs_f64(a.duration);
     let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(parse_size(&a.region_size)?)?);
     let mut runs = Vec::new();
     for &w in &a.workload {
-        for &t in &a.threads {
-            for &m in &a.mode {
-                runs.push((w, m, t));
+        for &io in &sizes {
+            for &t in &a.threads {
+                for &m in &a.mode {
+                    runs.push(RunSpec {
+                        workload: w,
+                        mode: m,
+                        threads: t,
+                        uthreads_per_core: a.uthreads_per_core,
+                        slowmem: a.slowmem.model(),
+                        compute_uthread: a.compute_uthread,
+                        params: RunParams {
+                            io,
+                            duration,
+                            append_cap: APPEND_CAP,
+                            compute_us: a.compute_us,
+                        },
+                    });
+                }
             }
         }
     }
@@ -566,16 +784,18 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
     );
     let mut results = Vec::new();
     let mut limits = std::collections::HashMap::new();
-    for (w, m, t) in runs {
-        progress.set_message(format!("{w:?} {m:?} {t} thread(s)"));
-        let mut row = run_one(w, m, t, io, duration, &region)
-            .with_context(|| format!("{w:?} in mode {m:?} with {t} thread(s)"))?;
+    for spec in &runs {
+        let (w, m, t) = (spec.workload, spec.mode, spec.threads);
+        progress.set_message(format!("{w:?} {} {t} thread(s)", m.name()));
+        let mut row = run_one(spec, &region)
+            .with_context(|| format!("{w:?} in mode {} with {t} thread(s)", m.name()))?;
         if w.moves_data() {
-            let limit = match limits.get(&w.reads()) {
+            let key = (w.reads(), spec.params.io);
+            let limit = match limits.get(&key) {
                 Some(&l) => l,
                 None => {
-                    let l = single_core_limit(io, w.reads())?;
-                    limits.insert(w.reads(), l);
+                    let l = single_core_limit(spec.params.io, w.reads())?;
+                    limits.insert(key, l);
                     l
                 }
             };
@@ -585,33 +805,42 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         progress.inc(1);
     }
     progress.finish_and_clear();
+    let slowmem = a
+        .slowmem
+        .model()
+        .map(|m| format!("EMULATED {} ({})", m.name, m.source));
     let report = Report {
         machine: Machine::this(),
         duration_s: a.duration,
-        note: "kernel = std::fs on the host tmpfs: its writes are not persistent",
+        slowmem,
+        note: "kernel = std::fs on the host tmpfs: its writes are not persistent; \
+               of limit = fraction of one core's raw copy bandwidth measured in this run",
         results,
     };
     if a.json {
         return report::print_json(&report);
     }
-    println!(
-        "easyio bench micro — {} s per run; io size {}",
-        a.duration,
-        report::size_label(io)
-    );
+    println!("easyio bench micro — {} s per run", a.duration);
     println!("machine: {}", report.machine.describe());
+    if let Some(s) = &report.slowmem {
+        println!("slowmem: {s}");
+    }
     println!("note:    {}", report.note);
     let rows = report
         .results
         .iter()
         .map(|r| {
             let peer = report.results.iter().find(|p| {
-                p.mode == Mode::Kernel && p.workload == r.workload && p.threads == r.threads
+                p.mode == Mode::Kernel
+                    && p.workload == r.workload
+                    && p.threads == r.threads
+                    && p.io_size == r.io_size
             });
             vec![
                 format!("{:?}", r.workload).to_uppercase(),
-                format!("{:?}", r.mode).to_lowercase(),
-                r.threads.to_string(),
+                report::size_label(r.io_size),
+                r.mode.name(),
+                format!("{}/{}", r.threads, r.clients),
                 format!("{:.0}", r.ops_per_s),
                 if r.workload.moves_data() {
                     format!("{:.2}", r.gib_per_s)
@@ -620,6 +849,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                 },
                 format!("{:.2}", r.p50_us),
                 format!("{:.2}", r.p99_us),
+                format!("{:.2}", r.cpu_us_per_op),
                 r.cpu_s_per_gib.map_or(String::new(), |c| format!("{c:.3}")),
                 r.of_limit.map_or(String::new(), |f| format!("{f:.2}")),
                 match peer {
@@ -636,12 +866,14 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         report::table(
             &[
                 "workload",
+                "io",
                 "mode",
-                "thr",
+                "thr/clients",
                 "ops/s",
                 "GiB/s",
                 "p50 µs",
                 "p99 µs",
+                "CPU µs/op",
                 "CPU-s/GiB",
                 "of limit",
                 "vs kernel"
