@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::{Steal, Worker};
 
 use crate::context;
+use crate::idle::{idle_step, Idle};
 use crate::overflow::AltStack;
 use crate::runtime::Shared;
 use crate::stack::StackPool;
@@ -27,16 +28,6 @@ use crate::task::{Ran, Switch, TaskRef};
 /// queue, so that work submitted from outside is not starved by uthreads that keep yielding
 /// (a prime, as in other work-stealing schedulers, so it does not beat with loop periods).
 pub const GLOBAL_QUEUE_INTERVAL: u32 = 61;
-/// Rounds an idle worker spins looking for work (and polling its wait set) before it yields
-/// or sleeps: a uthread woken from another worker is usually picked up within these.
-pub const IDLE_SPINS: u32 = 256;
-/// With uthreads in the wait set and nothing runnable, rounds of `std::thread::yield_now`
-/// after the spinning, before the worker starts napping.
-pub const WAIT_YIELDS: u32 = 64;
-/// With uthreads in the wait set and nothing runnable, how long the worker naps between
-/// polls once spinning and yielding found nothing. New work wakes it early.
-pub const WAIT_NAP: Duration = Duration::from_micros(20);
-
 /// The part of a worker that uthreads running on it reach through `context::worker`.
 pub(crate) struct Local {
     /// Index of the worker, `0..workers`.
@@ -275,27 +266,18 @@ impl Scheduler<'_> {
         None
     }
 
-    /// Nothing runnable: spin a little, then (with waiters) yield and nap between polls, or
-    /// (without) sleep until new work or the next timer.
+    /// Nothing runnable: one step of `idle::idle_step`.
     fn idle(&mut self) {
         self.idle_rounds = self.idle_rounds.saturating_add(1);
-        if self.idle_rounds <= IDLE_SPINS {
-            std::hint::spin_loop();
-            return;
-        }
-        if !self.wait_set.is_empty() {
-            if self.idle_rounds <= IDLE_SPINS + WAIT_YIELDS {
-                std::thread::yield_now();
-            } else {
-                self.sleep(Some(WAIT_NAP));
-            }
-            return;
-        }
-        let timeout = self
+        let next_timer = self
             .timers
             .peek()
             .map(|t| t.deadline.saturating_duration_since(Instant::now()));
-        self.sleep(timeout);
+        match idle_step(self.idle_rounds, !self.wait_set.is_empty(), next_timer) {
+            Idle::Spin => std::hint::spin_loop(),
+            Idle::Yield => std::thread::yield_now(),
+            Idle::Sleep(timeout) => self.sleep(timeout),
+        }
     }
 
     /// Parks the thread (with the lost-wake-up protocol of `sleepers`) for at most `timeout`.
