@@ -1,6 +1,7 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
 mod raw;
+mod rt;
 
 use std::time::{Duration, Instant};
 
@@ -10,11 +11,14 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// The physical limit: single-core copies into and out of the region.
     Raw(raw::RawArgs),
+    /// The user-level thread runtime: yield, spawn+join and ping-pong vs kernel threads.
+    Rt(rt::RtArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Raw(args) => raw::run(args),
+        BenchCommand::Rt(args) => rt::run(args),
     }
 }
 
