@@ -1,12 +1,31 @@
 //! `easyio bench micro` end to end with tiny durations: every workload runs in both
 //! modes, and the JSON carries what the README quotes.
 
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs a command, failing the test instead of hanging CI if it never finishes.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
 
 #[test]
 fn every_workload_runs_in_every_mode() {
-    let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
-        .args([
+    let out = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_easyio")).args([
             "bench",
             "micro",
             "--duration",
@@ -22,9 +41,9 @@ fn every_workload_runs_in_every_mode() {
             "--compute-us",
             "2",
             "--json",
-        ])
-        .output()
-        .unwrap();
+        ]),
+        Duration::from_secs(180),
+    );
     assert!(
         out.status.success(),
         "{}",

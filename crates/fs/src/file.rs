@@ -602,7 +602,6 @@ impl FileSystem {
     /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
     pub(crate) fn read_inode(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> Result<usize> {
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
-        let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
         // SAFETY: `buf` stays borrowed until the wait below.
         let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf)? };
         let r = self.mover.wait(pending);

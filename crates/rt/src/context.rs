@@ -40,6 +40,16 @@ pub(crate) fn task() -> Option<&'static Task> {
     unsafe { p.as_ref() }
 }
 
+/// The guard page of the uthread running on this thread, `(0, 0)` if none. Safe to call
+/// from a signal handler: one TLS load (a const-initialised cell without destructor) and
+/// one read of the running task.
+pub(crate) fn running_guard() -> (usize, usize) {
+    let p = TASK.with(|t| t.get());
+    // SAFETY: a non-null pointer is the task running on this thread (see `task`), alive
+    // while it runs; a fault on its stack interrupts it mid-run.
+    unsafe { p.as_ref() }.map_or((0, 0), Task::guard)
+}
+
 /// A counted reference to the uthread running on this thread, if any.
 #[inline(never)]
 pub(crate) fn task_ref() -> Option<TaskRef> {

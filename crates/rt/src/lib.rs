@@ -47,6 +47,7 @@
 mod context;
 mod error;
 mod facade;
+mod idle;
 mod join;
 mod overflow;
 mod park_state;
@@ -61,6 +62,7 @@ mod waiter;
 mod worker;
 
 pub use error::Error;
+pub use idle::{IDLE_SPINS, WAIT_NAP, WAIT_YIELDS};
 pub use join::{panic_message, JoinError, JoinHandle};
 pub use runtime::{Builder, Handle, Runtime};
 pub use sched::{
@@ -70,4 +72,4 @@ pub use sched::{
 pub use sleepers::MAX_WORKERS;
 pub use stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE, STACK_POOL_PER_WORKER};
 pub use stats::WorkerStats;
-pub use worker::{GLOBAL_QUEUE_INTERVAL, IDLE_SPINS, WAIT_NAP, WAIT_YIELDS};
+pub use worker::GLOBAL_QUEUE_INTERVAL;

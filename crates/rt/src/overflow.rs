@@ -6,7 +6,6 @@
 //! other fault is passed on to the handler installed before ours (the standard library's,
 //! which reports overflows of ordinary thread stacks), or to the default action.
 
-use std::cell::Cell;
 use std::io;
 use std::ptr;
 use std::sync::OnceLock;
@@ -17,13 +16,6 @@ below its stack); give uthreads bigger stacks with rt::Builder::stack_size\n";
 /// Size of the alternate signal stack given to a worker thread that has none.
 const ALT_STACK_SIZE: usize = 64 << 10;
 
-thread_local! {
-    /// Guard page `[lo, hi)` of the uthread running on this thread; `(0, 0)` when none runs.
-    /// Const-initialised without a destructor, so reading it is a plain TLS load and safe in
-    /// a signal handler.
-    static GUARD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-}
-
 /// The actions that were installed for SIGSEGV and SIGBUS before ours.
 struct Previous {
     segv: libc::sigaction,
@@ -31,12 +23,6 @@ struct Previous {
 }
 
 static PREVIOUS: OnceLock<Result<Previous, i32>> = OnceLock::new();
-
-/// Records the guard page of the uthread about to run on this thread (`(0, 0)`: none).
-#[inline]
-pub(crate) fn set_current_guard(range: (usize, usize)) {
-    GUARD.with(|g| g.set(range));
-}
 
 /// Installs the handler for the whole process, once.
 pub(crate) fn install() -> io::Result<()> {
@@ -70,7 +56,7 @@ pub(crate) fn install() -> io::Result<()> {
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let (lo, hi) = GUARD.with(|g| g.get());
+    let (lo, hi) = crate::context::running_guard();
     if lo <= addr && addr < hi {
         // SAFETY: write(2) and abort(3) are async-signal-safe; MESSAGE is a static buffer.
         unsafe {

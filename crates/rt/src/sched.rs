@@ -45,11 +45,18 @@ where
 }
 
 /// Lets the other ready uthreads of this worker run; this one goes to the back of the run
-/// queue. Every yield is a scheduling point: the worker polls its wait set. On an ordinary
-/// thread: `std::thread::yield_now`.
+/// queue. Every yield is a scheduling point: the worker polls its wait set and timers. When
+/// the worker has nothing else at all (nothing queued, waiting, sleeping or injected), the
+/// scheduler would resume this uthread at once, so the yield returns without switching. On
+/// an ordinary thread: `std::thread::yield_now`.
 pub fn yield_now() {
     match context::task() {
-        Some(task) => task.switch_out(Switch::Yield),
+        Some(task) => {
+            if context::worker().is_some_and(|w| w.yield_is_a_no_op()) {
+                return;
+            }
+            task.switch_out(Switch::Yield)
+        }
         None => std::thread::yield_now(),
     }
 }

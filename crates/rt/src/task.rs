@@ -124,10 +124,8 @@ impl Task {
                 },
             ));
         }
-        crate::overflow::set_current_guard(self.guard.get());
         let co = coroutine.as_mut().expect("coroutine present");
         let result = co.resume(());
-        crate::overflow::set_current_guard((0, 0));
         match result {
             corosensei::CoroutineResult::Yield(why) => Ran::Switched(why),
             corosensei::CoroutineResult::Return(()) => {
@@ -135,6 +133,12 @@ impl Task {
                 Ran::Finished(co.into_stack())
             }
         }
+    }
+
+    /// The guard page `[lo, hi)` of the uthread's stack; `(0, 0)` before it first runs.
+    /// Read by the stack-overflow handler for the uthread running on the faulting thread.
+    pub(crate) fn guard(&self) -> (usize, usize) {
+        self.guard.get()
     }
 
     /// Switches from this uthread back to its worker. Must be called by the uthread itself,

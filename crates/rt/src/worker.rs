@@ -9,6 +9,7 @@
 //!   local queue -> injector -> steal from others -> run it, or idle
 //! ```
 
+use std::cell::Cell;
 use std::collections::BinaryHeap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::{Steal, Worker};
 
 use crate::context;
+use crate::idle::{idle_step, Idle};
 use crate::overflow::AltStack;
 use crate::runtime::Shared;
 use crate::stack::StackPool;
@@ -27,16 +29,6 @@ use crate::task::{Ran, Switch, TaskRef};
 /// queue, so that work submitted from outside is not starved by uthreads that keep yielding
 /// (a prime, as in other work-stealing schedulers, so it does not beat with loop periods).
 pub const GLOBAL_QUEUE_INTERVAL: u32 = 61;
-/// Rounds an idle worker spins looking for work (and polling its wait set) before it yields
-/// or sleeps: a uthread woken from another worker is usually picked up within these.
-pub const IDLE_SPINS: u32 = 256;
-/// With uthreads in the wait set and nothing runnable, rounds of `std::thread::yield_now`
-/// after the spinning, before the worker starts napping.
-pub const WAIT_YIELDS: u32 = 64;
-/// With uthreads in the wait set and nothing runnable, how long the worker naps between
-/// polls once spinning and yielding found nothing. New work wakes it early.
-pub const WAIT_NAP: Duration = Duration::from_micros(20);
-
 /// The part of a worker that uthreads running on it reach through `context::worker`.
 pub(crate) struct Local {
     /// Index of the worker, `0..workers`.
@@ -45,6 +37,30 @@ pub(crate) struct Local {
     pub(crate) queue: Worker<TaskRef>,
     /// The runtime.
     pub(crate) shared: Arc<Shared>,
+    /// Scheduling points so far (for `GLOBAL_QUEUE_INTERVAL`).
+    tick: Cell<u32>,
+    /// Uthreads in the wait set or the timer heap.
+    pending: Cell<usize>,
+}
+
+impl Local {
+    /// Called by a uthread of this worker about to yield: whether the scheduler would have
+    /// nothing to poll and would pick this uthread again at once. Then the yield returns
+    /// without switching (as Caladan's `thread_yield` does when the next thread is itself);
+    /// the scheduling point still counts towards the injection queue's turn.
+    #[inline]
+    pub(crate) fn yield_is_a_no_op(&self) -> bool {
+        let tick = self.tick.get().wrapping_add(1);
+        if tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL)
+            || self.pending.get() != 0
+            || !self.queue.is_empty()
+            || !self.shared.injector.is_empty()
+        {
+            return false;
+        }
+        self.tick.set(tick);
+        true
+    }
 }
 
 /// A uthread waiting for a condition, and the condition (on its stack).
@@ -85,7 +101,9 @@ struct Scheduler<'a> {
     timers: BinaryHeap<Timer>,
     timer_seq: u64,
     stacks: StackPool,
-    tick: u32,
+    /// The uthread that yielded last, kept out of the run queue until the next pick: if
+    /// nothing else is runnable it is resumed directly, without a push and a pop.
+    yielded: Option<TaskRef>,
     idle_rounds: u32,
     rng: u64,
 }
@@ -96,7 +114,13 @@ pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
     // message; that is no reason to refuse to run.
     let _alt = AltStack::ensure().ok().flatten();
     shared.sleepers.register(id);
-    let local = Local { id, queue, shared };
+    let local = Local {
+        id,
+        queue,
+        shared,
+        tick: Cell::new(0),
+        pending: Cell::new(0),
+    };
     context::set_worker(&local);
     let shared = &local.shared;
     let mut sched = Scheduler {
@@ -106,7 +130,7 @@ pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
         timers: BinaryHeap::new(),
         timer_seq: 0,
         stacks: StackPool::new(shared.stack_size),
-        tick: 0,
+        yielded: None,
         idle_rounds: 0,
         rng: 0x9E37_79B9_7F4A_7C15 ^ (id as u64 + 1),
     };
@@ -155,13 +179,16 @@ impl Scheduler<'_> {
         let ran = task.run(|| stacks.take());
         context::set_task(std::ptr::null());
         match ran {
-            Ran::Switched(Switch::Yield) => self.local.queue.push(task),
+            Ran::Switched(Switch::Yield) => self.yielded = Some(task),
             Ran::Switched(Switch::Park) => {
                 if !task.park.commit_park() {
                     self.local.queue.push(task);
                 }
             }
-            Ran::Switched(Switch::Wait(cond)) => self.wait_set.push(Waiting { task, cond }),
+            Ran::Switched(Switch::Wait(cond)) => {
+                self.wait_set.push(Waiting { task, cond });
+                self.local.pending.set(self.local.pending.get() + 1);
+            }
             Ran::Switched(Switch::Sleep(deadline)) => {
                 self.timer_seq += 1;
                 self.timers.push(Timer {
@@ -169,6 +196,7 @@ impl Scheduler<'_> {
                     seq: self.timer_seq,
                     task,
                 });
+                self.local.pending.set(self.local.pending.get() + 1);
             }
             Ran::Finished(stack) => {
                 self.stacks.give(stack);
@@ -195,6 +223,7 @@ impl Scheduler<'_> {
             let ready = catch_unwind(AssertUnwindSafe(|| unsafe { (*cond)() })).unwrap_or(true);
             if ready {
                 let w = self.wait_set.swap_remove(i);
+                self.local.pending.set(self.local.pending.get() - 1);
                 Counters::bump(&self.counters.wait_ready);
                 self.local.queue.push(w.task);
             } else {
@@ -211,13 +240,28 @@ impl Scheduler<'_> {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|t| t.deadline <= now) {
             let t = self.timers.pop().expect("peeked");
+            self.local.pending.set(self.local.pending.get() - 1);
             self.local.queue.push(t.task);
         }
     }
 
     fn next_task(&mut self) -> Option<TaskRef> {
-        self.tick = self.tick.wrapping_add(1);
-        if self.tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL) {
+        let tick = self.local.tick.get().wrapping_add(1);
+        self.local.tick.set(tick);
+        let global_turn = tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL);
+        let mut injector_first = global_turn;
+        if let Some(t) = self.yielded.take() {
+            // Behind whatever became ready meanwhile (the wait set and timers were polled
+            // just before this) or was injected, as if it had gone to the back of the queue.
+            let alone = self.local.queue.is_empty();
+            if alone && !global_turn && self.local.shared.injector.is_empty() {
+                return Some(t);
+            }
+            // Only injected work besides it: that goes first.
+            injector_first |= alone;
+            self.local.queue.push(t);
+        }
+        if injector_first {
             if let Some(t) = self.steal_injector() {
                 return Some(t);
             }
@@ -275,27 +319,18 @@ impl Scheduler<'_> {
         None
     }
 
-    /// Nothing runnable: spin a little, then (with waiters) yield and nap between polls, or
-    /// (without) sleep until new work or the next timer.
+    /// Nothing runnable: one step of `idle::idle_step`.
     fn idle(&mut self) {
         self.idle_rounds = self.idle_rounds.saturating_add(1);
-        if self.idle_rounds <= IDLE_SPINS {
-            std::hint::spin_loop();
-            return;
-        }
-        if !self.wait_set.is_empty() {
-            if self.idle_rounds <= IDLE_SPINS + WAIT_YIELDS {
-                std::thread::yield_now();
-            } else {
-                self.sleep(Some(WAIT_NAP));
-            }
-            return;
-        }
-        let timeout = self
+        let next_timer = self
             .timers
             .peek()
             .map(|t| t.deadline.saturating_duration_since(Instant::now()));
-        self.sleep(timeout);
+        match idle_step(self.idle_rounds, !self.wait_set.is_empty(), next_timer) {
+            Idle::Spin => std::hint::spin_loop(),
+            Idle::Yield => std::thread::yield_now(),
+            Idle::Sleep(timeout) => self.sleep(timeout),
+        }
     }
 
     /// Parks the thread (with the lost-wake-up protocol of `sleepers`) for at most `timeout`.

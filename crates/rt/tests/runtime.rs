@@ -132,6 +132,39 @@ fn yield_now_lets_the_other_uthreads_of_the_worker_run() {
 }
 
 #[test]
+fn a_lone_uthread_yields_without_switching_yet_lets_injected_work_in() {
+    let rt = Runtime::new(1).unwrap();
+    let switches = |rt: &Runtime| rt.stats()[0].switches;
+    let before = switches(&rt);
+    rt.block_on(|| {
+        for _ in 0..1000 {
+            rt::yield_now();
+        }
+    });
+    let used = switches(&rt) - before;
+    assert!(
+        used < 1000 / 2,
+        "a lone uthread switched on every yield: {used}"
+    );
+    // A uthread that yields in a loop waiting for work injected from outside lets it in.
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let spinner = rt.spawn(move || {
+        let mut yields = 0u64;
+        while !f.load(Ordering::Acquire) {
+            rt::yield_now();
+            yields += 1;
+        }
+        yields
+    });
+    let f = flag.clone();
+    rt.spawn(move || f.store(true, Ordering::Release))
+        .join()
+        .unwrap();
+    spinner.join().unwrap();
+}
+
+#[test]
 fn sleep_suspends_one_uthread_while_others_run() {
     let rt = Runtime::new(1).unwrap();
     let other_done = Arc::new(AtomicBool::new(false));

@@ -3,6 +3,7 @@
 mod engine;
 mod micro;
 mod raw;
+mod rt;
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,8 @@ pub enum BenchCommand {
     /// Copy engines: latency and bandwidth per backend, size, direction, batch and
     /// channel count, beside the persistent copy and memcpy of the same run.
     Engine(engine::EngineArgs),
+    /// The user-level thread runtime: yield, spawn+join and ping-pong vs kernel threads.
+    Rt(rt::RtArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -24,6 +27,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Raw(args) => raw::run(args),
         BenchCommand::Micro(args) => micro::run(args),
         BenchCommand::Engine(args) => engine::run(args),
+        BenchCommand::Rt(args) => rt::run(args),
     }
 }
 

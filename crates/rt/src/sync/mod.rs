@@ -3,7 +3,7 @@
 //! them (a thread can receive what a uthread sends).
 //!
 //! Each is a small state behind a standard-library lock that is held only for a few
-//! instructions and never across a yield, plus a queue of [`Waiter`](crate::waiter)s: a
+//! instructions and never across a yield, plus a queue of waiters (one-shot wake-ups): a
 //! blocked caller registers itself with the condition checked under that lock, so a wake-up
 //! cannot fall between the check and the registration.
 
