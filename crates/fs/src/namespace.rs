@@ -44,7 +44,12 @@ impl FileSystem {
         if kind == FileKind::Symlink && (follow || p.trailing_slash) {
             let target = self.read_link_inode(&child)?;
             let dir_path = self.follow_base(&p.dir, &target)?;
-            return self.resolve_from(dir_path, &target, true, 1);
+            let t = self.resolve_from(dir_path, &target, true, 1)?;
+            // "link/" names a directory: the link must lead to one.
+            if p.trailing_slash && t.state.read().kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            return Ok(t);
         }
         if p.trailing_slash && kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -85,7 +90,11 @@ impl FileSystem {
             }
             let target = self.read_link_inode(&child)?;
             let base = self.follow_base(&p.dir, &target)?;
-            return self.resolve_from(base, &target, true, hops + 1);
+            let t = self.resolve_from(base, &target, true, hops + 1)?;
+            if p.trailing_slash && t.state.read().kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            return Ok(t);
         }
         if p.trailing_slash && kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -278,12 +287,17 @@ impl FileSystem {
             return Err(Error::NameTooLong);
         }
         let p = self.resolve_parent(path)?;
-        if p.name.is_empty() || p.trailing_slash {
+        if p.name.is_empty() {
             return Err(Error::Exists);
         }
         let mut dst = p.dir.state.write();
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
+        }
+        // A trailing slash asks for a directory: EEXIST if the name is taken (checked
+        // by `create_in`), else ENOENT, as Linux does.
+        if p.trailing_slash && !dst.children.contains_key(&p.name) {
+            return Err(Error::NotFound);
         }
         self.create_in(&p.dir, &mut dst, &p.name, FileKind::Symlink, 0o777, target.as_bytes())?;
         Ok(())
@@ -428,7 +442,7 @@ impl FileSystem {
     pub fn link(&self, old: &str, new: &str) -> Result<()> {
         let target = self.resolve(old, false)?;
         let p = self.resolve_parent(new)?;
-        if p.name.is_empty() || p.trailing_slash {
+        if p.name.is_empty() {
             return Err(Error::Exists);
         }
         let mut dst = p.dir.state.write();
@@ -440,6 +454,10 @@ impl FileSystem {
         }
         if dst.children.contains_key(&p.name) {
             return Err(Error::Exists);
+        }
+        if p.trailing_slash {
+            // As for symlink: a free name with a trailing slash is ENOENT.
+            return Err(Error::NotFound);
         }
         if target.ino == p.dir.ino {
             return Err(Error::NotPermitted("hard links to directories are not allowed"));
@@ -506,22 +524,23 @@ impl FileSystem {
         if dst_dir_st.freed || dst_dir_st.nlink == 0 {
             return Err(Error::NotFound);
         }
-        let victim_ino = dst_dir_st.children.get(&to.name).copied();
-        if victim_ino == Some(src_ino) {
-            return Ok(());
-        }
         if src_ino == to.dir.ino {
             return Err(Error::Invalid("cannot move a directory into itself".into()));
-        }
-        if victim_ino == Some(from.dir.ino) {
-            // Replacing the directory the source lives in: it is not empty.
-            return Err(Error::NotEmpty);
         }
         let src = self.inode(src_ino)?;
         let src_kind = src.state.read().kind;
         let src_is_dir = src_kind == FileKind::Dir;
+        // Before the same-inode shortcut: `rename("f", "f/")` is ENOTDIR, not a no-op.
         if (from.trailing_slash || to.trailing_slash) && !src_is_dir {
             return Err(Error::NotDir);
+        }
+        let victim_ino = dst_dir_st.children.get(&to.name).copied();
+        if victim_ino == Some(src_ino) {
+            return Ok(());
+        }
+        if victim_ino == Some(from.dir.ino) {
+            // Replacing the directory the source lives in: it is not empty.
+            return Err(Error::NotEmpty);
         }
         if src_is_dir && !same_dir {
             // The destination must not be inside the directory being moved.
