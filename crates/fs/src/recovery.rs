@@ -319,7 +319,7 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool, sn_done: &dyn
     if tail != 0 {
         let page = tail - tail % BLOCK_SIZE;
         let in_page = tail % BLOCK_SIZE;
-        if !pages.contains(&page) || in_page % SLOT != 0 || in_page > TRAILER_OFF {
+        if !pages.contains(&page) || !in_page.is_multiple_of(SLOT) || in_page > TRAILER_OFF {
             return Err(bad(format!("log tail {tail:#x} is not inside its log")));
         }
     }

@@ -294,7 +294,7 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
             while !s.stop.load(Ordering::Relaxed) {
                 // Keep the shared tree bounded: directories moved into one another
                 // nest without limit. Pruning races with everything else.
-                if ops % 64 == 0 && s.fs.usage().inodes_used > 1000 {
+                if ops.is_multiple_of(64) && s.fs.usage().inodes_used > 1000 {
                     prune(&s.fs, "/s");
                 }
                 match rng.random_range(0..3) {
@@ -368,8 +368,11 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
     assert_fsck_clean(&pm);
 }
 
+/// One racing thread's loop body, given the iteration number.
+type Work = Box<dyn Fn(&FileSystem, u64) + Send>;
+
 /// Runs `work` on several threads for a while; fails if they stop making progress.
-fn race(fs: &Arc<FileSystem>, work: Vec<Box<dyn Fn(&FileSystem, u64) + Send>>) {
+fn race(fs: &Arc<FileSystem>, work: Vec<Work>) {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let handles: Vec<_> = work
