@@ -199,12 +199,19 @@ mod tests {
     #[test]
     fn alloc_free_coalesces_and_runs_out_cleanly() {
         let a = BlockAlloc::empty(100, 1100);
-        a.free(Extent { start: 100, len: 1000 });
+        a.free(Extent {
+            start: 100,
+            len: 1000,
+        });
         assert_eq!(a.free_blocks(), 1000);
         let x = a.alloc(700).unwrap();
         assert_eq!(x.iter().map(|e| e.len).sum::<u64>(), 700);
         assert!(matches!(a.alloc(301), Err(Error::NoSpace)));
-        assert_eq!(a.free_blocks(), 300, "failed alloc must give back what it took");
+        assert_eq!(
+            a.free_blocks(),
+            300,
+            "failed alloc must give back what it took"
+        );
         for e in x {
             a.free(e);
         }

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-
 use crate::alloc::Extent;
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
@@ -38,7 +37,12 @@ impl FileSystem {
     /// Places `entries` after the tail of `st`'s log and makes them durable (not yet
     /// committed). New pages are linked into the log's chain; a failure leaves the log
     /// as it was, apart from pages linked past the tail, which stay part of the log.
-    pub(crate) fn stage(&self, ino: u64, st: &mut InodeState, entries: Vec<Entry>) -> Result<Staged> {
+    pub(crate) fn stage(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        entries: Vec<Entry>,
+    ) -> Result<Staged> {
         let pm = &*self.pm;
         let log = &mut st.log;
         // Where the next entry goes: (index into log.pages, slot within that page).
@@ -46,7 +50,11 @@ impl FileSystem {
             (0, 0)
         } else {
             let page = log.tail - log.tail % BLOCK_SIZE;
-            let idx = log.pages.iter().position(|&p| p == page).expect("tail outside log");
+            let idx = log
+                .pages
+                .iter()
+                .position(|&p| p == page)
+                .expect("tail outside log");
             (idx, (log.tail % BLOCK_SIZE) / SLOT)
         };
         // First pass: where each entry lands, and how many pages must be added.
@@ -188,7 +196,8 @@ impl FileSystem {
     /// Compacts `st`'s log if most of it is dead. Called with the inode write-locked,
     /// after a commit. Failure to find space only postpones cleaning.
     pub(crate) fn maybe_clean(&self, inode: &Arc<Inode>, st: &mut InodeState) {
-        if st.log.pages.len() < CLEAN_MIN_PAGES || st.log.entries <= CLEAN_FACTOR * st.live_entries()
+        if st.log.pages.len() < CLEAN_MIN_PAGES
+            || st.log.entries <= CLEAN_FACTOR * st.live_entries()
         {
             return;
         }

@@ -61,7 +61,9 @@ impl OpenFlags {
             libc::O_RDONLY => Ok((true, false)),
             libc::O_WRONLY => Ok((false, true)),
             libc::O_RDWR => Ok((true, true)),
-            _ => Err(Error::Invalid("access mode must be O_RDONLY, O_WRONLY or O_RDWR".into())),
+            _ => Err(Error::Invalid(
+                "access mode must be O_RDONLY, O_WRONLY or O_RDWR".into(),
+            )),
         }
     }
 }
@@ -321,7 +323,12 @@ impl FileSystem {
         })
     }
 
-    fn set_attr(&self, inode: &Arc<Inode>, mask: u32, fill: impl FnOnce(&mut AttrValues)) -> Result<()> {
+    fn set_attr(
+        &self,
+        inode: &Arc<Inode>,
+        mask: u32,
+        fill: impl FnOnce(&mut AttrValues),
+    ) -> Result<()> {
         let mut st = inode.state.write();
         if st.freed {
             return Err(Error::NotFound);
@@ -346,7 +353,12 @@ impl FileSystem {
 
     /// Copy-on-write write of `buf` at `at` (`None`: at the end). Returns the offset
     /// just past the data written.
-    pub(crate) fn write_inode(&self, inode: &Arc<Inode>, at: Option<u64>, buf: &[u8]) -> Result<u64> {
+    pub(crate) fn write_inode(
+        &self,
+        inode: &Arc<Inode>,
+        at: Option<u64>,
+        buf: &[u8],
+    ) -> Result<u64> {
         let mut st = inode.state.write();
         match st.kind {
             FileKind::Dir => return Err(Error::IsDir),
@@ -367,17 +379,28 @@ impl FileSystem {
     /// Allocates new blocks for the pages `buf` touches at `off`, fills them — the
     /// untouched parts of partial pages from the old blocks, bytes past the old size as
     /// zeros — and stages the write entries. Nothing is committed.
-    pub(crate) fn stage_data(&self, ino: u64, st: &mut InodeState, off: u64, buf: &[u8], now: i64) -> Result<Staged> {
+    pub(crate) fn stage_data(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        off: u64,
+        buf: &[u8],
+        now: i64,
+    ) -> Result<Staged> {
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(Error::FileTooBig)?;
         let (p0, p1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
         let extents = self.alloc_blocks(p1 - p0)?;
-        let blocks: Vec<u64> = extents.iter().flat_map(|e| e.start..e.start + e.len).collect();
+        let blocks: Vec<u64> = extents
+            .iter()
+            .flat_map(|e| e.start..e.start + e.len)
+            .collect();
         // Partial first and last pages are merged in DRAM; whole pages go straight
         // from `buf`.
-        let head_partial = !off.is_multiple_of(BLOCK_SIZE) || (end < p1 * BLOCK_SIZE && p1 - p0 == 1);
+        let head_partial =
+            !off.is_multiple_of(BLOCK_SIZE) || (end < p1 * BLOCK_SIZE && p1 - p0 == 1);
         let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
@@ -386,12 +409,18 @@ impl FileSystem {
         while p < p1 {
             let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
             if p == p0 && head_partial {
-                pieces.push(WritePiece { dst, src: head_buf.as_ref().unwrap() });
+                pieces.push(WritePiece {
+                    dst,
+                    src: head_buf.as_ref().unwrap(),
+                });
                 p += 1;
                 continue;
             }
             if p == p1 - 1 && tail_partial {
-                pieces.push(WritePiece { dst, src: tail_buf.as_ref().unwrap() });
+                pieces.push(WritePiece {
+                    dst,
+                    src: tail_buf.as_ref().unwrap(),
+                });
                 p += 1;
                 continue;
             }
@@ -403,7 +432,10 @@ impl FileSystem {
             }
             let from = (p * BLOCK_SIZE - off) as usize;
             let to = (q * BLOCK_SIZE - off) as usize;
-            pieces.push(WritePiece { dst, src: &buf[from..to] });
+            pieces.push(WritePiece {
+                dst,
+                src: &buf[from..to],
+            });
             p = q;
         }
         self.mover.write(&*self.pm, &pieces);
@@ -479,7 +511,9 @@ impl FileSystem {
                 let len = (BLOCK_SIZE - in_page).min(end - pos);
                 let src = st.pages.get(&pg).map(|b| b * BLOCK_SIZE + in_page);
                 match (segs.last_mut(), src) {
-                    (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => *l += len as usize,
+                    (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => {
+                        *l += len as usize
+                    }
                     (Some((l, None)), None) => *l += len as usize,
                     _ => segs.push((len as usize, src)),
                 }
@@ -521,7 +555,8 @@ impl FileSystem {
         if len < st.size && !len.is_multiple_of(BLOCK_SIZE) {
             if let Some(&old) = st.pages.get(&pg) {
                 let mut page = vec![0u8; BLOCK_SIZE as usize];
-                self.pm.read(old * BLOCK_SIZE, &mut page[..(len % BLOCK_SIZE) as usize]);
+                self.pm
+                    .read(old * BLOCK_SIZE, &mut page[..(len % BLOCK_SIZE) as usize]);
                 cow = self.alloc_blocks(1)?;
                 self.mover.write(
                     &*self.pm,

@@ -44,7 +44,8 @@ pub fn check(pm: &dyn Pmem, sn_done: Option<&dyn Fn(u64) -> bool>) -> Result<Fsc
     let geo = match Geometry::read(pm) {
         Ok((g, None)) => g,
         Ok((g, Some(why))) => {
-            r.problems.push(format!("primary superblock bad ({why}); replica is good"));
+            r.problems
+                .push(format!("primary superblock bad ({why}); replica is good"));
             g
         }
         Err(e) => {
@@ -57,7 +58,8 @@ pub fn check(pm: &dyn Pmem, sn_done: Option<&dyn Fn(u64) -> bool>) -> Result<Fsc
     pm.read(0, &mut sb);
     pm.read(BLOCK_SIZE, &mut replica);
     if sb != replica && r.problems.is_empty() {
-        r.problems.push("superblock replica differs from the primary".into());
+        r.problems
+            .push("superblock replica differs from the primary".into());
     }
     let mut pending_journals = 0;
     let mut rolled_back = HashMap::new();

@@ -314,9 +314,15 @@ mod tests {
         for i in 0..SB_LEN {
             let mut bad = b;
             bad[i] ^= 1;
-            assert!(Geometry::decode(&bad, 64 << 20).is_err(), "flip at {i} accepted");
+            assert!(
+                Geometry::decode(&bad, 64 << 20).is_err(),
+                "flip at {i} accepted"
+            );
         }
-        assert!(Geometry::decode(&b, 32 << 20).is_err(), "larger than region accepted");
+        assert!(
+            Geometry::decode(&b, 32 << 20).is_err(),
+            "larger than region accepted"
+        );
     }
 
     #[test]

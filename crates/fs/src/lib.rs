@@ -212,11 +212,7 @@ impl FileSystem {
     }
 
     fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
-        self.inodes
-            .read()
-            .get(&ino)
-            .cloned()
-            .ok_or(Error::NotFound)
+        self.inodes.read().get(&ino).cloned().ok_or(Error::NotFound)
     }
 }
 

@@ -77,7 +77,13 @@ impl FileSystem {
         }
     }
 
-    fn resolve_from(&self, base: Arc<Inode>, path: &str, follow: bool, hops: usize) -> Result<Arc<Inode>> {
+    fn resolve_from(
+        &self,
+        base: Arc<Inode>,
+        path: &str,
+        follow: bool,
+        hops: usize,
+    ) -> Result<Arc<Inode>> {
         let p = self.walk(base, path, hops)?;
         if p.name.is_empty() {
             return Ok(p.dir);
@@ -104,7 +110,10 @@ impl FileSystem {
 
     fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
         let trailing_slash = path.len() > 1 && path.ends_with('/');
-        let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let mut comps: Vec<&str> = path
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
         let Some(last) = comps.pop() else {
             return Ok(Parent {
                 dir,
@@ -299,7 +308,14 @@ impl FileSystem {
         if p.trailing_slash && !dst.children.contains_key(&p.name) {
             return Err(Error::NotFound);
         }
-        self.create_in(&p.dir, &mut dst, &p.name, FileKind::Symlink, 0o777, target.as_bytes())?;
+        self.create_in(
+            &p.dir,
+            &mut dst,
+            &p.name,
+            FileKind::Symlink,
+            0o777,
+            target.as_bytes(),
+        )?;
         Ok(())
     }
 
@@ -412,7 +428,11 @@ impl FileSystem {
     }
 
     /// Frees an inode with no links and no open descriptors. Called with it locked.
-    pub(crate) fn release_if_unused(&self, inode: &Arc<Inode>, st: &mut RwLockWriteGuard<'_, InodeState>) {
+    pub(crate) fn release_if_unused(
+        &self,
+        inode: &Arc<Inode>,
+        st: &mut RwLockWriteGuard<'_, InodeState>,
+    ) {
         if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 {
             return;
         }
@@ -445,7 +465,10 @@ impl FileSystem {
         let mut at = dir.state.read().parent;
         while chain.last() != Some(&ROOT_INO) {
             if chain.len() as u64 > self.geo.inodes {
-                return Err(Error::Corrupt(format!("directory {} has a parent cycle", dir.ino)));
+                return Err(Error::Corrupt(format!(
+                    "directory {} has a parent cycle",
+                    dir.ino
+                )));
             }
             chain.push(at);
             at = self.inode(at)?.state.read().parent;
@@ -478,7 +501,9 @@ impl FileSystem {
             return Err(Error::NotFound);
         }
         if target_is_dir {
-            return Err(Error::NotPermitted("hard links to directories are not allowed"));
+            return Err(Error::NotPermitted(
+                "hard links to directories are not allowed",
+            ));
         }
         let mut tst = target.state.write();
         if tst.freed || tst.nlink == 0 {
@@ -498,7 +523,11 @@ impl FileSystem {
             }],
         )?;
         let nlink = tst.nlink + 1;
-        let ts = self.stage(target.ino, &mut tst, vec![Entry::Link { nlink, ctime: now }])?;
+        let ts = self.stage(
+            target.ino,
+            &mut tst,
+            vec![Entry::Link { nlink, ctime: now }],
+        )?;
         self.commit_journaled(&[&ps, &ts], &[]);
         Self::apply_staged(&mut dst, ps);
         Self::apply_staged(&mut tst, ts);
@@ -548,7 +577,8 @@ impl FileSystem {
             tst_guard = Some(to.dir.state.write());
             fst = from.dir.state.write();
         }
-        if fst.kind != FileKind::Dir || tst_guard.as_ref().is_some_and(|t| t.kind != FileKind::Dir) {
+        if fst.kind != FileKind::Dir || tst_guard.as_ref().is_some_and(|t| t.kind != FileKind::Dir)
+        {
             return Err(Error::NotDir);
         }
         let src_ino = *fst.children.get(&from.name).ok_or(Error::NotFound)?;

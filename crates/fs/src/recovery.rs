@@ -29,7 +29,9 @@ use serde::Serialize;
 use crate::alloc::{BlockAlloc, Extent, InoAlloc};
 use crate::epoch::Epoch;
 use crate::error::{Error, Result};
-use crate::inode::{FileKind, Inode, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF};
+use crate::inode::{
+    FileKind, Inode, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF,
+};
 use crate::journal;
 use crate::layout::{Geometry, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
 use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
@@ -246,7 +248,12 @@ fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
 
 /// Walks the whole region. With `repair`, voids committed writes whose SN is not done
 /// (so they can never come back); without, only notes them.
-pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool, sn_done: &dyn Fn(u64) -> bool) -> Result<Scan> {
+pub(crate) fn scan(
+    pm: &dyn Pmem,
+    geo: Geometry,
+    repair: bool,
+    sn_done: &dyn Fn(u64) -> bool,
+) -> Result<Scan> {
     let mut s = Scan {
         geo,
         states: HashMap::new(),
@@ -262,7 +269,8 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool, sn_done: &dyn Fn(
             0 => continue,
             VALID => {}
             w => {
-                s.problems.push(format!("inode {ino}: invalid valid word {w:#x}"));
+                s.problems
+                    .push(format!("inode {ino}: invalid valid word {w:#x}"));
                 continue;
             }
         }
@@ -286,7 +294,13 @@ fn mark_used(s: &mut Scan, block: u64, what: &str) -> std::result::Result<(), St
     Ok(())
 }
 
-fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool, sn_done: &dyn Fn(u64) -> bool) -> Result<InodeState> {
+fn scan_inode(
+    pm: &dyn Pmem,
+    s: &mut Scan,
+    ino: u64,
+    repair: bool,
+    sn_done: &dyn Fn(u64) -> bool,
+) -> Result<InodeState> {
     let geo = s.geo;
     let off = geo.inode_off(ino);
     let rec = InodeRecord::read(pm, off, ino)?;
@@ -334,7 +348,9 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool, sn_done: &dyn
                 used_in[i]
             };
             if end_slot > SLOTS_PER_PAGE {
-                return Err(bad(format!("log page {page:#x} claims {end_slot} used slots")));
+                return Err(bad(format!(
+                    "log page {page:#x} claims {end_slot} used slots"
+                )));
             }
             let mut slot = 0;
             while slot < end_slot {
@@ -348,7 +364,8 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool, sn_done: &dyn
                 let mut bytes = vec![0u8; (k * SLOT) as usize];
                 pm.read(at, &mut bytes);
                 let e = Entry::decode(&bytes).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
-                validate_entry(&geo, &st, &e).map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
+                validate_entry(&geo, &st, &e)
+                    .map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
                 if let Entry::Write { sn, .. } = e {
                     if sn != 0 && !sn_done(sn) {
                         s.report.pending_writes_dropped += 1;
@@ -467,7 +484,8 @@ fn check_tree(s: &mut Scan) {
             if cst.kind == FileKind::Dir {
                 *subdirs.entry(dir).or_default() += 1;
                 if !seen_dirs.insert(child) {
-                    s.problems.push(format!("directory {child} is linked more than once"));
+                    s.problems
+                        .push(format!("directory {child} is linked more than once"));
                     continue;
                 }
                 parents.push((child, dir));
@@ -485,7 +503,8 @@ fn check_tree(s: &mut Scan) {
         let reached = ino == ROOT_INO || refs.contains_key(&ino);
         if !reached {
             s.orphans.push(ino);
-            s.notes.push(format!("inode {ino} is not in any directory (orphan)"));
+            s.notes
+                .push(format!("inode {ino} is not in any directory (orphan)"));
             continue;
         }
         let expect = match st.kind {

@@ -81,12 +81,17 @@ fn descriptors_positions_and_flags() {
     assert_eq!(fs.read(fd, &mut b).unwrap(), 5);
     assert_eq!(&b, b"world");
     assert_eq!(fs.read(fd, &mut b).unwrap(), 0);
-    assert!(matches!(fs.lseek(fd, -1, Whence::Set), Err(Error::Invalid(_))));
+    assert!(matches!(
+        fs.lseek(fd, -1, Whence::Set),
+        Err(Error::Invalid(_))
+    ));
     fs.close(fd).unwrap();
     assert!(matches!(fs.close(fd), Err(Error::BadFd)));
     assert!(matches!(fs.read(fd, &mut b), Err(Error::BadFd)));
 
-    let app = fs.open("/a", OpenFlags::WRONLY | OpenFlags::APPEND, 0).unwrap();
+    let app = fs
+        .open("/a", OpenFlags::WRONLY | OpenFlags::APPEND, 0)
+        .unwrap();
     fs.pwrite(app, b"!", 0).unwrap();
     assert_eq!(read_file(&fs, "/a"), b"hello world!");
     assert!(matches!(fs.read(app, &mut b), Err(Error::BadFd)));
@@ -96,12 +101,26 @@ fn descriptors_positions_and_flags() {
         fs.open("/a", rw_create() | OpenFlags::EXCL, 0o644),
         Err(Error::Exists)
     ));
-    let t = fs.open("/a", OpenFlags::WRONLY | OpenFlags::TRUNC, 0).unwrap();
+    let t = fs
+        .open("/a", OpenFlags::WRONLY | OpenFlags::TRUNC, 0)
+        .unwrap();
     assert_eq!(fs.fstat(t).unwrap().size, 0);
-    assert!(matches!(fs.open("/a", OpenFlags(3), 0), Err(Error::Invalid(_))));
-    assert!(matches!(fs.open("/a", OpenFlags(0o40000000), 0), Err(Error::Invalid(_))));
-    assert!(matches!(fs.open("/nope", OpenFlags::RDONLY, 0), Err(Error::NotFound)));
-    assert_eq!(fs.open("/nope", OpenFlags::RDONLY, 0).unwrap_err().errno(), libc::ENOENT);
+    assert!(matches!(
+        fs.open("/a", OpenFlags(3), 0),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.open("/a", OpenFlags(0o40000000), 0),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.open("/nope", OpenFlags::RDONLY, 0),
+        Err(Error::NotFound)
+    ));
+    assert_eq!(
+        fs.open("/nope", OpenFlags::RDONLY, 0).unwrap_err().errno(),
+        libc::ENOENT
+    );
     for fd in [app, ro, t] {
         fs.close(fd).unwrap();
     }
@@ -120,10 +139,19 @@ fn namespace_errors_follow_posix() {
     assert_eq!(fs.rmdir("/d").unwrap_err().errno(), libc::ENOTEMPTY);
     assert!(matches!(fs.rmdir("/d/f"), Err(Error::NotDir)));
     assert!(matches!(fs.unlink("/d"), Err(Error::IsDir)));
-    assert!(matches!(fs.open("/d", OpenFlags::WRONLY, 0), Err(Error::IsDir)));
-    assert!(matches!(fs.open("/d/f/", OpenFlags::RDONLY, 0), Err(Error::NotDir)));
+    assert!(matches!(
+        fs.open("/d", OpenFlags::WRONLY, 0),
+        Err(Error::IsDir)
+    ));
+    assert!(matches!(
+        fs.open("/d/f/", OpenFlags::RDONLY, 0),
+        Err(Error::NotDir)
+    ));
     let long = "n".repeat(256);
-    assert!(matches!(fs.mkdir(&format!("/{long}"), 0o755), Err(Error::NameTooLong)));
+    assert!(matches!(
+        fs.mkdir(&format!("/{long}"), 0o755),
+        Err(Error::NameTooLong)
+    ));
     fs.mkdir(&format!("/{}", "n".repeat(255)), 0o755).unwrap();
     assert!(matches!(
         fs.stat(&"/a".repeat(3000)),
@@ -168,14 +196,22 @@ fn links_symlinks_rename() {
         fs.rename("/a/sub", "/b/sub").unwrap();
         assert_eq!(fs.stat("/a").unwrap().nlink, 2);
         assert_eq!(fs.stat("/b").unwrap().nlink, 3);
-        assert_eq!(fs.stat("/b/sub/..").unwrap().ino, fs.stat("/b").unwrap().ino);
+        assert_eq!(
+            fs.stat("/b/sub/..").unwrap().ino,
+            fs.stat("/b").unwrap().ino
+        );
         // Replace an empty directory with a directory.
         fs.mkdir("/c", 0o755).unwrap();
         fs.rename("/b/sub", "/c").unwrap();
         assert_eq!(fs.stat("/b").unwrap().nlink, 2);
         assert!(matches!(fs.rename("/a/f", "/c"), Err(Error::IsDir)));
         assert!(matches!(fs.rename("/c", "/a/f"), Err(Error::NotDir)));
-        let names: Vec<String> = fs.readdir("/").unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<String> = fs
+            .readdir("/")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, ["a", "b", "c", "loop1", "loop2", "s"]);
         fs.unmount().unwrap();
     }
@@ -203,7 +239,10 @@ fn unlinked_open_file_lives_until_close() {
     fs.unmount().unwrap();
     assert_fsck_clean(&pm);
     let fs = mount(&pm);
-    assert!(fs.usage().free_blocks > free0, "blocks of the unlinked file were not freed");
+    assert!(
+        fs.usage().free_blocks > free0,
+        "blocks of the unlinked file were not freed"
+    );
 }
 
 #[test]
@@ -222,7 +261,10 @@ fn attributes() {
     fs.unmount().unwrap();
     let fs = mount(&pm);
     let again = fs.stat("/f").unwrap();
-    assert_eq!((again.mode, again.uid, again.atime_ns, again.mtime_ns), (st.mode, 12, 1_000, 2_000));
+    assert_eq!(
+        (again.mode, again.uid, again.atime_ns, again.mtime_ns),
+        (st.mode, 12, 1_000, 2_000)
+    );
 }
 
 #[test]
@@ -240,7 +282,11 @@ fn full_region_gives_enospc_without_effect() {
     };
     assert!(matches!(err, Error::NoSpace), "{err}");
     assert_eq!(err.errno(), libc::ENOSPC);
-    assert_eq!(fs.fstat(fd).unwrap().size, written, "failed write changed the size");
+    assert_eq!(
+        fs.fstat(fd).unwrap().size,
+        written,
+        "failed write changed the size"
+    );
     // Metadata operations fail cleanly too once the pool is exhausted.
     let mut created = 0;
     loop {

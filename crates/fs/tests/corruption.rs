@@ -31,11 +31,16 @@ fn populated(clean: bool) -> (Arc<dyn Pmem>, Geometry) {
     fs.mkdir("/d", 0o755).unwrap();
     fs.mkdir("/d/e", 0o700).unwrap();
     for i in 0..6u32 {
-        write_file(&fs, &format!("/d/f{i}"), &vec![i as u8 + 1; 3000 + i as usize * 5000]);
+        write_file(
+            &fs,
+            &format!("/d/f{i}"),
+            &vec![i as u8 + 1; 3000 + i as usize * 5000],
+        );
     }
     let fd = fs.open("/log", rw_create(), 0o644).unwrap();
     for i in 0..150u32 {
-        fs.pwrite(fd, &i.to_le_bytes(), (i as u64 % 5) * 4096).unwrap();
+        fs.pwrite(fd, &i.to_le_bytes(), (i as u64 % 5) * 4096)
+            .unwrap();
     }
     fs.close(fd).unwrap();
     fs.link("/d/f1", "/d/e/hard").unwrap();
@@ -73,7 +78,10 @@ fn mount_fails(pm: &Arc<dyn Pmem>, words: &[&str]) -> String {
     let msg = err.to_string();
     assert_eq!(err.errno(), libc::EUCLEAN, "{msg}");
     for w in words {
-        assert!(msg.contains(w), "mount error {msg:?} does not mention {w:?}");
+        assert!(
+            msg.contains(w),
+            "mount error {msg:?} does not mention {w:?}"
+        );
     }
     msg
 }
@@ -82,7 +90,9 @@ fn mount_fails(pm: &Arc<dyn Pmem>, words: &[&str]) -> String {
 fn fsck_reports(pm: &Arc<dyn Pmem>, words: &[&str]) {
     let r = fs::fsck::check(&**pm, None).unwrap();
     assert!(
-        r.problems.iter().any(|p| words.iter().all(|w| p.contains(w))),
+        r.problems
+            .iter()
+            .any(|p| words.iter().all(|w| p.contains(w))),
         "fsck problems {:?} do not mention {words:?}",
         r.problems
     );
@@ -106,7 +116,10 @@ fn primary_superblock_is_healed_from_the_replica() {
     flip(&*pm, 40, 0x01); // a geometry field
     fsck_reports(&pm, &["primary superblock bad", "replica is good"]);
     let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-    let why = report.superblock_replica_used.clone().expect("replica use not reported");
+    let why = report
+        .superblock_replica_used
+        .clone()
+        .expect("replica use not reported");
     assert!(why.contains("superblock"), "{why}");
     assert_eq!(read_file(&fs, "/d/f3"), vec![4u8; 18000]);
     fs.unmount().unwrap();
@@ -136,7 +149,10 @@ fn flipped_log_entry_names_the_inode_and_the_entry() {
     let page = log_pages(&pm, &geo, ino)[0];
     flip(&*pm, page + 20, 0x04); // inside the first entry's payload
     let msg = mount_fails(&pm, &[&format!("inode {ino}"), "log entry", "checksum"]);
-    assert!(msg.contains(&format!("{page:#x}")), "entry offset not named: {msg}");
+    assert!(
+        msg.contains(&format!("{page:#x}")),
+        "entry offset not named: {msg}"
+    );
     fsck_reports(&pm, &[&format!("inode {ino}"), "checksum"]);
 }
 
@@ -145,7 +161,10 @@ fn corrupt_log_page_pointers_and_trailers() {
     let (pm, geo) = populated(true);
     let ino = ino_of(&pm, "/log");
     let pages = log_pages(&pm, &geo, ino);
-    assert!(pages.len() >= 2, "the overwrite log should span pages: {pages:?}");
+    assert!(
+        pages.len() >= 2,
+        "the overwrite log should span pages: {pages:?}"
+    );
     let snapshot = {
         let mut v = vec![0u8; pm.len() as usize];
         pm.read(0, &mut v);
@@ -154,7 +173,14 @@ fn corrupt_log_page_pointers_and_trailers() {
     let restore = || pm.write_persist(0, &snapshot);
     // Next-page pointer sent outside the region.
     pm.store_u64_persist(pages[0] + TRAILER_OFF, u64::MAX - 7);
-    mount_fails(&pm, &[&format!("inode {ino}"), "log page pointer", "outside the pool"]);
+    mount_fails(
+        &pm,
+        &[
+            &format!("inode {ino}"),
+            "log page pointer",
+            "outside the pool",
+        ],
+    );
     fsck_reports(&pm, &["log page pointer"]);
     restore();
     // Next-page pointer into the metadata area.
@@ -242,7 +268,11 @@ fn crc32c(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -251,7 +281,11 @@ fn crc32c(data: &[u8]) -> u32 {
 #[test]
 fn corrupt_saved_bitmap_is_reported_and_rebuilt() {
     let (pm, geo) = populated(true);
-    flip(&*pm, geo.bitmap_start * BLOCK_SIZE + geo.pool_start / 8 + 3, 0x40);
+    flip(
+        &*pm,
+        geo.bitmap_start * BLOCK_SIZE + geo.pool_start / 8 + 3,
+        0x40,
+    );
     fsck_reports(&pm, &["bitmap", "corrupt"]);
     // Mount does not trust it: it rebuilds the allocator from the logs.
     let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
@@ -306,7 +340,11 @@ fn template() -> &'static Template {
         }
         // A few free inode records too.
         ranges.push((geo.inode_off(geo.inodes - 3), INODE_SIZE * 3));
-        Template { clean, crashed, ranges }
+        Template {
+            clean,
+            crashed,
+            ranges,
+        }
     })
 }
 

@@ -22,8 +22,9 @@ const DIRS: [&str; 2] = ["/w", "/v"];
 const NAMES: usize = 6;
 
 fn fnv(data: &[u8]) -> u64 {
-    data.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// What the child says a path holds: `(length, checksum)`, or gone.
@@ -52,7 +53,13 @@ fn child_writer() {
         }
     }
     let mut rng = StdRng::seed_from_u64(std::process::id() as u64);
-    let pick = |rng: &mut StdRng| format!("{}/f{}", DIRS[rng.random_range(0..2)], rng.random_range(0..NAMES));
+    let pick = |rng: &mut StdRng| {
+        format!(
+            "{}/f{}",
+            DIRS[rng.random_range(0..2)],
+            rng.random_range(0..NAMES)
+        )
+    };
     for seq in 0u64.. {
         let a = pick(&mut rng);
         let b = pick(&mut rng);
@@ -69,8 +76,12 @@ fn child_writer() {
             }
             2 => {
                 if let Some(m) = model.get_mut(&a) {
-                    let chunk: Vec<u8> = (0..rng.random_range(1..9000)).map(|_| rng.random()).collect();
-                    let fd = fs.open(&a, OpenFlags::WRONLY | OpenFlags::APPEND, 0).unwrap();
+                    let chunk: Vec<u8> = (0..rng.random_range(1..9000))
+                        .map(|_| rng.random())
+                        .collect();
+                    let fd = fs
+                        .open(&a, OpenFlags::WRONLY | OpenFlags::APPEND, 0)
+                        .unwrap();
                     fs.write(fd, &chunk).unwrap();
                     fs.close(fd).unwrap();
                     m.extend_from_slice(&chunk);
@@ -79,7 +90,9 @@ fn child_writer() {
             3 => {
                 if let Some(m) = model.get_mut(&a) {
                     let off = rng.random_range(0..m.len() + 5000);
-                    let chunk: Vec<u8> = (0..rng.random_range(1..12_000)).map(|_| rng.random()).collect();
+                    let chunk: Vec<u8> = (0..rng.random_range(1..12_000))
+                        .map(|_| rng.random())
+                        .collect();
                     let fd = fs.open(&a, OpenFlags::RDWR, 0).unwrap();
                     fs.pwrite(fd, &chunk, off as u64).unwrap();
                     fs.close(fd).unwrap();
@@ -150,7 +163,10 @@ impl Drop for RegionFile {
 
 #[test]
 fn kill_9_of_a_writer_keeps_every_reported_write() {
-    let file = RegionFile(PathBuf::from(format!("/dev/shm/easyio-test-crash-{}.region", std::process::id())));
+    let file = RegionFile(PathBuf::from(format!(
+        "/dev/shm/easyio-test-crash-{}.region",
+        std::process::id()
+    )));
     {
         let pm: Arc<dyn Pmem> = Arc::new(Region::create(&file.0, 32 * MIB).unwrap());
         FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
@@ -177,7 +193,12 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
         while reported.done < target || skip > 0 {
             let l = lines
                 .next()
-                .unwrap_or_else(|| panic!("round {round}: child exited early (status {:?})", child.wait()))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "round {round}: child exited early (status {:?})",
+                        child.wait()
+                    )
+                })
                 .unwrap();
             if reported.done >= target && l.starts_with("start") {
                 skip -= 1;
@@ -194,10 +215,18 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
 
         let pm: Arc<dyn Pmem> = Arc::new(Region::open(&file.0).unwrap());
         let pre = fs::fsck::check(&*pm, None).unwrap();
-        assert!(pre.ok(), "round {round}: fsck of the killed image: {:?} (notes {:?})", pre.problems, pre.notes);
+        assert!(
+            pre.ok(),
+            "round {round}: fsck of the killed image: {:?} (notes {:?})",
+            pre.problems,
+            pre.notes
+        );
         assert!(!pre.clean_unmount);
         let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-        assert!(!report.clean, "round {round}: a killed writer looked clean: {report:?}");
+        assert!(
+            !report.clean,
+            "round {round}: a killed writer looked clean: {report:?}"
+        );
         assert!(report.inodes >= 3, "{report:?}");
         let observe = |path: &str| match fs.stat(path) {
             Ok(_) => {
@@ -211,7 +240,11 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
             if reported.in_flight.contains(path) {
                 continue; // The interrupted operation: old or new state, fsck decides.
             }
-            assert_eq!(observe(path), *want, "round {round}: {path} (len, checksum) after recovery");
+            assert_eq!(
+                observe(path),
+                *want,
+                "round {round}: {path} (len, checksum) after recovery"
+            );
         }
         // What the interrupted operation left is the truth the next child starts from.
         for path in std::mem::take(&mut reported.in_flight) {
@@ -229,7 +262,11 @@ fn crc32c(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -249,7 +286,9 @@ fn kill_inside_a_journaled_commit_is_accepted_and_rolled_back() {
         g
     };
     let table = geo.inode_off(0)..geo.inode_off(0) + geo.inodes * fs::layout::INODE_SIZE;
-    let words = |pm: &Arc<dyn Pmem>| -> Vec<u64> { table.clone().step_by(8).map(|o| pm.load_u64(o)).collect() };
+    let words = |pm: &Arc<dyn Pmem>| -> Vec<u64> {
+        table.clone().step_by(8).map(|o| pm.load_u64(o)).collect()
+    };
     let before = words(&pm);
     {
         let fs = mount(&pm);
@@ -264,7 +303,10 @@ fn kill_inside_a_journaled_commit_is_accepted_and_rolled_back() {
         .collect();
     assert!(changed.len() >= 2, "{changed:?}");
     // Journal 0 records the old values of the words that commits change in place.
-    let journaled: Vec<&(u64, u64, u64)> = changed.iter().filter(|(o, ..)| (o - table.start) % 128 <= 16).collect();
+    let journaled: Vec<&(u64, u64, u64)> = changed
+        .iter()
+        .filter(|(o, ..)| (o - table.start) % 128 <= 16)
+        .collect();
     let mut rec = Vec::new();
     for (off, old, _) in &journaled {
         rec.extend_from_slice(&off.to_le_bytes());
@@ -282,11 +324,23 @@ fn kill_inside_a_journaled_commit_is_accepted_and_rolled_back() {
         pm.store_u64_persist(*off, *old);
     }
     let r = fs::fsck::check(&*pm, None).unwrap();
-    assert!(r.ok(), "fsck of an interrupted commit: {:?} (notes {:?})", r.problems, r.notes);
-    assert!(r.notes.iter().any(|n| n.contains("interrupted")), "{:?}", r.notes);
+    assert!(
+        r.ok(),
+        "fsck of an interrupted commit: {:?} (notes {:?})",
+        r.problems,
+        r.notes
+    );
+    assert!(
+        r.notes.iter().any(|n| n.contains("interrupted")),
+        "{:?}",
+        r.notes
+    );
     let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
     assert_eq!(report.journals_rolled_back, 1, "{report:?}");
-    assert!(matches!(fs.stat("/new"), Err(fs::Error::NotFound)), "rolled-back mkdir is visible");
+    assert!(
+        matches!(fs.stat("/new"), Err(fs::Error::NotFound)),
+        "rolled-back mkdir is visible"
+    );
     assert_eq!(read_file(&fs, "/keep"), b"kept");
     fs.mkdir("/new", 0o755).unwrap();
     fs.unmount().unwrap();

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use common::*;
-use fs::{FileKind, FileSystem, Fd, OpenFlags, Stat, Whence};
+use fs::{Fd, FileKind, FileSystem, OpenFlags, Stat, Whence};
 use pmem::Pmem;
 use proptest::prelude::*;
 
@@ -30,9 +30,17 @@ type R<T> = Result<T, i32>;
 
 #[derive(Clone, Debug)]
 enum Body {
-    File { data: Vec<u8>, pages: BTreeSet<u64> },
-    Dir { children: BTreeMap<String, Id>, parent: Id },
-    Sym { target: String },
+    File {
+        data: Vec<u8>,
+        pages: BTreeSet<u64>,
+    },
+    Dir {
+        children: BTreeMap<String, Id>,
+        parent: Id,
+    },
+    Sym {
+        target: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -162,7 +170,11 @@ impl Model {
     fn new_node(&mut self, body: Body, perm: u32) -> Id {
         let id = self.next;
         self.next += 1;
-        let links = if matches!(body, Body::Dir { .. }) { 0 } else { 1 };
+        let links = if matches!(body, Body::Dir { .. }) {
+            0
+        } else {
+            1
+        };
         self.nodes.insert(
             id,
             Node {
@@ -191,7 +203,11 @@ impl Model {
     /// Drops an inode with no links and no descriptors.
     fn gc(&mut self, id: Id) {
         let n = self.node(id);
-        let unlinked = if matches!(n.body, Body::Dir { .. }) { n.dead } else { n.links == 0 };
+        let unlinked = if matches!(n.body, Body::Dir { .. }) {
+            n.dead
+        } else {
+            n.links == 0
+        };
         if unlinked && self.open_count(id) == 0 {
             self.nodes.remove(&id);
         }
@@ -201,7 +217,10 @@ impl Model {
 
     fn walk(&self, base: Id, path: &str, hops: &mut usize) -> R<Parent> {
         let slash = path.len() > 1 && path.ends_with('/');
-        let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let mut comps: Vec<&str> = path
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
         let Some(last) = comps.pop() else {
             return Ok(Parent {
                 dir: base,
@@ -311,7 +330,10 @@ impl Model {
     }
 
     fn fd(&self, fd: u32) -> R<&MFd> {
-        self.fds.get(fd as usize).and_then(Option::as_ref).ok_or(libc::EBADF)
+        self.fds
+            .get(fd as usize)
+            .and_then(Option::as_ref)
+            .ok_or(libc::EBADF)
     }
 
     fn open(&mut self, path: &str, f: &OpenSpec) -> R<u32> {
@@ -365,7 +387,11 @@ impl Model {
     }
 
     fn close(&mut self, fd: u32) -> R<()> {
-        let f = self.fds.get_mut(fd as usize).and_then(Option::take).ok_or(libc::EBADF)?;
+        let f = self
+            .fds
+            .get_mut(fd as usize)
+            .and_then(Option::take)
+            .ok_or(libc::EBADF)?;
         self.gc(f.id);
         Ok(())
     }
@@ -611,7 +637,10 @@ impl Model {
     fn rename(&mut self, old: &str, new: &str) -> R<()> {
         let from = self.parent_of(old)?;
         let to = self.parent_of(new)?;
-        let src = *self.children(from.dir).get(&from.name).ok_or(libc::ENOENT)?;
+        let src = *self
+            .children(from.dir)
+            .get(&from.name)
+            .ok_or(libc::ENOENT)?;
         let src_dir = self.is_dir(src);
         if !src_dir && (from.slash || to.slash) {
             return Err(libc::ENOTDIR);
@@ -662,7 +691,9 @@ impl Model {
 
     /// Closes every descriptor, as an unmount or a crash does.
     fn drop_fds(&mut self) {
-        let fds: Vec<u32> = (0..self.fds.len() as u32).filter(|&i| self.fds[i as usize].is_some()).collect();
+        let fds: Vec<u32> = (0..self.fds.len() as u32)
+            .filter(|&i| self.fds[i as usize].is_some())
+            .collect();
         for fd in fds {
             self.close(fd).unwrap();
         }
@@ -753,19 +784,24 @@ fn inner() -> impl Strategy<Value = String> {
 
 /// Absolute paths of 1 to 3 components; the last is a plain name.
 fn path() -> impl Strategy<Value = String> {
-    (prop::collection::vec(inner(), 0..=2), name(), prop::bool::weighted(0.04)).prop_map(|(dirs, last, slash)| {
-        let mut p = String::new();
-        for d in dirs {
+    (
+        prop::collection::vec(inner(), 0..=2),
+        name(),
+        prop::bool::weighted(0.04),
+    )
+        .prop_map(|(dirs, last, slash)| {
+            let mut p = String::new();
+            for d in dirs {
+                p.push('/');
+                p.push_str(&d);
+            }
             p.push('/');
-            p.push_str(&d);
-        }
-        p.push('/');
-        p.push_str(&last);
-        if slash {
-            p.push('/');
-        }
-        p
-    })
+            p.push_str(&last);
+            if slash {
+                p.push('/');
+            }
+            p
+        })
 }
 
 fn target() -> impl Strategy<Value = String> {
@@ -804,7 +840,14 @@ fn time() -> impl Strategy<Value = Option<i64>> {
 }
 
 fn open_spec() -> impl Strategy<Value = OpenSpec> {
-    (0u8..3, any::<bool>(), prop::bool::weighted(0.2), prop::bool::weighted(0.2), prop::bool::weighted(0.2), 0u32..0o1000)
+    (
+        0u8..3,
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+        0u32..0o1000,
+    )
         .prop_map(|(acc, creat, excl, trunc, append, mode)| OpenSpec {
             acc,
             creat,
@@ -848,7 +891,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------
@@ -906,16 +951,31 @@ impl Harness {
         let mut queue = vec![(ROOT, "/".to_string())];
         let mut seen_inos: HashMap<u64, Id> = HashMap::new();
         while let Some((dir, path)) = queue.pop() {
-            let listing = self.fs().readdir(&path).unwrap_or_else(|e| panic!("readdir {path}: {e}"));
-            let want: Vec<(String, Id)> = self.m.children(dir).iter().map(|(n, &i)| (n.clone(), i)).collect();
+            let listing = self
+                .fs()
+                .readdir(&path)
+                .unwrap_or_else(|e| panic!("readdir {path}: {e}"));
+            let want: Vec<(String, Id)> = self
+                .m
+                .children(dir)
+                .iter()
+                .map(|(n, &i)| (n.clone(), i))
+                .collect();
             let got: Vec<&str> = listing.iter().map(|e| e.name.as_str()).collect();
             let want_names: Vec<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(got, want_names, "listing of {path}");
             let st = self.fs().lstat(&path).unwrap();
             self.check_stat(dir, &st, &path);
             for ((name, id), ent) in want.iter().zip(&listing) {
-                let p = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
-                let st = self.fs().lstat(&p).unwrap_or_else(|e| panic!("lstat {p}: {e}"));
+                let p = if path == "/" {
+                    format!("/{name}")
+                } else {
+                    format!("{path}/{name}")
+                };
+                let st = self
+                    .fs()
+                    .lstat(&p)
+                    .unwrap_or_else(|e| panic!("lstat {p}: {e}"));
                 assert_eq!(ent.ino, st.ino, "{p}: readdir inode");
                 assert_eq!(ent.kind, st.kind, "{p}: readdir kind");
                 self.check_stat(*id, &st, &p);
@@ -930,11 +990,18 @@ impl Harness {
                     }
                     Body::File { data, .. } => {
                         let data = data.clone();
-                        let fd = self.fs().open(&p, OpenFlags::RDONLY | OpenFlags::NOFOLLOW, 0).unwrap();
+                        let fd = self
+                            .fs()
+                            .open(&p, OpenFlags::RDONLY | OpenFlags::NOFOLLOW, 0)
+                            .unwrap();
                         let mut buf = vec![0xAAu8; data.len() + 7];
                         let n = self.fs().pread(fd, &mut buf, 0).unwrap();
                         self.fs().close(fd).unwrap();
-                        assert!(buf[..n] == data[..], "{p}: contents differ ({n} vs {} bytes)", data.len());
+                        assert!(
+                            buf[..n] == data[..],
+                            "{p}: contents differ ({n} vs {} bytes)",
+                            data.len()
+                        );
                     }
                 }
             }
@@ -968,7 +1035,10 @@ impl Harness {
         self.m.drop_fds();
         let (fs, report) = FileSystem::mount(self.pm.clone(), fs::MountOptions::default()).unwrap();
         assert_eq!(report.clean, !crash, "mount report: {report:?}");
-        assert_eq!(report.journals_rolled_back, 0, "no operation was in flight: {report:?}");
+        assert_eq!(
+            report.journals_rolled_back, 0,
+            "no operation was in flight: {report:?}"
+        );
         self.fs = Some(fs);
     }
 
@@ -982,7 +1052,10 @@ impl Harness {
             }};
         }
         match op {
-            Op::Open(p, s) => same!(errno(fs.open(p, s.flags(), s.mode)).map(|f| f.0), m.open(p, s)),
+            Op::Open(p, s) => same!(
+                errno(fs.open(p, s.flags(), s.mode)).map(|f| f.0),
+                m.open(p, s)
+            ),
             Op::Close(f) => same!(errno(fs.close(Fd(*f))), m.close(*f)),
             Op::Write(f, l, seed) => {
                 let b = pattern(*l, *seed);
@@ -1028,7 +1101,8 @@ impl Harness {
             Op::Symlink(t, p) => same!(errno(fs.symlink(t, p)), m.symlink(t, p)),
             Op::Readlink(p) => same!(errno(fs.readlink(p)), m.readlink(p)),
             Op::Readdir(p) => {
-                let got = errno(fs.readdir(p)).map(|v| v.into_iter().map(|e| e.name).collect::<Vec<_>>());
+                let got =
+                    errno(fs.readdir(p)).map(|v| v.into_iter().map(|e| e.name).collect::<Vec<_>>());
                 let want = m.resolve(p, true).and_then(|id| match &m.node(id).body {
                     Body::Dir { children, .. } => Ok(children.keys().cloned().collect()),
                     _ => Err(libc::ENOTDIR),
@@ -1046,7 +1120,10 @@ impl Harness {
                     Err(e) => same!(got.map(|_| ()), Err(e)),
                 }
             }
-            Op::Chmod(p, mode) => same!(errno(fs.chmod(p, *mode)), m.set_attr(p, |n| n.perm = mode & 0o7777)),
+            Op::Chmod(p, mode) => same!(
+                errno(fs.chmod(p, *mode)),
+                m.set_attr(p, |n| n.perm = mode & 0o7777)
+            ),
             Op::Chown(p, u, g) => same!(
                 errno(fs.chown(p, *u, *g)),
                 m.set_attr(p, |n| {
@@ -1116,10 +1193,17 @@ fn many_entries_and_log_cleaning_survive_remounts() {
     let mut ops = Vec::new();
     for round in 0..6u32 {
         for i in 0..4u32 {
-            ops.push(Op::Mkdir(format!("/{}", ["a", "b", "c", "d"][i as usize]), 0o755));
+            ops.push(Op::Mkdir(
+                format!("/{}", ["a", "b", "c", "d"][i as usize]),
+                0o755,
+            ));
         }
         for i in 0..60u32 {
-            let p = format!("/{}/{}", ["a", "b", "c", "d"][(i % 4) as usize], ["a", "b", "c", "d"][((i / 4) % 4) as usize]);
+            let p = format!(
+                "/{}/{}",
+                ["a", "b", "c", "d"][(i % 4) as usize],
+                ["a", "b", "c", "d"][((i / 4) % 4) as usize]
+            );
             ops.push(Op::Open(
                 p.clone(),
                 OpenSpec {
@@ -1133,9 +1217,16 @@ fn many_entries_and_log_cleaning_survive_remounts() {
             ));
             ops.push(Op::Write(0, (i as usize * 97) % 9000 + 1, i as u8));
             ops.push(Op::Close(0));
-            ops.push(Op::Rename(p, format!("/{}/x{}", ["b", "c", "d", "a"][(i % 4) as usize], i % 3)));
+            ops.push(Op::Rename(
+                p,
+                format!("/{}/x{}", ["b", "c", "d", "a"][(i % 4) as usize], i % 3),
+            ));
         }
-        ops.push(if round % 2 == 0 { Op::Crash } else { Op::Remount });
+        ops.push(if round % 2 == 0 {
+            Op::Crash
+        } else {
+            Op::Remount
+        });
         for d in ["a", "b", "c", "d"] {
             for n in ["a", "b", "c", "d", "x0", "x1", "x2"] {
                 ops.push(Op::Unlink(format!("/{d}/{n}")));

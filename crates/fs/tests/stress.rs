@@ -33,10 +33,17 @@ fn content(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn check_content(what: &str, data: &[u8]) {
-    assert!(data.len() >= 16, "{what}: {} bytes, shorter than its header", data.len());
+    assert!(
+        data.len() >= 16,
+        "{what}: {} bytes, shorter than its header",
+        data.len()
+    );
     let len = u64::from_le_bytes(data[..8].try_into().unwrap()) as usize;
     let seed = u64::from_le_bytes(data[8..16].try_into().unwrap());
-    assert!(data == content(seed, len), "{what}: torn or foreign content");
+    assert!(
+        data == content(seed, len),
+        "{what}: torn or foreign content"
+    );
 }
 
 /// One page of the hot file, stamped by (writer, seq) in every word.
@@ -48,17 +55,28 @@ fn hot_page(stamp: u64) -> Vec<u8> {
 
 fn check_hot_page(what: &str, page: &[u8], seqs: &[AtomicU64]) {
     let stamp = u64::from_le_bytes(page[..8].try_into().unwrap());
-    assert!(page == hot_page(stamp), "{what}: torn page (stamp {stamp:#x})");
+    assert!(
+        page == hot_page(stamp),
+        "{what}: torn page (stamp {stamp:#x})"
+    );
     let (writer, seq) = ((stamp >> 32) as usize, stamp & 0xFFFF_FFFF);
     assert!(writer < seqs.len(), "{what}: garbage stamp {stamp:#x}");
-    assert!(seq <= seqs[writer].load(Ordering::SeqCst), "{what}: stamp {stamp:#x} never written");
+    assert!(
+        seq <= seqs[writer].load(Ordering::SeqCst),
+        "{what}: stamp {stamp:#x} never written"
+    );
 }
 
 /// Errors a racing namespace operation may legitimately get.
 fn expected(e: &Error) -> bool {
     matches!(
         e,
-        Error::NotFound | Error::Exists | Error::NotEmpty | Error::IsDir | Error::NotDir | Error::Invalid(_)
+        Error::NotFound
+            | Error::Exists
+            | Error::NotEmpty
+            | Error::IsDir
+            | Error::NotDir
+            | Error::Invalid(_)
     )
 }
 
@@ -93,7 +111,9 @@ fn private_op(s: &Shared, t: usize, rng: &mut StdRng, model: &mut HashMap<String
     let name = format!("/p{t}/f{}", rng.random_range(0..8));
     match rng.random_range(0..6) {
         0 | 1 => {
-            let fd = fs.open(&name, OpenFlags::RDWR | OpenFlags::CREAT, 0o644).unwrap();
+            let fd = fs
+                .open(&name, OpenFlags::RDWR | OpenFlags::CREAT, 0o644)
+                .unwrap();
             let m = model.entry(name.clone()).or_default();
             let off = rng.random_range(0..3 * PAGE + 100);
             let len = rng.random_range(1..2 * PAGE + 300);
@@ -106,12 +126,19 @@ fn private_op(s: &Shared, t: usize, rng: &mut StdRng, model: &mut HashMap<String
             fs.close(fd).unwrap();
         }
         2 => match model.get(&name) {
-            Some(m) => assert!(read_all(fs, &name).unwrap() == *m, "{name}: contents differ"),
+            Some(m) => assert!(
+                read_all(fs, &name).unwrap() == *m,
+                "{name}: contents differ"
+            ),
             None => assert!(matches!(read_all(fs, &name), Err(Error::NotFound))),
         },
         3 => {
             let r = fs.unlink(&name);
-            assert_eq!(r.is_ok(), model.remove(&name).is_some(), "{name}: unlink {r:?}");
+            assert_eq!(
+                r.is_ok(),
+                model.remove(&name).is_some(),
+                "{name}: unlink {r:?}"
+            );
         }
         4 => {
             let to = format!("/p{t}/f{}", rng.random_range(0..8));
@@ -142,7 +169,13 @@ fn shared_op(s: &Shared, t: usize, i: u64, rng: &mut StdRng) {
         0 | 1 => {
             // Build a file privately, then rename it over a shared name (atomic replace).
             let tmp = format!("/p{t}/tmp");
-            let fd = fs.open(&tmp, OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::EXCL, 0o644).unwrap();
+            let fd = fs
+                .open(
+                    &tmp,
+                    OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::EXCL,
+                    0o644,
+                )
+                .unwrap();
             let data = content(((t as u64) << 32) | i, rng.random_range(0..3 * PAGE));
             fs.write(fd, &data).unwrap();
             fs.close(fd).unwrap();
@@ -162,7 +195,10 @@ fn shared_op(s: &Shared, t: usize, i: u64, rng: &mut StdRng) {
         }
         3 => {
             tolerate("unlink", fs.unlink(&format!("/s/n{}", n(rng))));
-            tolerate("unlink nested", fs.unlink(&format!("/s/d{}/n{}", n(rng), n(rng))));
+            tolerate(
+                "unlink nested",
+                fs.unlink(&format!("/s/d{}/n{}", n(rng), n(rng))),
+            );
         }
         4 => {
             tolerate("mkdir", fs.mkdir(&format!("/s/d{}", n(rng)), 0o755));
@@ -178,7 +214,10 @@ fn shared_op(s: &Shared, t: usize, i: u64, rng: &mut StdRng) {
         }
         6 => {
             // Files across directories, both ways.
-            let (a, b) = (format!("/s/n{}", n(rng)), format!("/s/d{}/n{}", n(rng), n(rng)));
+            let (a, b) = (
+                format!("/s/n{}", n(rng)),
+                format!("/s/d{}/n{}", n(rng), n(rng)),
+            );
             let (from, to) = if rng.random() { (a, b) } else { (b, a) };
             tolerate("rename file", fs.rename(&from, &to));
         }
@@ -257,7 +296,10 @@ fn hot_op(s: &Shared, t: usize, hot: fs::Fd, rng: &mut StdRng) {
     } else {
         let count = rng.random_range(1..=4).min(HOT_PAGES - pg) as usize;
         let mut buf = vec![0u8; count * PAGE];
-        assert_eq!(fs.pread(hot, &mut buf, pg * PAGE as u64).unwrap(), buf.len());
+        assert_eq!(
+            fs.pread(hot, &mut buf, pg * PAGE as u64).unwrap(),
+            buf.len()
+        );
         for (k, page) in buf.chunks(PAGE).enumerate() {
             check_hot_page(&format!("hot page {}", pg + k as u64), page, &s.seqs);
         }
@@ -275,7 +317,8 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
     // Initial hot file: every page stamped by the pseudo-writer THREADS, seq 0.
     let hot = fs.open("/hot", rw_create(), 0o644).unwrap();
     for pg in 0..HOT_PAGES {
-        fs.pwrite(hot, &hot_page((THREADS as u64) << 32), pg * PAGE as u64).unwrap();
+        fs.pwrite(hot, &hot_page((THREADS as u64) << 32), pg * PAGE as u64)
+            .unwrap();
     }
     let s = Arc::new(Shared {
         fs,
@@ -339,13 +382,21 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
 
     let fs = mount(&pm);
     for (t, model) in models.iter().enumerate() {
-        let mut names: Vec<String> = fs.readdir(&format!("/p{t}")).unwrap().into_iter().map(|e| format!("/p{t}/{}", e.name)).collect();
+        let mut names: Vec<String> = fs
+            .readdir(&format!("/p{t}"))
+            .unwrap()
+            .into_iter()
+            .map(|e| format!("/p{t}/{}", e.name))
+            .collect();
         names.sort();
         let mut want: Vec<String> = model.keys().cloned().collect();
         want.sort();
         assert_eq!(names, want, "private directory {t}");
         for (name, data) in model {
-            assert!(read_file(&fs, name) == *data, "{name}: contents after remount");
+            assert!(
+                read_file(&fs, name) == *data,
+                "{name}: contents after remount"
+            );
         }
     }
     // Everything left in the shared tree is a whole file some thread wrote.
@@ -397,7 +448,9 @@ fn race(fs: &Arc<FileSystem>, work: Vec<Work>) {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(()) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("threads stuck for {STUCK_AFTER:?}: deadlock"),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("threads stuck for {STUCK_AFTER:?}: deadlock")
+            }
         }
     }
     for h in handles {
@@ -428,7 +481,10 @@ fn parent_and_child_directories_lock_without_deadlock() {
                 tolerate("rename", fs.rename(from, to));
             }),
             Box::new(|fs: &FileSystem, _| {
-                assert!(matches!(fs.unlink("/x/y"), Err(Error::IsDir | Error::NotFound)));
+                assert!(matches!(
+                    fs.unlink("/x/y"),
+                    Err(Error::IsDir | Error::NotFound)
+                ));
                 tolerate("rmdir", fs.rmdir("/x/y"));
             }),
             Box::new(|fs: &FileSystem, i| {

@@ -17,7 +17,9 @@ pub fn fresh(size: u64) -> Arc<dyn Pmem> {
 }
 
 pub fn mount(pm: &Arc<dyn Pmem>) -> FileSystem {
-    FileSystem::mount(pm.clone(), MountOptions::default()).unwrap().0
+    FileSystem::mount(pm.clone(), MountOptions::default())
+        .unwrap()
+        .0
 }
 
 pub fn rw_create() -> OpenFlags {
@@ -25,7 +27,9 @@ pub fn rw_create() -> OpenFlags {
 }
 
 pub fn write_file(fs: &FileSystem, path: &str, data: &[u8]) {
-    let fd = fs.open(path, rw_create() | OpenFlags::TRUNC, 0o644).unwrap();
+    let fd = fs
+        .open(path, rw_create() | OpenFlags::TRUNC, 0o644)
+        .unwrap();
     assert_eq!(fs.write(fd, data).unwrap(), data.len());
     fs.close(fd).unwrap();
 }
