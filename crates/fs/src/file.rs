@@ -144,7 +144,14 @@ impl FileSystem {
         {
             let st = inode.state.read();
             match st.kind {
-                FileKind::Dir if writable => return Err(Error::IsDir),
+                // POSIX: EISDIR for a directory opened for writing, or with O_CREAT
+                // but without O_DIRECTORY.
+                FileKind::Dir
+                    if writable
+                        || (flags.has(OpenFlags::CREAT) && !flags.has(OpenFlags::DIRECTORY)) =>
+                {
+                    return Err(Error::IsDir)
+                }
                 FileKind::Symlink => return Err(Error::Loop),
                 k if flags.has(OpenFlags::DIRECTORY) && k != FileKind::Dir => {
                     return Err(Error::NotDir)

@@ -5,7 +5,9 @@
 //! that (after a clean unmount) the saved allocator agrees with what is referenced,
 //! link counts, and that every inode is reachable from the root.
 
-use pmem::Pmem;
+use std::collections::HashMap;
+
+use pmem::{Durability, Pmem};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -60,24 +62,34 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
             .push("superblock replica differs from the primary".into());
     }
     let mut pending_journals = 0;
+    let mut rolled_back = HashMap::new();
     for j in 0..geo.journals {
         match journal::pending(pm, &geo, j) {
-            Ok(Some(_)) => pending_journals += 1,
+            Ok(Some(records)) => {
+                pending_journals += 1;
+                // In replay order: a later record of the same word wins.
+                rolled_back.extend(records);
+            }
             Ok(None) => {}
             Err(e) => r.problems.push(e.to_string()),
         }
     }
     if pending_journals > 0 {
-        // Inodes are checked as they are on the region; a pending journal means the
-        // operation was interrupted and mount will roll it back first.
+        // A pending journal means an operation was interrupted half-way through its
+        // word stores; the inodes are checked as mount will see them once it has
+        // rolled the journal back, not as they are now.
         r.notes.push(format!(
             "{pending_journals} interrupted operation(s) in the journals; mount rolls them back"
         ));
     }
+    let view = RolledBack {
+        pm,
+        words: rolled_back,
+    };
     if let Err(e) = engine::read_counters(pm, geo.records_off(), geo.channels as usize) {
         r.problems.push(format!("completion records: {e}"));
     }
-    let s = scan(pm, geo, false)?;
+    let s = scan(&view, geo, false)?;
     r.problems.extend(s.problems);
     r.notes.extend(s.notes);
     r.inodes = s.states.len() as u64;
@@ -129,4 +141,60 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
         }
     }
     Ok(r)
+}
+
+/// The region as mount sees it after rolling back the pending journals: the words they
+/// restore read as their old values. Read-only, like fsck.
+struct RolledBack<'a> {
+    pm: &'a dyn Pmem,
+    words: HashMap<u64, u64>,
+}
+
+impl Pmem for RolledBack<'_> {
+    fn len(&self) -> u64 {
+        self.pm.len()
+    }
+
+    fn durability(&self) -> Durability {
+        self.pm.durability()
+    }
+
+    fn write(&self, off: u64, _: &[u8]) {
+        unreachable!("fsck wrote to the region at {off:#x}")
+    }
+
+    fn store_u64(&self, off: u64, _: u64) {
+        unreachable!("fsck wrote to the region at {off:#x}")
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        match self.words.get(&off) {
+            Some(&old) => old,
+            None => self.pm.load_u64(off),
+        }
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.pm.read(off, dst);
+        let end = off + dst.len() as u64;
+        for (&w, &old) in &self.words {
+            if w + 8 <= off || w >= end {
+                continue;
+            }
+            for (i, b) in old.to_le_bytes().into_iter().enumerate() {
+                let at = w + i as u64;
+                if (off..end).contains(&at) {
+                    dst[(at - off) as usize] = b;
+                }
+            }
+        }
+    }
+
+    fn flush(&self, _: u64, _: u64) {}
+
+    fn fence(&self) {}
+
+    fn copy_nt(&self, off: u64, _: &[u8]) {
+        unreachable!("fsck wrote to the region at {off:#x}")
+    }
 }

@@ -47,7 +47,12 @@ impl FileSystem {
         if kind == FileKind::Symlink && (follow || p.trailing_slash) {
             let target = self.read_link_inode(&child)?;
             let dir_path = self.follow_base(&p.dir, &target)?;
-            return self.resolve_from(dir_path, &target, true, 1);
+            let t = self.resolve_from(dir_path, &target, true, 1)?;
+            // "link/" names a directory: the link must lead to one.
+            if p.trailing_slash && t.state.read().kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            return Ok(t);
         }
         if p.trailing_slash && kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -94,7 +99,11 @@ impl FileSystem {
             }
             let target = self.read_link_inode(&child)?;
             let base = self.follow_base(&p.dir, &target)?;
-            return self.resolve_from(base, &target, true, hops + 1);
+            let t = self.resolve_from(base, &target, true, hops + 1)?;
+            if p.trailing_slash && t.state.read().kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            return Ok(t);
         }
         if p.trailing_slash && kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -314,12 +323,17 @@ impl FileSystem {
             return Err(Error::NameTooLong);
         }
         let p = self.resolve_parent(path)?;
-        if p.name.is_empty() || p.trailing_slash {
+        if p.name.is_empty() {
             return Err(Error::Exists);
         }
         let mut dst = p.dir.state.write();
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
+        }
+        // A trailing slash asks for a directory: EEXIST if the name is taken (checked
+        // by `create_in`), else ENOENT, as Linux does.
+        if p.trailing_slash && !dst.children.contains_key(&p.name) {
+            return Err(Error::NotFound);
         }
         self.create_in(
             &p.dir,
@@ -475,11 +489,32 @@ impl FileSystem {
         }
     }
 
+    /// The directory `dir` and its ancestors up to the root, innermost first. The
+    /// caller holds the rename lock (parents are stable) and no directory lock.
+    fn ancestors(&self, dir: &Arc<Inode>) -> Result<Vec<u64>> {
+        let mut chain = vec![dir.ino];
+        let mut at = dir.state.read().parent;
+        while chain.last() != Some(&ROOT_INO) {
+            if chain.len() as u64 > self.geo.inodes {
+                return Err(Error::Corrupt(format!(
+                    "directory {} has a parent cycle",
+                    dir.ino
+                )));
+            }
+            chain.push(at);
+            at = self.inode(at)?.state.read().parent;
+        }
+        Ok(chain)
+    }
+
     /// Adds a hard link `new` to the non-directory at `old`.
     pub fn link(&self, old: &str, new: &str) -> Result<()> {
         let target = self.resolve(old, false)?;
+        // Kinds never change; knowing it now means a directory target is never
+        // locked while the destination directory is (an unrelated directory).
+        let target_is_dir = target.state.read().kind == FileKind::Dir;
         let p = self.resolve_parent(new)?;
-        if p.name.is_empty() || p.trailing_slash {
+        if p.name.is_empty() {
             return Err(Error::Exists);
         }
         let mut dst = p.dir.state.write();
@@ -492,17 +527,16 @@ impl FileSystem {
         if dst.children.contains_key(&p.name) {
             return Err(Error::Exists);
         }
-        if target.ino == p.dir.ino {
+        if p.trailing_slash {
+            // As for symlink: a free name with a trailing slash is ENOENT.
+            return Err(Error::NotFound);
+        }
+        if target_is_dir {
             return Err(Error::NotPermitted(
                 "hard links to directories are not allowed",
             ));
         }
         let mut tst = target.state.write();
-        if tst.kind == FileKind::Dir {
-            return Err(Error::NotPermitted(
-                "hard links to directories are not allowed",
-            ));
-        }
         if tst.freed || tst.nlink == 0 {
             return Err(Error::NotFound);
         }
@@ -543,12 +577,29 @@ impl FileSystem {
         }
         let same_dir = from.dir.ino == to.dir.ino;
         let _cross = (!same_dir).then(|| self.rename_lock.lock());
-        // Lock the directories in inode order.
+        // Directories only change parents under the rename lock, so both ancestor
+        // chains are stable from here on. They are read before any directory is
+        // locked: reading an ancestor while holding a descendant inverts the
+        // parent-before-child order every other operation follows.
+        let (from_anc, to_anc) = if same_dir {
+            (Vec::new(), Vec::new())
+        } else {
+            (self.ancestors(&from.dir)?, self.ancestors(&to.dir)?)
+        };
+        // An ancestor before its descendant; unrelated directories in inode order
+        // (only one cross-directory rename runs at a time).
+        let from_first = if to_anc.contains(&from.dir.ino) {
+            true
+        } else if from_anc.contains(&to.dir.ino) {
+            false
+        } else {
+            from.dir.ino < to.dir.ino
+        };
         let (mut fst, mut tst_guard);
         if same_dir {
             fst = from.dir.state.write();
             tst_guard = None;
-        } else if from.dir.ino < to.dir.ino {
+        } else if from_first {
             fst = from.dir.state.write();
             tst_guard = Some(to.dir.state.write());
         } else {
@@ -564,38 +615,25 @@ impl FileSystem {
         if dst_dir_st.freed || dst_dir_st.nlink == 0 {
             return Err(Error::NotFound);
         }
-        let victim_ino = dst_dir_st.children.get(&to.name).copied();
-        if victim_ino == Some(src_ino) {
-            return Ok(());
-        }
-        if src_ino == to.dir.ino {
+        // The destination must not be inside the directory being moved (checked
+        // before the source is locked: it would be an ancestor of a held lock).
+        if src_ino == to.dir.ino || to_anc.contains(&src_ino) {
             return Err(Error::Invalid("cannot move a directory into itself".into()));
         }
-        if victim_ino == Some(from.dir.ino) {
-            // Replacing the directory the source lives in: it is not empty.
+        let victim_ino = dst_dir_st.children.get(&to.name).copied();
+        if victim_ino.is_some_and(|v| v == from.dir.ino || from_anc.contains(&v)) {
+            // Replacing a directory the source lives in: it is not empty.
             return Err(Error::NotEmpty);
         }
         let src = self.inode(src_ino)?;
         let src_kind = src.state.read().kind;
         let src_is_dir = src_kind == FileKind::Dir;
+        // Before the same-inode shortcut: `rename("f", "f/")` is ENOTDIR, not a no-op.
         if (from.trailing_slash || to.trailing_slash) && !src_is_dir {
             return Err(Error::NotDir);
         }
-        if src_is_dir && !same_dir {
-            // The destination must not be inside the directory being moved.
-            let mut at = to.dir.ino;
-            while at != ROOT_INO {
-                if at == src_ino {
-                    return Err(Error::Invalid("cannot move a directory into itself".into()));
-                }
-                at = if at == from.dir.ino {
-                    fst.parent
-                } else if at == to.dir.ino {
-                    dst_dir_st.parent
-                } else {
-                    self.inode(at)?.state.read().parent
-                };
-            }
+        if victim_ino == Some(src_ino) {
+            return Ok(());
         }
         let victim = victim_ino.map(|i| self.inode(i)).transpose()?;
         let mut vst = victim.as_ref().map(|v| v.state.write());
