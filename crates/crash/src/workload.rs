@@ -16,7 +16,9 @@ const PAGE: u64 = fs::BLOCK_SIZE;
 const TABLE2_ROUNDS: usize = 6;
 /// Operations of the random workload: enough for a directory log to outgrow its
 /// cleaning threshold.
-const RANDOM_OPS: usize = 320;
+const RANDOM_OPS: usize = 600;
+/// Share of the random workload's new names made in the root directory.
+const ROOT_BIAS_PERCENT: u64 = 60;
 /// Descriptor slots the random workload keeps open at most.
 const RANDOM_SLOTS: u32 = 3;
 
@@ -294,7 +296,13 @@ impl Gen {
             let pick = |rng: &mut SplitMix, v: &[String]| -> Option<String> {
                 (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize].clone())
             };
-            let dir = pick(&mut self.rng, &dirs).unwrap();
+            // Most new names go to the root, so its log grows past the cleaning
+            // threshold and log cleaning is crashed into too.
+            let dir = if self.rng.below(100) < ROOT_BIAS_PERCENT {
+                String::new()
+            } else {
+                pick(&mut self.rng, &dirs).unwrap()
+            };
             next_name += 1;
             let fresh = format!("{dir}/n{next_name}");
             let file = pick(&mut self.rng, &files);
