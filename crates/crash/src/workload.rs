@@ -29,10 +29,13 @@ pub enum Workload {
     /// Create, write, remove regular files.
     CreateDelete,
     /// Create, write, link regular files (xfstests generic/056).
+    #[serde(rename = "generic_056")]
     Generic056,
     /// Write, append, link regular files (xfstests generic/090).
+    #[serde(rename = "generic_090")]
     Generic090,
     /// Create, write, rename regular files (xfstests generic/322).
+    #[serde(rename = "generic_322")]
     Generic322,
     /// A seeded mix of every operation.
     Random,
