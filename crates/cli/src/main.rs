@@ -1,6 +1,7 @@
 //! The `easyio` command.
 
 mod bench;
+mod crashtest;
 mod engines;
 mod files;
 mod report;
@@ -44,6 +45,9 @@ enum Command {
     Bench(bench::BenchCommand),
     /// The copy engines and channels available on this machine.
     Engines(engines::EnginesArgs),
+    /// Crash-consistency tests: crash points in a traced workload, each recovered and
+    /// checked against a model (EASYIO Table 2).
+    Crashtest(crashtest::CrashtestArgs),
 }
 
 fn main() {
@@ -66,6 +70,7 @@ fn main() {
         Command::Mv(a) => files::mv(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Engines(args) => engines::run(args),
+        Command::Crashtest(args) => crashtest::run(args),
     };
     if let Err(err) = result {
         eprintln!("easyio: {err:#}");

@@ -133,7 +133,9 @@ impl FileSystem {
             pm.flush(at, bytes.len() as u64);
             new_tail = at + bytes.len() as u64;
         }
-        pm.fence();
+        if !crate::fault::active(crate::fault::Fault::StageWithoutFence) {
+            pm.fence();
+        }
         Ok(Staged {
             ino,
             new_tail,
@@ -146,7 +148,12 @@ impl FileSystem {
     /// applies them to the DRAM state. Returns displaced data blocks.
     pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
-        self.pm.store_u64_persist(off, staged.new_tail);
+        if crate::fault::active(crate::fault::Fault::CommitWithoutFlush) {
+            self.pm.store_u64(off, staged.new_tail);
+            self.pm.fence();
+        } else {
+            self.pm.store_u64_persist(off, staged.new_tail);
+        }
         Self::apply_staged(st, staged)
     }
 

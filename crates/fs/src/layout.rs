@@ -232,6 +232,15 @@ impl Geometry {
             channels: get64(b, SB_CHANNELS_OFF),
             id,
         };
+        // Checked first: a block count beyond the region would also overflow the byte
+        // arithmetic below.
+        if g.total_blocks > region_len / BLOCK_SIZE {
+            return Err(format!(
+                "superblock claims {} blocks but the region has {}",
+                g.total_blocks,
+                region_len / BLOCK_SIZE
+            ));
+        }
         // The checksum only says the bytes are what was written; check that what was
         // written is a layout this code would have produced for this region.
         let expect = Geometry::new(g.total_blocks * BLOCK_SIZE, Some(g.inodes), g.channels)
@@ -243,12 +252,6 @@ impl Geometry {
             && g.pool_start == expect.pool_start;
         if !consistent {
             return Err("superblock geometry is inconsistent".into());
-        }
-        if g.total_blocks * BLOCK_SIZE > region_len {
-            return Err(format!(
-                "superblock claims {} bytes but the region has {region_len}",
-                g.total_blocks * BLOCK_SIZE
-            ));
         }
         Ok(g)
     }
@@ -336,6 +339,11 @@ mod tests {
             Geometry::decode(&b, 32 << 20).is_err(),
             "larger than region accepted"
         );
+        // A block count whose byte size overflows, checksum intact: refused, not
+        // wrapped (found by fuzzing).
+        let mut huge = g;
+        huge.total_blocks = u64::MAX / 3;
+        assert!(Geometry::decode(&huge.encode(), 64 << 20).is_err());
     }
 
     #[test]

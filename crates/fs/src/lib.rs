@@ -17,6 +17,8 @@ mod alloc;
 mod commit;
 mod epoch;
 mod error;
+#[doc(hidden)]
+pub mod fault;
 mod file;
 pub mod fsck;
 mod inode;

@@ -412,6 +412,14 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
 }
 
 fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Result<(), String> {
+    // A symbolic link's target is read whole into memory: its size is bounded.
+    if st.kind == FileKind::Symlink {
+        if let Entry::Write { size, .. } | Entry::Attr { size, .. } = e {
+            if *size >= crate::MAX_PATH as u64 {
+                return Err(format!("symbolic link of {size} bytes"));
+            }
+        }
+    }
     match e {
         Entry::Write {
             pgoff,

@@ -6,22 +6,30 @@
 //! goes through the [`Pmem`] trait: small stores with explicit flush and fence, atomic
 //! 8-byte stores, and bulk non-temporal copies. Because callers only ever see the
 //! trait, a tracing implementation (the crash harness) can stand in for a real region
-//! without any caller changing.
+//! without any caller changing: [`TracePmem`] records every store, write-back and
+//! fence, [`CrashCursor`] turns that trace into the images a power loss could leave,
+//! and [`MemPmem`] holds such an image for a mount.
 //!
 //! Offsets passed to [`Pmem`] are byte offsets into the usable part of the region
 //! (after the region header), `0..len()`. An offset outside that range is a bug in the
 //! caller and panics with a message naming the access; values read from the region
 //! must be validated by the caller before being used as offsets.
 
+pub mod crash;
 mod error;
+pub mod mem;
 pub mod peer;
 pub mod persist;
 mod region;
 pub mod slowmem;
+pub mod trace;
 
+pub use crash::{CrashChoice, CrashCursor};
 pub use error::{Error, Result};
+pub use mem::MemPmem;
 pub use persist::{CopyKind, CpuFeatures, FlushKind, CACHE_LINE};
 pub use region::{remove, Durability, Region, RegionKind, HEADER_LEN, MIN_REGION, PAGE_SIZE};
+pub use trace::{Trace, TracePmem};
 
 /// The operations the file system and the engines may perform on region memory.
 ///

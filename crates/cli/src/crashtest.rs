@@ -1,0 +1,140 @@
+//! `easyio crashtest`: crash-consistency tests of the file system (EASYIO Table 2).
+
+use clap::Args;
+use crash::{Config, Mode, Outcome, Workload};
+use pmem::CrashChoice;
+
+use crate::report;
+
+/// Failures printed in full per workload; the rest are counted.
+const SHOWN_FAILURES: usize = 5;
+
+#[derive(Args)]
+pub struct CrashtestArgs {
+    /// Workload: create_delete, generic_056, generic_090, generic_322, random, or all.
+    #[arg(long, default_value = "all")]
+    workload: String,
+    /// Data-movement mode.
+    #[arg(long, default_value = "cpu", value_parser = parse_mode)]
+    mode: Mode,
+    /// Crash points per workload.
+    #[arg(long, default_value_t = crash::harness::DEFAULT_POINTS)]
+    points: usize,
+    /// Seed of the workload, the crash points and the sampled images.
+    #[arg(long, default_value_t = crash::harness::DEFAULT_SEED)]
+    seed: u64,
+    /// Random images per crash point besides "none" and "all".
+    #[arg(long, default_value_t = crash::harness::DEFAULT_RANDOM_STATES)]
+    random_states: usize,
+    /// Replay: test only this trace position (as printed for a failure).
+    #[arg(long)]
+    at: Option<usize>,
+    /// Replay: with --at, only this image (none, all or random:SEED).
+    #[arg(long, requires = "at", value_parser = parse_state)]
+    state: Option<CrashChoice>,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+fn parse_state(s: &str) -> Result<CrashChoice, String> {
+    s.parse()
+}
+
+pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
+    let workloads: Vec<Workload> = if args.workload == "all" {
+        Workload::ALL.to_vec()
+    } else {
+        vec![args.workload.parse().map_err(anyhow::Error::msg)?]
+    };
+    let mut outcomes = Vec::new();
+    for w in workloads {
+        let cfg = Config {
+            points: args.points,
+            seed: args.seed,
+            random_states: args.random_states,
+            only: args.at.map(|pos| (pos, args.state)),
+            ..Config::new(w, args.mode)
+        };
+        outcomes.push(crash::run(&cfg).map_err(anyhow::Error::msg)?);
+    }
+    if args.json {
+        report::print_json(&outcomes)?;
+    } else {
+        print_table(&outcomes);
+    }
+    let failed: usize = outcomes.iter().map(|o| o.points - o.passed).sum();
+    if failed > 0 {
+        anyhow::bail!("{failed} crash point(s) failed");
+    }
+    Ok(())
+}
+
+fn print_table(outcomes: &[Outcome]) {
+    let rows = outcomes
+        .iter()
+        .map(|o| {
+            vec![
+                o.workload.name().to_string(),
+                o.workload.description().to_string(),
+                o.mode.name().to_string(),
+                o.ops.to_string(),
+                o.trace_events.to_string(),
+                o.points.to_string(),
+                o.images.to_string(),
+                o.passed.to_string(),
+                format!("{:.1}", o.seconds),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        report::table(
+            &[
+                "workload",
+                "description",
+                "mode",
+                "ops",
+                "trace events",
+                "crash points",
+                "images",
+                "passed",
+                "seconds",
+            ],
+            rows
+        )
+    );
+    for o in outcomes {
+        for f in o.failures.iter().take(SHOWN_FAILURES) {
+            println!();
+            println!(
+                "FAILED {} (mode {}) seed {} at trace position {}, image {}",
+                o.workload.name(),
+                o.mode.name(),
+                f.seed,
+                f.position,
+                f.state
+            );
+            println!("  operations returned: {}", f.returned);
+            if let Some((i, op)) = &f.in_flight {
+                println!("  in flight: operation {i}: {op}");
+            }
+            println!("  {}", f.problem.what);
+            for line in &f.problem.diff {
+                println!("    {line}");
+            }
+            println!("  replay: {}", f.replay_command());
+        }
+        if o.failures.len() > SHOWN_FAILURES {
+            println!(
+                "\n… {} more failing images of {}",
+                o.failures.len() - SHOWN_FAILURES,
+                o.workload.name()
+            );
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! `easyio crashtest` end to end: the Table 2 report as JSON, a replay of one image,
+//! and a mode that does not exist yet refused.
+
+use std::process::Command;
+
+fn easyio() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_easyio"))
+}
+
+#[test]
+fn crashtest_json_reports_every_point_passed() {
+    let out = easyio()
+        .args([
+            "crashtest",
+            "--workload",
+            "generic_056",
+            "--points",
+            "8",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v[0];
+    assert_eq!(w["workload"], "generic_056");
+    assert_eq!(w["mode"], "cpu");
+    assert_eq!(w["points"], 8);
+    assert_eq!(w["passed"], 8);
+    assert!(w["images"].as_u64().unwrap() >= 8);
+    assert_eq!(w["failures"], serde_json::json!([]));
+}
+
+#[test]
+fn one_image_replays_and_a_missing_mode_is_refused() {
+    let out = easyio()
+        .args([
+            "crashtest",
+            "--workload",
+            "create_delete",
+            "--at",
+            "100",
+            "--state",
+            "random:0x2a",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("create_delete"), "{table}");
+    let out = easyio()
+        .args(["crashtest", "--mode", "async"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not landed"));
+}

@@ -1,0 +1,19 @@
+//! `crash`: the crash-consistency harness of easyio (`easyio crashtest`) and the
+//! fuzzing helpers for the on-region format.
+//!
+//! A workload ([`Workload`]) runs on a tracing region ([`pmem::TracePmem`]) in a
+//! data-movement [`Mode`]; the harness ([`run`]) picks crash points in the trace,
+//! builds the images a power loss there could leave ([`pmem::CrashCursor`]), and the
+//! oracle ([`oracle::check_image`]) mounts each and compares what it finds with the
+//! model ([`model::Model`]) of the operations that had returned. [`fuzz`] mounts and
+//! checks arbitrary and corrupted images.
+
+pub mod fuzz;
+pub mod harness;
+pub mod model;
+pub mod ops;
+pub mod oracle;
+pub mod workload;
+
+pub use harness::{run, Config, Failure, Mode, Outcome};
+pub use workload::Workload;

@@ -1,0 +1,406 @@
+//! Workloads: the four of EASYIO's Table 2, named after the xfstests they come from,
+//! and a seeded random mix of every operation the file system supports.
+//!
+//! A workload is generated against the model, so every operation in it is one that
+//! succeeds on a correct file system; sizes and offsets are drawn from the seed and
+//! chosen to cross page boundaries, leave holes and overwrite parts of pages.
+
+use pmem::crash::SplitMix;
+
+use crate::model::Model;
+use crate::ops::Op;
+
+/// Bytes of a file-system page, for choosing sizes around its boundaries.
+const PAGE: u64 = fs::BLOCK_SIZE;
+/// Rounds of each Table 2 workload.
+const TABLE2_ROUNDS: usize = 6;
+/// Operations of the random workload: enough for a directory log to outgrow its
+/// cleaning threshold.
+const RANDOM_OPS: usize = 600;
+/// Share of the random workload's new names made in the root directory.
+const ROOT_BIAS_PERCENT: u64 = 60;
+/// Descriptor slots the random workload keeps open at most.
+const RANDOM_SLOTS: u32 = 3;
+
+/// The workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Create, write, remove regular files.
+    CreateDelete,
+    /// Create, write, link regular files (xfstests generic/056).
+    #[serde(rename = "generic_056")]
+    Generic056,
+    /// Write, append, link regular files (xfstests generic/090).
+    #[serde(rename = "generic_090")]
+    Generic090,
+    /// Create, write, rename regular files (xfstests generic/322).
+    #[serde(rename = "generic_322")]
+    Generic322,
+    /// A seeded mix of every operation.
+    Random,
+}
+
+impl Workload {
+    /// Every workload, Table 2's first.
+    pub const ALL: [Workload; 5] = [
+        Workload::CreateDelete,
+        Workload::Generic056,
+        Workload::Generic090,
+        Workload::Generic322,
+        Workload::Random,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::CreateDelete => "create_delete",
+            Workload::Generic056 => "generic_056",
+            Workload::Generic090 => "generic_090",
+            Workload::Generic322 => "generic_322",
+            Workload::Random => "random",
+        }
+    }
+
+    /// What it does, for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            Workload::CreateDelete => "create, write, remove on regular files",
+            Workload::Generic056 => "create, write, link on regular files",
+            Workload::Generic090 => "write, append, link on regular files",
+            Workload::Generic322 => "create, write, rename on regular files",
+            Workload::Random => "seeded mix of every operation",
+        }
+    }
+
+    /// The operations, drawn from `seed`.
+    pub fn generate(self, seed: u64) -> Vec<Op> {
+        let mut g = Gen {
+            rng: SplitMix(seed ^ (self as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
+            model: Model::new(),
+            ops: Vec::new(),
+            fill: seed << 16,
+        };
+        match self {
+            Workload::CreateDelete => g.create_delete(),
+            Workload::Generic056 => g.generic_056(),
+            Workload::Generic090 => g.generic_090(),
+            Workload::Generic322 => g.generic_322(),
+            Workload::Random => g.random(),
+        }
+        g.ops
+    }
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Workload, String> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown workload {s:?}; workloads: {}", names.join(", "))
+            })
+    }
+}
+
+struct Gen {
+    rng: SplitMix,
+    model: Model,
+    ops: Vec<Op>,
+    fill: u64,
+}
+
+impl Gen {
+    fn push(&mut self, op: Op) {
+        op.apply(&mut self.model)
+            .unwrap_or_else(|e| panic!("workload generated a failing operation {op}: {e}"));
+        self.ops.push(op);
+    }
+
+    /// A size around page boundaries: small, just under or over a page, several pages.
+    fn size(&mut self) -> usize {
+        let pages = 1 + self.rng.below(3);
+        match self.rng.below(4) {
+            0 => 1 + self.rng.below(200) as usize,
+            1 => (pages * PAGE) as usize,
+            2 => (pages * PAGE - 1 - self.rng.below(100)) as usize,
+            _ => (pages * PAGE + 1 + self.rng.below(PAGE)) as usize,
+        }
+    }
+
+    fn next_fill(&mut self) -> u64 {
+        self.fill += 1;
+        self.fill
+    }
+
+    fn write(&mut self, path: &str, off: u64) {
+        let (len, fill) = (self.size(), self.next_fill());
+        self.push(Op::Write {
+            path: path.into(),
+            off,
+            len,
+            fill,
+        });
+    }
+
+    fn append(&mut self, path: &str) {
+        let (len, fill) = (self.size(), self.next_fill());
+        self.push(Op::Append {
+            path: path.into(),
+            len,
+            fill,
+        });
+    }
+
+    /// An offset inside or just past the file at `path`.
+    fn offset_in(&mut self, path: &str) -> u64 {
+        let size = self.model.size(path);
+        self.rng.below(size + PAGE / 2)
+    }
+
+    fn create(&mut self, path: &str) {
+        self.push(Op::Create {
+            path: path.into(),
+            mode: 0o644,
+        });
+    }
+
+    fn create_delete(&mut self) {
+        self.push(Op::Mkdir {
+            path: "/d".into(),
+            mode: 0o755,
+        });
+        for r in 0..TABLE2_ROUNDS {
+            let (f, g) = (format!("/f{r}"), format!("/d/g{r}"));
+            self.create(&f);
+            self.write(&f, 0);
+            self.create(&g);
+            self.write(&g, 0);
+            let off = self.offset_in(&g);
+            self.write(&g, off);
+            if r >= 1 {
+                self.push(Op::Unlink {
+                    path: format!("/f{}", r - 1),
+                });
+            }
+            if r >= 2 {
+                self.push(Op::Unlink {
+                    path: format!("/d/g{}", r - 2),
+                });
+            }
+        }
+    }
+
+    fn generic_056(&mut self) {
+        self.push(Op::Mkdir {
+            path: "/d".into(),
+            mode: 0o755,
+        });
+        for r in 0..TABLE2_ROUNDS {
+            let (a, b, c) = (format!("/a{r}"), format!("/b{r}"), format!("/d/c{r}"));
+            self.create(&a);
+            self.write(&a, 0);
+            self.push(Op::Link {
+                old: a.clone(),
+                new: b.clone(),
+            });
+            let off = self.offset_in(&b);
+            self.write(&b, off);
+            self.push(Op::Link {
+                old: b.clone(),
+                new: c,
+            });
+            self.push(Op::Fsync { path: a.clone() });
+            if r >= 1 {
+                self.push(Op::Unlink {
+                    path: format!("/b{}", r - 1),
+                });
+            }
+        }
+    }
+
+    fn generic_090(&mut self) {
+        self.create("/foo");
+        self.write("/foo", 0);
+        for r in 0..TABLE2_ROUNDS {
+            let l = format!("/foo_link{r}");
+            self.append("/foo");
+            self.push(Op::Link {
+                old: "/foo".into(),
+                new: l.clone(),
+            });
+            self.append(&l);
+            self.push(Op::Fsync {
+                path: "/foo".into(),
+            });
+            let off = self.offset_in(&l);
+            self.write(&l, off);
+            if r >= 2 {
+                self.push(Op::Unlink {
+                    path: format!("/foo_link{}", r - 2),
+                });
+            }
+        }
+    }
+
+    fn generic_322(&mut self) {
+        for r in 0..TABLE2_ROUNDS {
+            let (x, y, t, d) = (
+                format!("/x{r}"),
+                format!("/y{r}"),
+                format!("/tmp{r}"),
+                format!("/dir{r}"),
+            );
+            self.create(&x);
+            self.write(&x, 0);
+            self.push(Op::Rename {
+                old: x,
+                new: y.clone(),
+            });
+            self.create(&t);
+            self.write(&t, 0);
+            self.push(Op::Rename {
+                old: t,
+                new: y.clone(),
+            });
+            self.push(Op::Mkdir {
+                path: d.clone(),
+                mode: 0o755,
+            });
+            self.push(Op::Rename {
+                old: y,
+                new: format!("{d}/z"),
+            });
+            self.write(&format!("{d}/z"), 0);
+            if r >= 1 {
+                self.push(Op::Rename {
+                    old: format!("/dir{}", r - 1),
+                    new: format!("{d}/prev"),
+                });
+            }
+        }
+    }
+
+    fn random(&mut self) {
+        let mut next_name = 0u32;
+        while self.ops.len() < RANDOM_OPS {
+            let paths = self.model.paths();
+            let files: Vec<String> = paths
+                .iter()
+                .filter(|(p, _)| self.model.is_file(p))
+                .map(|(p, _)| p.clone())
+                .collect();
+            let dirs: Vec<String> = std::iter::once(String::new())
+                .chain(paths.iter().filter(|(_, d)| *d).map(|(p, _)| p.clone()))
+                .collect();
+            let pick = |rng: &mut SplitMix, v: &[String]| -> Option<String> {
+                (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize].clone())
+            };
+            // Most new names go to the root, so its log grows past the cleaning
+            // threshold and log cleaning is crashed into too.
+            let dir = if self.rng.below(100) < ROOT_BIAS_PERCENT {
+                String::new()
+            } else {
+                pick(&mut self.rng, &dirs).unwrap()
+            };
+            next_name += 1;
+            let fresh = format!("{dir}/n{next_name}");
+            let file = pick(&mut self.rng, &files);
+            let any = pick(
+                &mut self.rng,
+                &paths.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+            );
+            let slot = self.rng.below(RANDOM_SLOTS as u64) as u32;
+            let op = match (self.rng.below(20), file, any) {
+                (0..=2, _, _) => Op::Create {
+                    path: fresh,
+                    mode: 0o600 | self.rng.below(0o100) as u32,
+                },
+                (3, _, _) => Op::Mkdir {
+                    path: fresh,
+                    mode: 0o755,
+                },
+                (4..=6, Some(f), _) => {
+                    let (off, len, fill) = (self.offset_in(&f), self.size(), self.next_fill());
+                    Op::Write {
+                        path: f,
+                        off,
+                        len,
+                        fill,
+                    }
+                }
+                (7, Some(f), _) => {
+                    let (len, fill) = (self.size(), self.next_fill());
+                    Op::Append { path: f, len, fill }
+                }
+                (8, Some(f), _) => {
+                    let len = self.offset_in(&f) + self.rng.below(2) * PAGE;
+                    Op::Truncate { path: f, len }
+                }
+                (9, Some(f), _) if self.rng.below(3) == 0 => Op::OpenTrunc { path: f },
+                (9 | 10, _, Some(p)) if !self.model.is_dir(&p) => Op::Unlink { path: p },
+                (9 | 10, _, Some(p)) if self.model.is_empty_dir(&p) => Op::Rmdir { path: p },
+                (11, Some(f), _) => Op::Link { old: f, new: fresh },
+                (12 | 13, _, Some(p)) => {
+                    // Onto a fresh name, or over an existing path of the same kind.
+                    let over = pick(&mut self.rng, &files)
+                        .filter(|v| !self.model.is_dir(&p) && *v != p)
+                        .filter(|_| self.rng.below(2) == 0);
+                    let new = over.unwrap_or(fresh);
+                    if new.starts_with(&format!("{p}/")) {
+                        continue;
+                    }
+                    Op::Rename { old: p, new }
+                }
+                (14, _, _) => Op::Symlink {
+                    target: format!("target-{next_name}"),
+                    path: fresh,
+                },
+                (15, _, Some(p)) if self.model.is_file(&p) || self.model.is_dir(&p) => Op::Chmod {
+                    path: p,
+                    mode: 0o400 | self.rng.below(0o400) as u32,
+                },
+                (16, Some(f), _) if !self.model.fd_open(slot) => Op::Open { slot, path: f },
+                (17, _, _) if self.model.fd_open(slot) => Op::Close { slot },
+                (18 | 19, _, _) if self.model.fd_open(slot) => {
+                    let off = self.rng.below(self.model.fd_size(slot) + PAGE);
+                    let (len, fill) = (self.size(), self.next_fill());
+                    Op::WriteFd {
+                        slot,
+                        off,
+                        len,
+                        fill,
+                    }
+                }
+                _ => continue,
+            };
+            if op.apply(&mut self.model.clone()).is_ok() {
+                self.push(op);
+            }
+        }
+        for slot in 0..RANDOM_SLOTS {
+            if self.model.fd_open(slot) {
+                self.push(Op::Close { slot });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_are_deterministic_and_valid() {
+        for w in Workload::ALL {
+            let a = w.generate(7);
+            assert_eq!(a, w.generate(7), "{}", w.name());
+            assert!(a.len() >= 20, "{}: {} ops", w.name(), a.len());
+            assert_eq!(w.name().parse::<Workload>().unwrap(), w);
+        }
+        assert_ne!(Workload::Random.generate(1), Workload::Random.generate(2));
+    }
+}

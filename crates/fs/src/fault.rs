@@ -1,0 +1,32 @@
+//! Test-only fault injection: persistence orderings deliberately broken, so that the
+//! crash harness can show it catches a missing write-back or fence. Off unless a test
+//! turns it on; never used by the product.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A deliberately broken ordering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fault {
+    /// Everything as designed.
+    None = 0,
+    /// A single-inode commit stores the log tail and fences without writing the
+    /// tail's line back: a returned operation can be lost.
+    CommitWithoutFlush = 1,
+    /// Staging writes entries back but issues no fence before the tail is committed:
+    /// the tail can reach the region before the entries it covers.
+    StageWithoutFence = 2,
+}
+
+static ACTIVE: AtomicU8 = AtomicU8::new(Fault::None as u8);
+
+/// Turns `fault` on for every file system in the process (`Fault::None` turns faults
+/// off). Tests that use this must run in a process of their own.
+pub fn inject(fault: Fault) {
+    ACTIVE.store(fault as u8, Ordering::SeqCst);
+}
+
+/// Whether `fault` is on.
+pub(crate) fn active(fault: Fault) -> bool {
+    ACTIVE.load(Ordering::Relaxed) == fault as u8
+}

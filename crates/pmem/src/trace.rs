@@ -1,0 +1,312 @@
+//! The crash tracer: a [`Pmem`] that records, in order, every store, cache-line
+//! write-back and fence made to it, at the granularity the hardware gives.
+//!
+//! What the x86 persistence model promises, and so what a [`Trace`] keeps:
+//!
+//! - An ordinary store reaches the region only when its cache line is written back,
+//!   and then the whole 64-byte line goes as it is at that moment. Stores to one line
+//!   reach it in program order, and only an aligned 8-byte store is failure-atomic, so
+//!   every ordinary store is recorded as pieces that each lie inside one aligned
+//!   8-byte word ([`EventKind::Store`]).
+//! - A write-back ([`EventKind::Flush`], one per line) is guaranteed complete only
+//!   after the next fence ([`EventKind::Fence`]).
+//! - A non-temporal store bypasses the cache and is guaranteed durable after the next
+//!   fence; before it, any part of it may or may not have landed
+//!   ([`EventKind::NtStore`], one per line of a copy).
+//!
+//! [`TracePmem::copy_nt`] makes the same choice as the real copy
+//! ([`crate::persist::copy_nt`]): copies shorter than [`NT_MIN_BYTES`] and the partial
+//! lines at either end of longer ones are ordinary stores plus write-back.
+//!
+//! One lock orders everything: the file system's threads and the engines' workers may
+//! write concurrently and the trace is the single order in which the region saw it.
+//! [`crate::crash`] turns a trace into the images a power loss could leave.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crate::persist::NT_MIN_BYTES;
+use crate::{check_range, check_word, Durability, Pmem, CACHE_LINE};
+
+/// Bytes of the unit of failure atomicity: an aligned word.
+pub const WORD: u64 = 8;
+const LINE: u64 = CACHE_LINE as u64;
+
+/// What one trace event is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// An ordinary (cached) store of 1..=8 bytes inside one aligned word.
+    Store,
+    /// A non-temporal store of 1..=64 bytes inside one cache line.
+    NtStore,
+    /// Write-back of the cache line at `off` (64-byte aligned).
+    Flush,
+    /// Store fence.
+    Fence,
+}
+
+/// One event of a trace. The bytes of a store are in [`Trace::data_of`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    /// Region offset of the store, or of the flushed line.
+    pub off: u64,
+    /// Bytes stored (0 for flushes and fences).
+    pub len: u32,
+    data_at: u32,
+}
+
+/// Everything a [`TracePmem`] saw: the image it started from and its events.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The region's contents when tracing began, all of it durable.
+    pub base: Vec<u8>,
+    /// Events in the order the region saw them.
+    pub events: Vec<Event>,
+    data: Vec<u8>,
+}
+
+impl Trace {
+    /// The bytes stored by event `e` (empty for flushes and fences).
+    pub fn data_of(&self, e: &Event) -> &[u8] {
+        &self.data[e.data_at as usize..e.data_at as usize + e.len as usize]
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Counts of (stores, non-temporal stores, flushes, fences).
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let mut c = (0, 0, 0, 0);
+        for e in &self.events {
+            match e.kind {
+                EventKind::Store => c.0 += 1,
+                EventKind::NtStore => c.1 += 1,
+                EventKind::Flush => c.2 += 1,
+                EventKind::Fence => c.3 += 1,
+            }
+        }
+        c
+    }
+
+    fn push(&mut self, kind: EventKind, off: u64, bytes: &[u8]) {
+        let data_at = u32::try_from(self.data.len()).expect("trace data beyond 4 GiB");
+        self.data.extend_from_slice(bytes);
+        self.events.push(Event {
+            kind,
+            off,
+            len: bytes.len() as u32,
+            data_at,
+        });
+    }
+
+    /// Records ordinary stores of `src` at `off`, split into aligned words.
+    fn stores(&mut self, off: u64, src: &[u8]) {
+        let mut at = 0usize;
+        while at < src.len() {
+            let o = off + at as u64;
+            let room = (WORD - o % WORD) as usize;
+            let n = room.min(src.len() - at);
+            self.push(EventKind::Store, o, &src[at..at + n]);
+            at += n;
+        }
+    }
+
+    fn flushes(&mut self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let mut line = off - off % LINE;
+        while line < off + len {
+            self.push(EventKind::Flush, line, &[]);
+            line += LINE;
+        }
+    }
+}
+
+/// A region in memory that records a [`Trace`] of every mutation.
+///
+/// Loads see every store made so far (the view of the running program, caches
+/// included); what a crash would leave is computed from the trace afterwards.
+#[derive(Debug)]
+pub struct TracePmem {
+    inner: Mutex<Inner>,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    image: Vec<u8>,
+    trace: Trace,
+}
+
+impl TracePmem {
+    /// Starts tracing a region whose durable contents are `image`.
+    pub fn new(image: Vec<u8>) -> TracePmem {
+        let len = image.len() as u64;
+        TracePmem {
+            inner: Mutex::new(Inner {
+                trace: Trace {
+                    base: image.clone(),
+                    events: Vec::new(),
+                    data: Vec::new(),
+                },
+                image,
+            }),
+            len,
+        }
+    }
+
+    /// Events recorded so far: a crash point "now" is this position.
+    pub fn position(&self) -> usize {
+        self.lock().trace.events.len()
+    }
+
+    /// A copy of the trace so far.
+    pub fn trace(&self) -> Trace {
+        self.lock().trace.clone()
+    }
+
+    /// The trace, consuming the region.
+    pub fn into_trace(self) -> Trace {
+        self.inner
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .trace
+    }
+
+    /// What loads see now (every store made, durable or not).
+    pub fn image(&self) -> Vec<u8> {
+        self.lock().image.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Inner {
+    fn put(&mut self, off: u64, src: &[u8]) {
+        self.image[off as usize..off as usize + src.len()].copy_from_slice(src);
+    }
+}
+
+impl Pmem for TracePmem {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn durability(&self) -> Durability {
+        Durability::CpuFlush
+    }
+
+    fn write(&self, off: u64, src: &[u8]) {
+        check_range(off, src.len() as u64, self.len);
+        let mut g = self.lock();
+        g.put(off, src);
+        g.trace.stores(off, src);
+    }
+
+    fn store_u64(&self, off: u64, val: u64) {
+        check_word(off, self.len);
+        let b = val.to_le_bytes();
+        let mut g = self.lock();
+        g.put(off, &b);
+        g.trace.push(EventKind::Store, off, &b);
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        check_word(off, self.len);
+        let g = self.lock();
+        u64::from_le_bytes(g.image[off as usize..off as usize + 8].try_into().unwrap())
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        check_range(off, dst.len() as u64, self.len);
+        let g = self.lock();
+        dst.copy_from_slice(&g.image[off as usize..off as usize + dst.len()]);
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        check_range(off, len, self.len);
+        self.lock().trace.flushes(off, len);
+    }
+
+    fn fence(&self) {
+        self.lock().trace.push(EventKind::Fence, 0, &[]);
+    }
+
+    fn copy_nt(&self, off: u64, src: &[u8]) {
+        check_range(off, src.len() as u64, self.len);
+        let mut g = self.lock();
+        g.put(off, src);
+        let len = src.len() as u64;
+        if src.len() < NT_MIN_BYTES {
+            g.trace.stores(off, src);
+            g.trace.flushes(off, len);
+            return;
+        }
+        let head = (LINE - off % LINE) % LINE;
+        let body = (len - head) / LINE * LINE;
+        let (h, rest) = src.split_at(head as usize);
+        let (b, t) = rest.split_at(body as usize);
+        g.trace.stores(off, h);
+        g.trace.flushes(off, head);
+        for (i, line) in b.chunks(LINE as usize).enumerate() {
+            g.trace
+                .push(EventKind::NtStore, off + head + i as u64 * LINE, line);
+        }
+        let tail_off = off + head + body;
+        g.trace.stores(tail_off, t);
+        g.trace.flushes(tail_off, t.len() as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_split_into_words_and_lines() {
+        let t = TracePmem::new(vec![0; 4096]);
+        t.write(5, &[1; 13]); // 5..8, 8..16, 16..18
+        t.flush(5, 13);
+        t.fence();
+        let tr = t.trace();
+        let kinds: Vec<_> = tr.events.iter().map(|e| (e.kind, e.off, e.len)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (EventKind::Store, 5, 3),
+                (EventKind::Store, 8, 8),
+                (EventKind::Store, 16, 2),
+                (EventKind::Flush, 0, 0),
+                (EventKind::Fence, 0, 0),
+            ]
+        );
+        assert_eq!(tr.data_of(&tr.events[1]), &[1; 8]);
+        assert_eq!(t.image()[17], 1);
+        assert_eq!(tr.base, vec![0; 4096]);
+    }
+
+    #[test]
+    fn copies_are_non_temporal_in_the_body_only() {
+        let t = TracePmem::new(vec![0; 4096]);
+        t.copy_nt(60, &[9; 300]); // head 60..64, body 64..320, tail 320..360
+        let (stores, nt, flushes, fences) = t.trace().counts();
+        assert_eq!((nt, fences), (4, 0));
+        assert_eq!(flushes, 2);
+        assert_eq!(stores, 1 + 5);
+        t.copy_nt(1024, &[1; 100]); // short: ordinary stores
+        assert_eq!(t.trace().counts().1, 4);
+        let mut b = [0u8; 2];
+        t.read(359, &mut b);
+        assert_eq!(b, [9, 0]);
+    }
+}
