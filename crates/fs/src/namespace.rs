@@ -27,6 +27,16 @@ pub(crate) struct Parent {
     pub dot: bool,
 }
 
+fn check_path(path: &str) -> Result<()> {
+    if path.len() > MAX_PATH {
+        return Err(Error::NameTooLong);
+    }
+    if path.is_empty() {
+        return Err(Error::NotFound);
+    }
+    Ok(())
+}
+
 fn check_name(name: &str) -> Result<()> {
     if name.len() > MAX_NAME {
         return Err(Error::NameTooLong);
@@ -36,39 +46,16 @@ fn check_name(name: &str) -> Result<()> {
 
 impl FileSystem {
     /// Resolves `path` to an inode, following symbolic links (the last one only if
-    /// `follow`).
+    /// `follow`, or if the path ends in '/').
     pub(crate) fn resolve(&self, path: &str, follow: bool) -> Result<Arc<Inode>> {
-        let p = self.resolve_parent(path)?;
-        if p.name.is_empty() {
-            return Ok(p.dir);
-        }
-        let child = self.lookup(&p.dir, &p.name)?;
-        let kind = child.state.read().kind;
-        if kind == FileKind::Symlink && (follow || p.trailing_slash) {
-            let target = self.read_link_inode(&child)?;
-            let dir_path = self.follow_base(&p.dir, &target)?;
-            let t = self.resolve_from(dir_path, &target, true, 1)?;
-            // "link/" names a directory: the link must lead to one.
-            if p.trailing_slash && t.state.read().kind != FileKind::Dir {
-                return Err(Error::NotDir);
-            }
-            return Ok(t);
-        }
-        if p.trailing_slash && kind != FileKind::Dir {
-            return Err(Error::NotDir);
-        }
-        Ok(child)
+        check_path(path)?;
+        self.resolve_from(self.inode(ROOT_INO)?, path, follow, 0)
     }
 
     /// Resolves every component but the last; symbolic links inside the path are
     /// followed. An empty final name means the path named the root.
     pub(crate) fn resolve_parent(&self, path: &str) -> Result<Parent> {
-        if path.len() > MAX_PATH {
-            return Err(Error::NameTooLong);
-        }
-        if path.is_empty() {
-            return Err(Error::NotFound);
-        }
+        check_path(path)?;
         self.walk(self.inode(ROOT_INO)?, path, 0)
     }
 
@@ -93,7 +80,7 @@ impl FileSystem {
         }
         let child = self.lookup(&p.dir, &p.name)?;
         let kind = child.state.read().kind;
-        if kind == FileKind::Symlink && follow {
+        if kind == FileKind::Symlink && (follow || p.trailing_slash) {
             if hops >= MAX_SYMLINK_HOPS {
                 return Err(Error::Loop);
             }
