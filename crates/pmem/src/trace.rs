@@ -20,6 +20,8 @@
 //!
 //! One lock orders everything: the file system's threads and the engines' workers may
 //! write concurrently and the trace is the single order in which the region saw it.
+//! Every event also records the thread that made it ([`Event::thread`]): a fence
+//! orders only its own thread's write-backs and non-temporal stores, as `sfence` does.
 //! [`crate::crash`] turns a trace into the images a power loss could leave.
 
 use std::sync::{Mutex, MutexGuard};
@@ -52,6 +54,8 @@ pub struct Event {
     pub off: u64,
     /// Bytes stored (0 for flushes and fences).
     pub len: u32,
+    /// The thread that made it: an index into [`Trace::threads`].
+    pub thread: u16,
     data_at: u32,
 }
 
@@ -62,7 +66,12 @@ pub struct Trace {
     pub base: Vec<u8>,
     /// Events in the order the region saw them.
     pub events: Vec<Event>,
+    /// Names of the threads that made events, in order of their first event
+    /// (`?` for an unnamed thread).
+    pub threads: Vec<String>,
     data: Vec<u8>,
+    /// Thread of the events being recorded.
+    current: u16,
 }
 
 impl Trace {
@@ -79,6 +88,11 @@ impl Trace {
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
+    }
+
+    /// The name of the thread that made event `e`.
+    pub fn thread_of(&self, e: &Event) -> &str {
+        &self.threads[e.thread as usize]
     }
 
     /// Counts of (stores, non-temporal stores, flushes, fences).
@@ -102,6 +116,7 @@ impl Trace {
             kind,
             off,
             len: bytes.len() as u32,
+            thread: self.current,
             data_at,
         });
     }
@@ -144,6 +159,8 @@ pub struct TracePmem {
 struct Inner {
     image: Vec<u8>,
     trace: Trace,
+    /// The thread of each index of `trace.threads`.
+    ids: Vec<std::thread::ThreadId>,
 }
 
 impl TracePmem {
@@ -154,10 +171,10 @@ impl TracePmem {
             inner: Mutex::new(Inner {
                 trace: Trace {
                     base: image.clone(),
-                    events: Vec::new(),
-                    data: Vec::new(),
+                    ..Trace::default()
                 },
                 image,
+                ids: Vec::new(),
             }),
             len,
         }
@@ -189,6 +206,22 @@ impl TracePmem {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The lock, with the events about to be recorded attributed to this thread.
+    fn lock_as_me(&self) -> MutexGuard<'_, Inner> {
+        let mut g = self.lock();
+        let me = std::thread::current();
+        let idx = match g.ids.iter().position(|&id| id == me.id()) {
+            Some(i) => i,
+            None => {
+                g.ids.push(me.id());
+                g.trace.threads.push(me.name().unwrap_or("?").to_string());
+                g.ids.len() - 1
+            }
+        };
+        g.trace.current = u16::try_from(idx).expect("more than 65536 threads traced");
+        g
+    }
 }
 
 impl Inner {
@@ -208,7 +241,7 @@ impl Pmem for TracePmem {
 
     fn write(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len);
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, src);
         g.trace.stores(off, src);
     }
@@ -216,7 +249,7 @@ impl Pmem for TracePmem {
     fn store_u64(&self, off: u64, val: u64) {
         check_word(off, self.len);
         let b = val.to_le_bytes();
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, &b);
         g.trace.push(EventKind::Store, off, &b);
     }
@@ -235,16 +268,16 @@ impl Pmem for TracePmem {
 
     fn flush(&self, off: u64, len: u64) {
         check_range(off, len, self.len);
-        self.lock().trace.flushes(off, len);
+        self.lock_as_me().trace.flushes(off, len);
     }
 
     fn fence(&self) {
-        self.lock().trace.push(EventKind::Fence, 0, &[]);
+        self.lock_as_me().trace.push(EventKind::Fence, 0, &[]);
     }
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len);
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, src);
         let len = src.len() as u64;
         if src.len() < NT_MIN_BYTES {
