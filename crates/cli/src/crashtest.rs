@@ -14,7 +14,7 @@ pub struct CrashtestArgs {
     /// Workload: create_delete, generic_056, generic_090, generic_322, random, or all.
     #[arg(long, default_value = "all")]
     workload: String,
-    /// Data-movement mode.
+    /// Data-movement mode: cpu, or async (the software copy engine).
     #[arg(long, default_value = "cpu", value_parser = parse_mode)]
     mode: Mode,
     /// Crash points per workload.
@@ -86,6 +86,8 @@ fn print_table(outcomes: &[Outcome]) {
                 o.trace_events.to_string(),
                 o.points.to_string(),
                 o.images.to_string(),
+                o.engine_copies.to_string(),
+                o.engine_window_points.to_string(),
                 o.passed.to_string(),
                 format!("{:.1}", o.seconds),
             ]
@@ -102,6 +104,8 @@ fn print_table(outcomes: &[Outcome]) {
                 "trace events",
                 "crash points",
                 "images",
+                "engine copies",
+                "points copy..counter",
                 "passed",
                 "seconds",
             ],
