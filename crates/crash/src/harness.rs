@@ -6,6 +6,7 @@
 //! one copy of the durable image plus the pending stores chosen, never a re-run.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -95,6 +96,12 @@ pub struct Config {
     pub stop_at_first_failure: bool,
     /// Test only this trace position (and, if given, only this image there): replay.
     pub only: Option<(usize, Option<CrashChoice>)>,
+    /// Replay from this saved recording instead of recording afresh (in `async` mode
+    /// the engine's workers interleave with the file system's thread as the scheduler
+    /// decides, so a trace position means something only in its own recording).
+    pub trace: Option<PathBuf>,
+    /// Save the recording here: always, or (`on_failure`) only if a crash point fails.
+    pub save_trace: Option<(PathBuf, bool)>,
 }
 
 impl Config {
@@ -108,6 +115,8 @@ impl Config {
             random_states: DEFAULT_RANDOM_STATES,
             stop_at_first_failure: false,
             only: None,
+            trace: None,
+            save_trace: None,
         }
     }
 }
@@ -127,19 +136,25 @@ pub struct Failure {
     /// The operation in flight, if any: index and description.
     pub in_flight: Option<(usize, String)>,
     pub problem: Problem,
+    /// The saved recording this failure's position refers to, if any.
+    pub trace_file: Option<String>,
 }
 
 impl Failure {
     /// The command that replays exactly this image.
     pub fn replay_command(&self) -> String {
-        format!(
+        let mut cmd = format!(
             "easyio crashtest --workload {} --mode {} --seed {} --at {} --state {}",
             self.workload.name(),
             self.mode.name(),
             self.seed,
             self.position,
             self.state
-        )
+        );
+        if let Some(f) = &self.trace_file {
+            cmd += &format!(" --trace {f}");
+        }
+        cmd
     }
 }
 
@@ -188,6 +203,11 @@ pub fn formatted_image() -> Vec<u8> {
     formatted().0
 }
 
+/// Where the engine's completion records lie: one cache line a channel.
+fn records_area(geo: &Geometry) -> std::ops::Range<u64> {
+    geo.records_off()..geo.records_off() + geo.channels * pmem::CACHE_LINE as u64
+}
+
 fn formatted() -> (Vec<u8>, Geometry) {
     let mem = MemPmem::new(REGION_BYTES);
     let geo =
@@ -231,7 +251,7 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
         states.push(model.snapshot());
     }
     let (image, geo) = formatted();
-    let records = geo.records_off()..geo.records_off() + geo.channels * pmem::CACHE_LINE as u64; // one record line a channel
+    let records = records_area(&geo);
     let tp = Arc::new(TracePmem::new(image));
     let (fs, _) = FileSystem::mount(tp.clone() as Arc<dyn Pmem>, mode.mount_options())
         .map_err(|e| format!("mount of the fresh region: {e}"))?;
@@ -263,7 +283,66 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
     })
 }
 
+/// First bytes of a saved recording.
+const RECORDING_MAGIC: &[u8; 8] = b"EIOCRSH1";
+
 impl Recording {
+    /// Writes the trace and the operations' spans to `path`.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let mut b = RECORDING_MAGIC.to_vec();
+        b.extend_from_slice(&(self.spans.len() as u64).to_le_bytes());
+        for &(a, z) in &self.spans {
+            b.extend_from_slice(&(a as u64).to_le_bytes());
+            b.extend_from_slice(&(z as u64).to_le_bytes());
+        }
+        b.extend_from_slice(&self.trace.to_bytes());
+        std::fs::write(path, b).map_err(|e| format!("saving the trace to {}: {e}", path.display()))
+    }
+
+    /// Reads a recording of `ops` saved by [`Recording::save`].
+    pub fn load(ops: Vec<Op>, path: &Path) -> Result<Recording, String> {
+        let bad = |why: &str| format!("trace file {}: {why}", path.display());
+        let b = std::fs::read(path).map_err(|e| bad(&e.to_string()))?;
+        let word = |i: usize| -> Result<usize, String> {
+            let w = b
+                .get(8 + i * 8..16 + i * 8)
+                .ok_or_else(|| bad("truncated"))?;
+            Ok(u64::from_le_bytes(w.try_into().unwrap()) as usize)
+        };
+        if !b.starts_with(RECORDING_MAGIC) {
+            return Err(bad("not a saved crash-test recording"));
+        }
+        let n = word(0)?;
+        if n != ops.len() {
+            return Err(bad(&format!(
+                "{n} operations recorded, the workload has {}: another workload or seed",
+                ops.len()
+            )));
+        }
+        let spans = (0..n)
+            .map(|k| Ok((word(1 + 2 * k)?, word(2 + 2 * k)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let trace = Trace::from_bytes(&b[16 + 16 * n..]).map_err(|e| bad(&e))?;
+        if spans.iter().any(|&(a, z)| a > z || z > trace.len()) {
+            return Err(bad("operation spans outside the trace"));
+        }
+        let (_, geo) = formatted();
+        let mut model = Model::new();
+        let mut states = vec![model.snapshot()];
+        for op in &ops {
+            op.apply(&mut model)
+                .map_err(|e| format!("the model refuses {op}: {e}"))?;
+            states.push(model.snapshot());
+        }
+        Ok(Recording {
+            engine_windows: engine_windows(&trace, records_area(&geo)),
+            ops,
+            trace,
+            spans,
+            states,
+        })
+    }
+
     /// Operations returned by `pos`, and the one in flight there.
     pub fn at(&self, pos: usize) -> (usize, Option<usize>) {
         let returned = self.spans.iter().take_while(|s| s.1 <= pos).count();
@@ -305,7 +384,11 @@ impl Recording {
 /// Runs a configuration: record, then check every crash point.
 pub fn run(cfg: &Config) -> Result<Outcome, String> {
     let start = Instant::now();
-    let rec = record(cfg.workload.generate_for(cfg.seed, cfg.mode), cfg.mode)?;
+    let ops = cfg.workload.generate_for(cfg.seed, cfg.mode);
+    let rec = match &cfg.trace {
+        Some(path) => Recording::load(ops, path)?,
+        None => record(ops, cfg.mode)?,
+    };
     let points = match cfg.only {
         Some((pos, _)) if pos > rec.trace.len() => {
             return Err(format!(
@@ -361,6 +444,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
                     returned,
                     in_flight: in_flight.map(|i| (i, rec.ops[i].to_string())),
                     problem,
+                    trace_file: None,
                 });
                 if cfg.stop_at_first_failure {
                     break 'points;
@@ -368,6 +452,16 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
             }
         }
         out.passed += ok as usize;
+    }
+    let saved = match &cfg.save_trace {
+        Some((path, on_failure)) if !on_failure || !out.failures.is_empty() => {
+            rec.save(path)?;
+            Some(path)
+        }
+        _ => cfg.trace.as_ref(),
+    };
+    for f in &mut out.failures {
+        f.trace_file = saved.map(|p| p.display().to_string());
     }
     out.seconds = start.elapsed().as_secs_f64();
     Ok(out)
