@@ -14,7 +14,7 @@ pub struct CrashtestArgs {
     /// Workload: create_delete, generic_056, generic_090, generic_322, random, or all.
     #[arg(long, default_value = "all")]
     workload: String,
-    /// Data-movement mode.
+    /// Data-movement mode: cpu, or async (the software copy engine).
     #[arg(long, default_value = "cpu", value_parser = parse_mode)]
     mode: Mode,
     /// Crash points per workload.
@@ -32,6 +32,15 @@ pub struct CrashtestArgs {
     /// Replay: with --at, only this image (none, all or random:SEED).
     #[arg(long, requires = "at", value_parser = parse_state)]
     state: Option<CrashChoice>,
+    /// Replay from a recording saved by an earlier run (--save-trace, or the file an
+    /// async run saves when a crash point fails) instead of recording afresh.
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
+    /// Save the recording (trace and operation spans) to this file. Without it, an
+    /// async run that fails saves it to easyio-crash-WORKLOAD-async-seedS.trace, since
+    /// the engine's interleaving with the file system differs from run to run.
+    #[arg(long)]
+    save_trace: Option<std::path::PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -51,6 +60,9 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
     } else {
         vec![args.workload.parse().map_err(anyhow::Error::msg)?]
     };
+    if workloads.len() > 1 && (args.trace.is_some() || args.save_trace.is_some()) {
+        anyhow::bail!("--trace and --save-trace take one workload, not all");
+    }
     let mut outcomes = Vec::new();
     for w in workloads {
         let cfg = Config {
@@ -58,6 +70,15 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
             seed: args.seed,
             random_states: args.random_states,
             only: args.at.map(|pos| (pos, args.state)),
+            trace: args.trace.clone(),
+            save_trace: match &args.save_trace {
+                Some(p) => Some((p.clone(), false)),
+                None if args.mode == Mode::Async && args.trace.is_none() => Some((
+                    format!("easyio-crash-{}-async-seed{}.trace", w.name(), args.seed).into(),
+                    true,
+                )),
+                None => None,
+            },
             ..Config::new(w, args.mode)
         };
         outcomes.push(crash::run(&cfg).map_err(anyhow::Error::msg)?);
@@ -86,6 +107,8 @@ fn print_table(outcomes: &[Outcome]) {
                 o.trace_events.to_string(),
                 o.points.to_string(),
                 o.images.to_string(),
+                o.engine_copies.to_string(),
+                o.engine_window_points.to_string(),
                 o.passed.to_string(),
                 format!("{:.1}", o.seconds),
             ]
@@ -102,6 +125,8 @@ fn print_table(outcomes: &[Outcome]) {
                 "trace events",
                 "crash points",
                 "images",
+                "engine copies",
+                "points copy..counter",
                 "passed",
                 "seconds",
             ],

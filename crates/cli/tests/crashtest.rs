@@ -1,5 +1,5 @@
-//! `easyio crashtest` end to end: the Table 2 report as JSON, a replay of one image,
-//! and a mode that does not exist yet refused.
+//! `easyio crashtest` end to end: the Table 2 report as JSON (cpu and async), a replay
+//! of one image, and an unknown mode refused.
 
 use std::process::Command;
 
@@ -36,7 +36,35 @@ fn crashtest_json_reports_every_point_passed() {
 }
 
 #[test]
-fn one_image_replays_and_a_missing_mode_is_refused() {
+fn async_crashtest_reports_engine_copies() {
+    let out = easyio()
+        .args([
+            "crashtest",
+            "--workload",
+            "generic_322",
+            "--mode",
+            "async",
+            "--points",
+            "12",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v[0];
+    assert_eq!(w["mode"], "async");
+    assert_eq!(w["passed"], 12);
+    assert!(w["engine_copies"].as_u64().unwrap() > 0, "{w}");
+    assert!(w["engine_window_points"].as_u64().unwrap() > 0, "{w}");
+}
+
+#[test]
+fn one_image_replays_and_an_unknown_mode_is_refused() {
     let out = easyio()
         .args([
             "crashtest",
@@ -57,9 +85,9 @@ fn one_image_replays_and_a_missing_mode_is_refused() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("create_delete"), "{table}");
     let out = easyio()
-        .args(["crashtest", "--mode", "async"])
+        .args(["crashtest", "--mode", "dma"])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not landed"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("modes: cpu, async"));
 }

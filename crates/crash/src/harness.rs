@@ -6,10 +6,11 @@
 //! one copy of the durable image plus the pending stores chosen, never a re-run.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fs::{FileSystem, FormatOptions, MountOptions};
+use fs::{FileSystem, FormatOptions, Geometry, MountOptions};
 use pmem::crash::SplitMix;
 use pmem::trace::{EventKind, Trace};
 use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem, TracePmem};
@@ -36,23 +37,32 @@ pub const DEFAULT_SEED: u64 = 1;
 pub enum Mode {
     /// The calling thread copies (NOVA's data path).
     Cpu,
+    /// EASYIO's orderless writes: copies above 4 KiB go to the software copy engine,
+    /// whose worker threads copy through the traced region and publish completion
+    /// counters there; the log entry carrying the copy's SN commits before the copy
+    /// is done.
+    Async,
 }
 
 impl Mode {
-    /// Modes that exist; `async` joins when the engine-backed data path lands.
-    pub const ALL: [Mode; 1] = [Mode::Cpu];
+    /// Every mode the harness runs.
+    pub const ALL: [Mode; 2] = [Mode::Cpu, Mode::Async];
 
     /// Name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Cpu => "cpu",
+            Mode::Async => "async",
         }
     }
 
-    /// Mount options selecting this mode's mover.
+    /// Mount options selecting this mode's mover. Crash images are mounted in the
+    /// same mode: recovery itself needs no engine (it reads the completion records),
+    /// but the writes after it then run on an engine resumed from those records.
     pub fn mount_options(self) -> MountOptions {
         match self {
             Mode::Cpu => MountOptions::default(),
+            Mode::Async => MountOptions::with_mode(fs::Mode::Async),
         }
     }
 }
@@ -61,17 +71,15 @@ impl std::str::FromStr for Mode {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Mode, String> {
-        match s {
-            "cpu" => Ok(Mode::Cpu),
-            "async" => Err(
-                "mode async: the engine-backed data path has not landed yet; \
-                 modes: cpu"
-                    .into(),
-            ),
-            _ => Err(format!("unknown mode {s:?}; modes: cpu")),
-        }
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown mode {s:?}; modes: cpu, async"))
     }
 }
+
+/// Name prefix of the software engine's worker threads.
+const ENGINE_THREAD: &str = "easyio-engine-";
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -88,6 +96,12 @@ pub struct Config {
     pub stop_at_first_failure: bool,
     /// Test only this trace position (and, if given, only this image there): replay.
     pub only: Option<(usize, Option<CrashChoice>)>,
+    /// Replay from this saved recording instead of recording afresh (in `async` mode
+    /// the engine's workers interleave with the file system's thread as the scheduler
+    /// decides, so a trace position means something only in its own recording).
+    pub trace: Option<PathBuf>,
+    /// Save the recording here: always, or (`on_failure`) only if a crash point fails.
+    pub save_trace: Option<(PathBuf, bool)>,
 }
 
 impl Config {
@@ -101,6 +115,8 @@ impl Config {
             random_states: DEFAULT_RANDOM_STATES,
             stop_at_first_failure: false,
             only: None,
+            trace: None,
+            save_trace: None,
         }
     }
 }
@@ -120,19 +136,25 @@ pub struct Failure {
     /// The operation in flight, if any: index and description.
     pub in_flight: Option<(usize, String)>,
     pub problem: Problem,
+    /// The saved recording this failure's position refers to, if any.
+    pub trace_file: Option<String>,
 }
 
 impl Failure {
     /// The command that replays exactly this image.
     pub fn replay_command(&self) -> String {
-        format!(
+        let mut cmd = format!(
             "easyio crashtest --workload {} --mode {} --seed {} --at {} --state {}",
             self.workload.name(),
             self.mode.name(),
             self.seed,
             self.position,
             self.state
-        )
+        );
+        if let Some(f) = &self.trace_file {
+            cmd += &format!(" --trace {f}");
+        }
+        cmd
     }
 }
 
@@ -152,6 +174,12 @@ pub struct Outcome {
     pub passed: usize,
     /// Crash images mounted and checked.
     pub images: usize,
+    /// Engine copies in the trace: stretches from a worker's first data store to the
+    /// store of the completion counter that covers it.
+    pub engine_copies: usize,
+    /// Crash points inside such a stretch: some of a copy's data issued, its counter
+    /// not yet advanced.
+    pub engine_window_points: usize,
     pub failures: Vec<Failure>,
     pub seconds: f64,
 }
@@ -165,13 +193,50 @@ pub struct Recording {
     pub spans: Vec<(usize, usize)>,
     /// Model states: `states[k]` is the namespace after the first `k` operations.
     pub states: Vec<Snapshot>,
+    /// Engine copies: trace positions of a worker's first data store and of the
+    /// counter store that publishes it (see [`Outcome::engine_copies`]).
+    pub engine_windows: Vec<(usize, usize)>,
 }
 
 /// A formatted, empty region image.
 pub fn formatted_image() -> Vec<u8> {
+    formatted().0
+}
+
+/// Where the engine's completion records lie: one cache line a channel.
+fn records_area(geo: &Geometry) -> std::ops::Range<u64> {
+    geo.records_off()..geo.records_off() + geo.channels * pmem::CACHE_LINE as u64
+}
+
+fn formatted() -> (Vec<u8>, Geometry) {
     let mem = MemPmem::new(REGION_BYTES);
-    FileSystem::format(&mem, &FormatOptions::default()).expect("format of the crash region");
-    mem.into_image()
+    let geo =
+        FileSystem::format(&mem, &FormatOptions::default()).expect("format of the crash region");
+    (mem.into_image(), geo)
+}
+
+/// The engine copies of a trace: for each worker thread, from its first store after
+/// a counter store up to the next store to a completion counter (in the records area
+/// `records`).
+pub fn engine_windows(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(usize, usize)> {
+    let mut open: HashMap<u16, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for (i, e) in trace.events.iter().enumerate() {
+        if !matches!(e.kind, EventKind::Store | EventKind::NtStore)
+            || !trace.thread_of(e).starts_with(ENGINE_THREAD)
+        {
+            continue;
+        }
+        if e.kind == EventKind::Store && records.contains(&e.off) {
+            if let Some(start) = open.remove(&e.thread) {
+                out.push((start, i));
+            }
+        } else {
+            open.entry(e.thread).or_insert(i);
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Runs `ops` on a tracing region in `mode`: mount, the operations, unmount, all
@@ -185,7 +250,9 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
             .map_err(|e| format!("the model refuses {op}: {e}"))?;
         states.push(model.snapshot());
     }
-    let tp = Arc::new(TracePmem::new(formatted_image()));
+    let (image, geo) = formatted();
+    let records = records_area(&geo);
+    let tp = Arc::new(TracePmem::new(image));
     let (fs, _) = FileSystem::mount(tp.clone() as Arc<dyn Pmem>, mode.mount_options())
         .map_err(|e| format!("mount of the fresh region: {e}"))?;
     let mut fds = HashMap::new();
@@ -208,6 +275,7 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
         .map_err(|_| "the tracing region is still shared after unmount".to_string())?
         .into_trace();
     Ok(Recording {
+        engine_windows: engine_windows(&trace, records),
         ops,
         trace,
         spans,
@@ -215,7 +283,66 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
     })
 }
 
+/// First bytes of a saved recording.
+const RECORDING_MAGIC: &[u8; 8] = b"EIOCRSH1";
+
 impl Recording {
+    /// Writes the trace and the operations' spans to `path`.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let mut b = RECORDING_MAGIC.to_vec();
+        b.extend_from_slice(&(self.spans.len() as u64).to_le_bytes());
+        for &(a, z) in &self.spans {
+            b.extend_from_slice(&(a as u64).to_le_bytes());
+            b.extend_from_slice(&(z as u64).to_le_bytes());
+        }
+        b.extend_from_slice(&self.trace.to_bytes());
+        std::fs::write(path, b).map_err(|e| format!("saving the trace to {}: {e}", path.display()))
+    }
+
+    /// Reads a recording of `ops` saved by [`Recording::save`].
+    pub fn load(ops: Vec<Op>, path: &Path) -> Result<Recording, String> {
+        let bad = |why: &str| format!("trace file {}: {why}", path.display());
+        let b = std::fs::read(path).map_err(|e| bad(&e.to_string()))?;
+        let word = |i: usize| -> Result<usize, String> {
+            let w = b
+                .get(8 + i * 8..16 + i * 8)
+                .ok_or_else(|| bad("truncated"))?;
+            Ok(u64::from_le_bytes(w.try_into().unwrap()) as usize)
+        };
+        if !b.starts_with(RECORDING_MAGIC) {
+            return Err(bad("not a saved crash-test recording"));
+        }
+        let n = word(0)?;
+        if n != ops.len() {
+            return Err(bad(&format!(
+                "{n} operations recorded, the workload has {}: another workload or seed",
+                ops.len()
+            )));
+        }
+        let spans = (0..n)
+            .map(|k| Ok((word(1 + 2 * k)?, word(2 + 2 * k)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let trace = Trace::from_bytes(&b[16 + 16 * n..]).map_err(|e| bad(&e))?;
+        if spans.iter().any(|&(a, z)| a > z || z > trace.len()) {
+            return Err(bad("operation spans outside the trace"));
+        }
+        let (_, geo) = formatted();
+        let mut model = Model::new();
+        let mut states = vec![model.snapshot()];
+        for op in &ops {
+            op.apply(&mut model)
+                .map_err(|e| format!("the model refuses {op}: {e}"))?;
+            states.push(model.snapshot());
+        }
+        Ok(Recording {
+            engine_windows: engine_windows(&trace, records_area(&geo)),
+            ops,
+            trace,
+            spans,
+            states,
+        })
+    }
+
     /// Operations returned by `pos`, and the one in flight there.
     pub fn at(&self, pos: usize) -> (usize, Option<usize>) {
         let returned = self.spans.iter().take_while(|s| s.1 <= pos).count();
@@ -227,21 +354,26 @@ impl Recording {
         (returned, in_flight)
     }
 
-    /// Crash points for a run: half just before a fence (where the most stores are
-    /// pending), half anywhere; sorted, drawn from `seed`.
+    /// Crash points for a run, sorted, drawn from `seed`: half just before a fence
+    /// (where the most stores are pending), half anywhere. With engine copies in the
+    /// trace, a third each: before a fence, inside an engine copy (its data partly
+    /// issued, its counter not yet advanced), anywhere.
     pub fn choose_points(&self, n: usize, seed: u64) -> Vec<usize> {
         let fences: Vec<usize> = (0..self.trace.len())
             .filter(|&i| self.trace.events[i].kind == EventKind::Fence)
             .collect();
         let mut rng = SplitMix(seed ^ 0xC2B2_AE3D_27D4_EB4F);
         let len = self.trace.len() as u64;
+        let copies = &self.engine_windows;
+        let kinds = if copies.is_empty() { 2 } else { 3 };
         let mut pts: Vec<usize> = (0..n)
-            .map(|k| {
-                if k % 2 == 0 && !fences.is_empty() {
-                    fences[rng.below(fences.len() as u64) as usize]
-                } else {
-                    rng.below(len + 1) as usize
+            .map(|k| match k % kinds {
+                0 if !fences.is_empty() => fences[rng.below(fences.len() as u64) as usize],
+                2 => {
+                    let (a, b) = copies[rng.below(copies.len() as u64) as usize];
+                    a + 1 + rng.below((b - a) as u64) as usize
                 }
+                _ => rng.below(len + 1) as usize,
             })
             .collect();
         pts.sort_unstable();
@@ -252,7 +384,11 @@ impl Recording {
 /// Runs a configuration: record, then check every crash point.
 pub fn run(cfg: &Config) -> Result<Outcome, String> {
     let start = Instant::now();
-    let rec = record(cfg.workload.generate(cfg.seed), cfg.mode)?;
+    let ops = cfg.workload.generate_for(cfg.seed, cfg.mode);
+    let rec = match &cfg.trace {
+        Some(path) => Recording::load(ops, path)?,
+        None => record(ops, cfg.mode)?,
+    };
     let points = match cfg.only {
         Some((pos, _)) if pos > rec.trace.len() => {
             return Err(format!(
@@ -273,6 +409,11 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
         points: 0,
         passed: 0,
         images: 0,
+        engine_copies: rec.engine_windows.len(),
+        engine_window_points: points
+            .iter()
+            .filter(|&&p| rec.engine_windows.iter().any(|&(a, b)| a < p && p <= b))
+            .count(),
         failures: Vec::new(),
         seconds: 0.0,
     };
@@ -303,6 +444,7 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
                     returned,
                     in_flight: in_flight.map(|i| (i, rec.ops[i].to_string())),
                     problem,
+                    trace_file: None,
                 });
                 if cfg.stop_at_first_failure {
                     break 'points;
@@ -310,6 +452,16 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
             }
         }
         out.passed += ok as usize;
+    }
+    let saved = match &cfg.save_trace {
+        Some((path, on_failure)) if !on_failure || !out.failures.is_empty() => {
+            rec.save(path)?;
+            Some(path)
+        }
+        _ => cfg.trace.as_ref(),
+    };
+    for f in &mut out.failures {
+        f.trace_file = saved.map(|p| p.display().to_string());
     }
     out.seconds = start.elapsed().as_secs_f64();
     Ok(out)

@@ -12,6 +12,9 @@ use crate::ops::Op;
 
 /// Bytes of a file-system page, for choosing sizes around its boundaries.
 const PAGE: u64 = fs::BLOCK_SIZE;
+/// Pages of a bulk write (modes with a copy engine): 16 to 64 KiB.
+const BULK_MIN_PAGES: u64 = 4;
+const BULK_MAX_PAGES: u64 = 16;
 /// Rounds of each Table 2 workload.
 const TABLE2_ROUNDS: usize = 6;
 /// Operations of the random workload: enough for a directory log to outgrow its
@@ -75,11 +78,22 @@ impl Workload {
 
     /// The operations, drawn from `seed`.
     pub fn generate(self, seed: u64) -> Vec<Op> {
+        self.generate_with(seed, false)
+    }
+
+    /// The operations for a run in `mode`: in modes with a copy engine a third of the
+    /// writes are bulk (16 to 64 KiB), since only copies above 4 KiB go to the engine.
+    pub fn generate_for(self, seed: u64, mode: crate::Mode) -> Vec<Op> {
+        self.generate_with(seed, mode == crate::Mode::Async)
+    }
+
+    fn generate_with(self, seed: u64, bulk: bool) -> Vec<Op> {
         let mut g = Gen {
             rng: SplitMix(seed ^ (self as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
             model: Model::new(),
             ops: Vec::new(),
             fill: seed << 16,
+            bulk,
         };
         match self {
             Workload::CreateDelete => g.create_delete(),
@@ -111,6 +125,8 @@ struct Gen {
     model: Model,
     ops: Vec<Op>,
     fill: u64,
+    /// Draw bulk sizes too (see [`Workload::generate_for`]).
+    bulk: bool,
 }
 
 impl Gen {
@@ -122,6 +138,11 @@ impl Gen {
 
     /// A size around page boundaries: small, just under or over a page, several pages.
     fn size(&mut self) -> usize {
+        if self.bulk && self.rng.below(3) == 0 {
+            let pages = BULK_MIN_PAGES + self.rng.below(BULK_MAX_PAGES - BULK_MIN_PAGES + 1);
+            let tail = self.rng.below(2) * self.rng.below(PAGE);
+            return (pages * PAGE + tail) as usize;
+        }
         let pages = 1 + self.rng.below(3);
         match self.rng.below(4) {
             0 => 1 + self.rng.below(200) as usize,
@@ -402,5 +423,14 @@ mod tests {
             assert_eq!(w.name().parse::<Workload>().unwrap(), w);
         }
         assert_ne!(Workload::Random.generate(1), Workload::Random.generate(2));
+        assert_eq!(
+            Workload::Generic090.generate(3),
+            Workload::Generic090.generate_for(3, crate::Mode::Cpu),
+            "cpu runs keep their workloads"
+        );
+        let bulk = Workload::Generic090.generate_for(3, crate::Mode::Async);
+        assert!(bulk.iter().any(
+            |op| matches!(op, Op::Write { len, .. } | Op::Append { len, .. } if *len >= 16 << 10)
+        ));
     }
 }

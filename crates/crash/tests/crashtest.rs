@@ -42,3 +42,53 @@ fn every_workload_survives_crashes() {
         }
     }
 }
+
+/// An async recording depends on how the engine's workers were scheduled, so its
+/// positions are replayed from the saved recording: the same run from the file gives
+/// the same points, images and engine copies.
+#[test]
+fn an_async_run_replays_from_its_saved_trace() {
+    let path =
+        std::env::temp_dir().join(format!("easyio-crash-replay-{}.trace", std::process::id()));
+    let first = run(&Config {
+        points: 20,
+        save_trace: Some((path.clone(), false)),
+        ..Config::new(Workload::Generic090, Mode::Async)
+    })
+    .unwrap();
+    let again = run(&Config {
+        points: 20,
+        trace: Some(path.clone()),
+        ..Config::new(Workload::Generic090, Mode::Async)
+    })
+    .unwrap();
+    let one = run(&Config {
+        trace: Some(path.clone()),
+        only: Some((first.trace_events / 2, Some(pmem::CrashChoice::Everything))),
+        ..Config::new(Workload::Generic090, Mode::Async)
+    })
+    .unwrap();
+    let wrong = run(&Config {
+        trace: Some(path.clone()),
+        ..Config::new(Workload::Random, Mode::Async)
+    });
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        (
+            first.trace_events,
+            first.points,
+            first.images,
+            first.engine_copies
+        ),
+        (
+            again.trace_events,
+            again.points,
+            again.images,
+            again.engine_copies
+        )
+    );
+    assert_eq!(first.engine_window_points, again.engine_window_points);
+    assert!(first.engine_copies > 0);
+    assert_eq!((one.points, one.images, one.passed), (1, 1, 1));
+    assert!(wrong.is_err(), "a recording of another workload is refused");
+}

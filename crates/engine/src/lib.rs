@@ -26,6 +26,8 @@ mod desc;
 pub mod dsa;
 mod engine;
 mod error;
+#[doc(hidden)]
+pub mod fault;
 pub mod record;
 pub mod sn;
 mod software;

@@ -282,6 +282,9 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
             break;
         }
         let Some(job) = ch.ring.pop() else { break };
+        if crate::fault::active(crate::fault::Fault::PublishBeforeData) {
+            ch.core.publish(pmem, job.counter);
+        }
         // SAFETY: the submitter promised (submit contract) that the DRAM range stays
         // valid until the SN is done, which cannot happen before we publish below; the
         // region range was checked at submission.

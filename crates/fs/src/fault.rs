@@ -16,6 +16,10 @@ pub enum Fault {
     /// Staging writes entries back but issues no fence before the tail is committed:
     /// the tail can reach the region before the entries it covers.
     StageWithoutFence = 2,
+    /// An orderless write commits its entries with SN 0 ("copy done") while the
+    /// engine's copy may still be running: recovery keeps an entry whose data never
+    /// fully arrived.
+    AsyncEntryWithoutSn = 3,
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(Fault::None as u8);

@@ -575,7 +575,11 @@ impl FileSystem {
                 npages: e.len as u32,
                 size,
                 mtime: now,
-                sn: pending.raw(),
+                sn: if crate::fault::active(crate::fault::Fault::AsyncEntryWithoutSn) {
+                    0
+                } else {
+                    pending.raw()
+                },
             });
             pg += e.len;
         }

@@ -4,8 +4,10 @@
 //! A crash point is a position `p` in the trace: events `0..p` happened, the rest did
 //! not. At `p`, the image holds
 //!
-//! - every store whose line was written back and then fenced, and every non-temporal
-//!   store followed by a fence (the *durable* image, which a [`CrashCursor`] keeps up
+//! - every store whose line was written back and then fenced by the thread that wrote
+//!   it back, and every non-temporal store followed by a fence of the thread that made
+//!   it (a fence orders only its own thread's write-backs and streaming stores, as
+//!   `sfence` does; the *durable* image, which a [`CrashCursor`] keeps up
 //!   to date as it moves forward through the trace);
 //! - for each cache line with stores not yet guaranteed durable, *some prefix* of those
 //!   stores (the line may have been written back, by a flush or by eviction, at any
@@ -72,8 +74,9 @@ impl std::str::FromStr for CrashChoice {
 struct PendingLine {
     /// Trace indices of the stores, in order.
     stores: Vec<usize>,
-    /// How many of them the last write-back covered (durable at the next fence).
-    flushed: usize,
+    /// Per thread that wrote the line back: how many of the stores its last
+    /// write-back covered (durable at that thread's next fence).
+    flushed: Vec<(u16, usize)>,
 }
 
 /// Walks a trace forward, keeping the durable image and the pending stores at the
@@ -119,20 +122,36 @@ impl<'t> CrashCursor<'t> {
                 EventKind::NtStore => self.nt.push(i),
                 EventKind::Flush => {
                     if let Some(l) = self.lines.get_mut(&(e.off / LINE)) {
-                        l.flushed = l.stores.len();
+                        let n = l.stores.len();
+                        match l.flushed.iter_mut().find(|f| f.0 == e.thread) {
+                            Some(f) => f.1 = n,
+                            None => l.flushed.push((e.thread, n)),
+                        }
                     }
                 }
-                EventKind::Fence => self.fence(),
+                EventKind::Fence => self.fence(e.thread),
             }
         }
         self.pos = pos;
     }
 
-    fn fence(&mut self) {
-        let mut done: Vec<usize> = std::mem::take(&mut self.nt);
+    /// A fence by `thread`: its write-backs and non-temporal stores are durable.
+    fn fence(&mut self, thread: u16) {
+        let events = &self.trace.events;
+        let (mut done, rest): (Vec<usize>, Vec<usize>) = std::mem::take(&mut self.nt)
+            .into_iter()
+            .partition(|&i| events[i].thread == thread);
+        self.nt = rest;
         self.lines.retain(|_, l| {
-            done.extend(l.stores.drain(..l.flushed));
-            l.flushed = 0;
+            let Some(k) = l.flushed.iter().position(|f| f.0 == thread) else {
+                return true;
+            };
+            let n = l.flushed.swap_remove(k).1;
+            done.extend(l.stores.drain(..n));
+            for f in &mut l.flushed {
+                f.1 = f.1.saturating_sub(n);
+            }
+            l.flushed.retain(|f| f.1 > 0);
             !l.stores.is_empty()
         });
         done.sort_unstable();
@@ -347,6 +366,36 @@ mod tests {
         assert!(c.image(CrashChoice::Nothing)[..4096]
             .iter()
             .all(|&b| b == 0xAB));
+    }
+
+    #[test]
+    fn a_fence_orders_only_its_own_threads_write_backs() {
+        let t = std::sync::Arc::new(TracePmem::new(vec![0; 8192]));
+        t.store_u64(0, 1);
+        t.flush(0, 8);
+        t.copy_nt(4096, &[7; 4096]);
+        let other = t.clone();
+        std::thread::spawn(move || {
+            other.store_u64(64, 2);
+            other.flush(64, 8);
+            other.fence();
+        })
+        .join()
+        .unwrap();
+        let tr = t.trace();
+        assert_eq!(tr.threads.len(), 2);
+        let mut c = CrashCursor::new(&tr);
+        c.advance_to(tr.len());
+        assert_eq!(word(c.durable(), 64), 2, "the other thread's own fence");
+        assert_eq!(word(c.durable(), 0), 0, "our write-back is not fenced yet");
+        assert_eq!(c.pending(), (1, 64));
+        t.fence();
+        let tr = t.trace();
+        let mut c = CrashCursor::new(&tr);
+        c.advance_to(tr.len());
+        assert_eq!(c.pending(), (0, 0));
+        assert_eq!(word(c.durable(), 0), 1);
+        assert_eq!(c.durable()[8191], 7);
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //!
 //! One lock orders everything: the file system's threads and the engines' workers may
 //! write concurrently and the trace is the single order in which the region saw it.
+//! Every event also records the thread that made it ([`Event::thread`]): a fence
+//! orders only its own thread's write-backs and non-temporal stores, as `sfence` does.
 //! [`crate::crash`] turns a trace into the images a power loss could leave.
 
 use std::sync::{Mutex, MutexGuard};
@@ -31,8 +33,12 @@ use crate::{check_range, check_word, Durability, Pmem, CACHE_LINE};
 pub const WORD: u64 = 8;
 const LINE: u64 = CACHE_LINE as u64;
 
+/// First bytes of a saved trace.
+const TRACE_MAGIC: &[u8; 8] = b"EIOTRAC1";
+
 /// What one trace event is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum EventKind {
     /// An ordinary (cached) store of 1..=8 bytes inside one aligned word.
     Store,
@@ -52,6 +58,8 @@ pub struct Event {
     pub off: u64,
     /// Bytes stored (0 for flushes and fences).
     pub len: u32,
+    /// The thread that made it: an index into [`Trace::threads`].
+    pub thread: u16,
     data_at: u32,
 }
 
@@ -62,7 +70,12 @@ pub struct Trace {
     pub base: Vec<u8>,
     /// Events in the order the region saw them.
     pub events: Vec<Event>,
+    /// Names of the threads that made events, in order of their first event
+    /// (`?` for an unnamed thread).
+    pub threads: Vec<String>,
     data: Vec<u8>,
+    /// Thread of the events being recorded.
+    current: u16,
 }
 
 impl Trace {
@@ -81,6 +94,11 @@ impl Trace {
         self.events.is_empty()
     }
 
+    /// The name of the thread that made event `e`.
+    pub fn thread_of(&self, e: &Event) -> &str {
+        &self.threads[e.thread as usize]
+    }
+
     /// Counts of (stores, non-temporal stores, flushes, fences).
     pub fn counts(&self) -> (usize, usize, usize, usize) {
         let mut c = (0, 0, 0, 0);
@@ -95,6 +113,103 @@ impl Trace {
         c
     }
 
+    /// The trace as bytes ([`Trace::from_bytes`] reads them back): a run whose
+    /// interleaving of threads cannot be reproduced is replayed from its saved trace.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b =
+            Vec::with_capacity(self.base.len() + self.data.len() + self.events.len() * 19 + 64);
+        b.extend_from_slice(TRACE_MAGIC);
+        let put = |b: &mut Vec<u8>, bytes: &[u8]| {
+            b.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            b.extend_from_slice(bytes);
+        };
+        put(&mut b, &self.base);
+        put(&mut b, &self.data);
+        b.extend_from_slice(&(self.threads.len() as u64).to_le_bytes());
+        for t in &self.threads {
+            put(&mut b, t.as_bytes());
+        }
+        b.extend_from_slice(&(self.events.len() as u64).to_le_bytes());
+        for e in &self.events {
+            b.push(e.kind as u8);
+            b.extend_from_slice(&e.off.to_le_bytes());
+            b.extend_from_slice(&e.len.to_le_bytes());
+            b.extend_from_slice(&e.thread.to_le_bytes());
+            b.extend_from_slice(&e.data_at.to_le_bytes());
+        }
+        b
+    }
+
+    /// Reads a trace written by [`Trace::to_bytes`], checking that every event lies
+    /// inside the base image and its data inside the trace.
+    pub fn from_bytes(mut b: &[u8]) -> Result<Trace, String> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+            if b.len() < n {
+                return Err("trace file is truncated".into());
+            }
+            let (h, t) = b.split_at(n);
+            *b = t;
+            Ok(h)
+        }
+        fn int<const N: usize>(b: &mut &[u8]) -> Result<[u8; N], String> {
+            Ok(take(b, N)?.try_into().unwrap())
+        }
+        fn count(b: &mut &[u8]) -> Result<usize, String> {
+            usize::try_from(u64::from_le_bytes(int(b)?)).map_err(|e| e.to_string())
+        }
+        fn blob(b: &mut &[u8]) -> Result<Vec<u8>, String> {
+            let n = count(b)?;
+            Ok(take(b, n)?.to_vec())
+        }
+        if take(&mut b, TRACE_MAGIC.len())? != TRACE_MAGIC {
+            return Err("not an easyio trace file".into());
+        }
+        let base = blob(&mut b)?;
+        let data = blob(&mut b)?;
+        let threads = (0..count(&mut b)?)
+            .map(|_| String::from_utf8(blob(&mut b)?).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<String>, String>>()?;
+        let n = count(&mut b)?;
+        let mut events = Vec::with_capacity(n.min(b.len() / 19));
+        for _ in 0..n {
+            let kind = match int::<1>(&mut b)?[0] {
+                0 => EventKind::Store,
+                1 => EventKind::NtStore,
+                2 => EventKind::Flush,
+                3 => EventKind::Fence,
+                k => return Err(format!("unknown event kind {k}")),
+            };
+            let e = Event {
+                kind,
+                off: u64::from_le_bytes(int(&mut b)?),
+                len: u32::from_le_bytes(int(&mut b)?),
+                thread: u16::from_le_bytes(int(&mut b)?),
+                data_at: u32::from_le_bytes(int(&mut b)?),
+            };
+            let in_base = e
+                .off
+                .checked_add(e.len.max(1) as u64)
+                .is_some_and(|end| end <= base.len() as u64);
+            let in_data = (e.data_at as usize)
+                .checked_add(e.len as usize)
+                .is_some_and(|end| end <= data.len());
+            if !in_base || !in_data || e.thread as usize >= threads.len() || e.len > LINE as u32 {
+                return Err(format!("event {} is out of range", events.len()));
+            }
+            events.push(e);
+        }
+        if !b.is_empty() {
+            return Err("trailing bytes after the trace".into());
+        }
+        Ok(Trace {
+            base,
+            events,
+            threads,
+            data,
+            current: 0,
+        })
+    }
+
     fn push(&mut self, kind: EventKind, off: u64, bytes: &[u8]) {
         let data_at = u32::try_from(self.data.len()).expect("trace data beyond 4 GiB");
         self.data.extend_from_slice(bytes);
@@ -102,6 +217,7 @@ impl Trace {
             kind,
             off,
             len: bytes.len() as u32,
+            thread: self.current,
             data_at,
         });
     }
@@ -144,6 +260,8 @@ pub struct TracePmem {
 struct Inner {
     image: Vec<u8>,
     trace: Trace,
+    /// The thread of each index of `trace.threads`.
+    ids: Vec<std::thread::ThreadId>,
 }
 
 impl TracePmem {
@@ -154,10 +272,10 @@ impl TracePmem {
             inner: Mutex::new(Inner {
                 trace: Trace {
                     base: image.clone(),
-                    events: Vec::new(),
-                    data: Vec::new(),
+                    ..Trace::default()
                 },
                 image,
+                ids: Vec::new(),
             }),
             len,
         }
@@ -189,6 +307,22 @@ impl TracePmem {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The lock, with the events about to be recorded attributed to this thread.
+    fn lock_as_me(&self) -> MutexGuard<'_, Inner> {
+        let mut g = self.lock();
+        let me = std::thread::current();
+        let idx = match g.ids.iter().position(|&id| id == me.id()) {
+            Some(i) => i,
+            None => {
+                g.ids.push(me.id());
+                g.trace.threads.push(me.name().unwrap_or("?").to_string());
+                g.ids.len() - 1
+            }
+        };
+        g.trace.current = u16::try_from(idx).expect("more than 65536 threads traced");
+        g
+    }
 }
 
 impl Inner {
@@ -208,7 +342,7 @@ impl Pmem for TracePmem {
 
     fn write(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len);
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, src);
         g.trace.stores(off, src);
     }
@@ -216,7 +350,7 @@ impl Pmem for TracePmem {
     fn store_u64(&self, off: u64, val: u64) {
         check_word(off, self.len);
         let b = val.to_le_bytes();
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, &b);
         g.trace.push(EventKind::Store, off, &b);
     }
@@ -235,16 +369,16 @@ impl Pmem for TracePmem {
 
     fn flush(&self, off: u64, len: u64) {
         check_range(off, len, self.len);
-        self.lock().trace.flushes(off, len);
+        self.lock_as_me().trace.flushes(off, len);
     }
 
     fn fence(&self) {
-        self.lock().trace.push(EventKind::Fence, 0, &[]);
+        self.lock_as_me().trace.push(EventKind::Fence, 0, &[]);
     }
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len);
-        let mut g = self.lock();
+        let mut g = self.lock_as_me();
         g.put(off, src);
         let len = src.len() as u64;
         if src.len() < NT_MIN_BYTES {
@@ -293,6 +427,24 @@ mod tests {
         assert_eq!(tr.data_of(&tr.events[1]), &[1; 8]);
         assert_eq!(t.image()[17], 1);
         assert_eq!(tr.base, vec![0; 4096]);
+    }
+
+    #[test]
+    fn a_trace_reads_back_from_its_bytes() {
+        let t = TracePmem::new(vec![3; 4096]);
+        t.write(5, &[1; 13]);
+        t.copy_nt(512, &[9; 1024]);
+        t.flush(0, 64);
+        t.fence();
+        let tr = t.trace();
+        let back = Trace::from_bytes(&tr.to_bytes()).unwrap();
+        assert_eq!(back.base, tr.base);
+        assert_eq!(back.events, tr.events);
+        assert_eq!(back.threads, tr.threads);
+        assert_eq!(back.data_of(&back.events[1]), tr.data_of(&tr.events[1]));
+        let bytes = tr.to_bytes();
+        assert!(Trace::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Trace::from_bytes(b"nonsense").is_err());
     }
 
     #[test]
