@@ -372,9 +372,12 @@ impl Dsa {
         // SAFETY: the batch record lives in our buffers as long as the channel.
         let code = unsafe { Completion::status_at(st.mem.batch_cr()) } & status::MASK;
         let error = match code {
+            // The device may raise a software error before it writes the batch's record:
+            // classify it from the descriptors, as for a failed batch, so the error does
+            // not depend on which of the two the reaper saw first.
             status::NONE => match ch.portal.take_software_error() {
                 None => return Ok(()),
-                Some(code) => DsaError::SoftwareError { code },
+                Some(code) => self.first_member_error(st, inf.members + 1, Some(code)),
             },
             status::SUCCESS => {
                 ch.core.note_completed(inf.last);
@@ -386,7 +389,10 @@ impl Dsa {
                 st.inflight = None;
                 return Ok(());
             }
-            status::BATCH_FAIL => self.first_member_error(ch, st, inf.members + 1),
+            status::BATCH_FAIL => {
+                let swerr = ch.portal.take_software_error();
+                self.first_member_error(st, inf.members + 1, swerr)
+            }
             _ => {
                 // SAFETY: as above; the status was seen non-zero.
                 DsaError::from_completion(&unsafe { Completion::read_at(st.mem.batch_cr()) })
@@ -397,9 +403,9 @@ impl Dsa {
         Err(Error::Device { channel, error })
     }
 
-    /// The first failure among a failed batch's `n` list entries.
-    fn first_member_error(&self, ch: &DsaChannel, st: &ChanState, n: usize) -> DsaError {
-        let swerr = ch.portal.take_software_error();
+    /// The first failure among a failed batch's `n` list entries, given the software
+    /// error the device reported, if any.
+    fn first_member_error(&self, st: &ChanState, n: usize, swerr: Option<u8>) -> DsaError {
         for i in 0..n {
             // SAFETY: entry `i` < n <= slots was written by `try_submit`, and the batch
             // has completed, so the device no longer touches it.
