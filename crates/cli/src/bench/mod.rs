@@ -4,6 +4,7 @@ mod engine;
 mod micro;
 mod raw;
 mod rt;
+pub mod target;
 
 use std::time::{Duration, Instant};
 
