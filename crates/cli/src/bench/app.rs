@@ -31,7 +31,8 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::applications::{checksum, App, Dataset, Output, INPUTS, WEBSERVER_READS};
+pub use super::applications::App;
+use super::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
 use super::plot;
 use super::target::{run_clients, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult};
 use crate::files::parse_size;
@@ -424,7 +425,7 @@ pub fn write_plot(
     for r in rows {
         let name = match r.slowmem {
             Some(s) => format!("{} — {s} (emulated)", r.app.name()),
-            None => r.app.name().to_string(),
+            None => format!("{} — DRAM", r.app.name()),
         };
         let panel = match panels.iter_mut().position(|p| p.title == name) {
             Some(i) => &mut panels[i],

@@ -1,7 +1,7 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
 pub mod app;
-mod applications;
+pub mod applications;
 mod engine;
 mod micro;
 mod plot;

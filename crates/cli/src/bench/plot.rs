@@ -16,6 +16,8 @@ const COLUMNS: usize = 2;
 const TITLE_H: f64 = 34.0;
 const LINE_H: f64 = 16.0;
 const LEGEND_H: f64 = 28.0;
+/// Average width of a caption character, to wrap the caption to the figure's width.
+const CAPTION_CHAR_W: f64 = 6.0;
 /// Ticks on the y axis.
 const Y_TICKS: usize = 5;
 /// Line colours, one per series in order (colour-blind-safe palette).
@@ -40,6 +42,21 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// Splits `text` at spaces into lines of at most `width` characters.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 1 + word.chars().count() <= width => {
+                l.push(' ');
+                l.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
 
 /// A round number at or above `max` for the top of an axis.
@@ -85,6 +102,10 @@ pub fn svg(
     let rows = panels.len().div_ceil(COLUMNS).max(1);
     let cols = panels.len().clamp(1, COLUMNS);
     let width = cols as f64 * PANEL_W;
+    let caption: Vec<String> = caption
+        .iter()
+        .flat_map(|l| wrap(l, ((width - 20.0) / CAPTION_CHAR_W) as usize))
+        .collect();
     let grid_top = TITLE_H + LEGEND_H;
     let height = grid_top + rows as f64 * PANEL_H + caption.len() as f64 * LINE_H + 10.0;
     let mut o = String::new();
@@ -252,5 +273,11 @@ mod tests {
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert_eq!(s.matches("stroke-width=\"2\"").count(), 2);
         assert!(s.contains("a&lt;b") && s.contains("cap &amp; more"));
+    }
+
+    #[test]
+    fn captions_wrap_at_spaces() {
+        assert_eq!(wrap("aa bb cc", 5), ["aa bb", "cc"]);
+        assert_eq!(wrap("toolongword x", 4), ["toolongword", "x"]);
     }
 }
