@@ -2,6 +2,7 @@
 
 mod bench;
 mod crashtest;
+mod demo;
 mod engines;
 mod files;
 mod report;
@@ -18,6 +19,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// A short comparison of the data movers on two of EASYIO's applications, with and
+    /// without slow-memory emulation, on a temporary region: the table and a plot.
+    Demo(demo::DemoArgs),
     /// Create (or with --force reformat) a region and format it.
     Mkfs(files::MkfsArgs),
     /// Check an image without changing it; exits 4 if it finds problems.
@@ -57,6 +61,7 @@ fn main() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
         Command::Mkfs(a) => files::mkfs(a),
         Command::Fsck(a) => files::fsck(a),
         Command::Info(a) => files::info(a),

@@ -22,19 +22,18 @@
 //! | CIOW | computes `--compute-us`, then writes `io-size` to a private file |
 //! | CIOR | computes `--compute-us`, then reads `io-size` of a private file  |
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use hdrhistogram::Histogram;
-use pmem::slowmem::{Model, SlowMem};
+use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
+use super::target::{cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult};
 use super::{gib_per_s, raw};
 use crate::files::parse_size;
 use crate::report::{self, Machine};
@@ -71,69 +70,6 @@ impl Workload {
     }
     fn reads(self) -> bool {
         matches!(self, Workload::Drbl | Workload::Drbm | Workload::Cior)
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// easyio, data copied by the calling thread (NOVA).
-    Cpu,
-    /// easyio, callers copy, at most K at once.
-    Semaphore,
-    /// easyio, delegation threads copy (OdinFS).
-    Delegate,
-    /// easyio, the engine copies, the caller waits (Fastmove).
-    DmaSync,
-    /// easyio, orderless writes and two-level locking on uthreads (EASYIO).
-    Async,
-    /// `async` holding a per-inode lock across the copy (no two-level locking).
-    AsyncLocked,
-    /// The host kernel's tmpfs through std::fs (not persistent).
-    Kernel,
-}
-
-impl Mode {
-    fn mover(self) -> Option<fs::Mode> {
-        match self {
-            Mode::Cpu => Some(fs::Mode::Cpu),
-            Mode::Semaphore => Some(fs::Mode::Semaphore),
-            Mode::Delegate => Some(fs::Mode::Delegate),
-            Mode::DmaSync => Some(fs::Mode::DmaSync),
-            Mode::Async | Mode::AsyncLocked => Some(fs::Mode::Async),
-            Mode::Kernel => None,
-        }
-    }
-    fn uthreads(self) -> bool {
-        matches!(self, Mode::Async | Mode::AsyncLocked)
-    }
-    fn name(self) -> String {
-        format!("{self:?}")
-            .chars()
-            .enumerate()
-            .flat_map(|(i, c)| {
-                let dash = (i > 0 && c.is_uppercase()).then_some('-');
-                dash.into_iter().chain(c.to_lowercase())
-            })
-            .collect()
-    }
-}
-
-/// Slow-memory emulation presets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Slowmem {
-    None,
-    Optane,
-    Cxl,
-}
-
-impl Slowmem {
-    fn model(self) -> Option<Model> {
-        match self {
-            Slowmem::None => None,
-            Slowmem::Optane => Some(Model::OPTANE),
-            Slowmem::Cxl => Some(Model::CXL),
-        }
     }
 }
 
@@ -209,189 +145,6 @@ struct Report {
     results: Vec<Row>,
 }
 
-/// Where a workload runs.
-enum Target {
-    Easyio(Box<FileSystem>),
-    Kernel(PathBuf),
-}
-
-enum Handle {
-    Fd(fs::Fd),
-    File(std::fs::File),
-}
-
-impl Target {
-    fn path(&self, p: &str) -> PathBuf {
-        match self {
-            Target::Kernel(root) => root.join(p.trim_start_matches('/')),
-            Target::Easyio(_) => PathBuf::from(p),
-        }
-    }
-
-    fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
-        Ok(match self {
-            Target::Easyio(fs) => {
-                let mut f = OpenFlags::RDWR;
-                if create {
-                    f = f | OpenFlags::CREAT;
-                }
-                if append {
-                    f = f | OpenFlags::APPEND;
-                }
-                Handle::Fd(fs.open(p, f, 0o644).with_context(|| p.to_string())?)
-            }
-            Target::Kernel(_) => Handle::File(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(create)
-                    .append(append)
-                    .truncate(false)
-                    .open(self.path(p))
-                    .with_context(|| p.to_string())?,
-            ),
-        })
-    }
-
-    fn close(&self, h: Handle) -> anyhow::Result<()> {
-        if let (Target::Easyio(fs), Handle::Fd(fd)) = (self, h) {
-            fs.close(fd)?;
-        }
-        Ok(())
-    }
-
-    fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
-        use std::os::unix::fs::FileExt;
-        match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
-                fs.pwrite(*fd, buf, off)?;
-            }
-            (_, Handle::File(f)) => f.write_all_at(buf, off)?,
-            _ => unreachable!(),
-        }
-        Ok(())
-    }
-
-    fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
-        use std::io::Write;
-        match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
-                fs.write(*fd, buf)?;
-            }
-            (_, Handle::File(f)) => (&*f).write_all(buf)?,
-            _ => unreachable!(),
-        }
-        Ok(())
-    }
-
-    fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        Ok(match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
-            (_, Handle::File(f)) => f.read_at(buf, off)?,
-            _ => unreachable!(),
-        })
-    }
-
-    fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
-        match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
-            (_, Handle::File(f)) => f.set_len(len)?,
-            _ => unreachable!(),
-        }
-        Ok(())
-    }
-
-    fn create_empty(&self, p: &str) -> anyhow::Result<()> {
-        let h = self.open(p, true, false)?;
-        self.close(h)
-    }
-
-    fn unlink(&self, p: &str) -> anyhow::Result<()> {
-        match self {
-            Target::Easyio(fs) => fs.unlink(p)?,
-            Target::Kernel(_) => std::fs::remove_file(self.path(p))?,
-        }
-        Ok(())
-    }
-
-    fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
-        match self {
-            Target::Easyio(fs) => fs.rename(a, b)?,
-            Target::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
-        }
-        Ok(())
-    }
-
-    fn mkdir(&self, p: &str) -> anyhow::Result<()> {
-        match self {
-            Target::Easyio(fs) => fs.mkdir(p, 0o755)?,
-            Target::Kernel(_) => std::fs::create_dir(self.path(p))?,
-        }
-        Ok(())
-    }
-}
-
-/// What one thread measured.
-struct ThreadResult {
-    ops: u64,
-    bytes: u64,
-    active: Duration,
-    hist: Histogram<u64>,
-}
-
-/// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
-/// untimed upkeep (restarting a file, clearing or refilling a directory): its time
-/// counts in no latency and is left out of the thread's active time.
-fn timed_loop(
-    deadline: Instant,
-    mut op: impl FnMut(u64) -> anyhow::Result<u64>,
-    mut maintain: impl FnMut(u64) -> anyhow::Result<()>,
-) -> anyhow::Result<ThreadResult> {
-    let mut hist = Histogram::<u64>::new(3)?;
-    let (mut ops, mut bytes) = (0u64, 0u64);
-    let mut upkeep = Duration::ZERO;
-    let begin = Instant::now();
-    let mut i = 0u64;
-    while Instant::now() < deadline {
-        let t0 = Instant::now();
-        let n = op(i)?;
-        hist.record(t0.elapsed().as_nanos() as u64)?;
-        ops += 1;
-        bytes += n;
-        i += 1;
-        let t1 = Instant::now();
-        maintain(i)?;
-        upkeep += t1.elapsed();
-    }
-    Ok(ThreadResult {
-        ops,
-        bytes,
-        active: begin.elapsed().saturating_sub(upkeep),
-        hist,
-    })
-}
-
-/// A start line every workload thread (or uthread) reaches after its setup; waiting
-/// yields in a uthread, so it works with more uthreads than workers.
-struct Gate {
-    arrived: AtomicUsize,
-    expected: usize,
-}
-
-impl Gate {
-    fn new(expected: usize) -> Gate {
-        Gate {
-            arrived: AtomicUsize::new(0),
-            expected,
-        }
-    }
-    fn arrive_and_wait(&self) {
-        self.arrived.fetch_add(1, Ordering::AcqRel);
-        rt::wait_until(|| self.arrived.load(Ordering::Acquire) >= self.expected);
-    }
-}
-
 /// Spins for about `us` microseconds of computation.
 fn compute(us: f64) -> u64 {
     let until = Instant::now() + Duration::from_secs_f64(us * 1e-6);
@@ -427,10 +180,7 @@ fn run_thread(
     let mut rbuf = vec![0u8; io as usize];
     let dir = format!("/t{tid}");
     t.mkdir(&dir)?;
-    let go = || {
-        start.arrive_and_wait();
-        Instant::now() + p.duration
-    };
+    let go = || start.arrive_and_wait() + p.duration;
     match w {
         Workload::Dwal => {
             let h = t.open(&format!("{dir}/f"), true, true)?;
@@ -555,19 +305,6 @@ fn run_thread(
     }
 }
 
-fn cpu_seconds() -> f64 {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the struct; we read it only on success.
-    let ru = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
-            return 0.0;
-        }
-        ru.assume_init()
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// One measured configuration.
 struct RunSpec {
     workload: Workload,
@@ -586,25 +323,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         "/dev/shm/easyio-bench-kernel-{}",
         std::process::id()
     ));
-    let target = match mode.mover() {
-        Some(m) => {
-            FileSystem::format(&**region, &FormatOptions::default())?;
-            let pm: Arc<dyn Pmem> = match spec.slowmem {
-                Some(model) => Arc::new(SlowMem::new(region.clone(), model)),
-                None => region.clone(),
-            };
-            let opts = MountOptions {
-                lock_across_wait: mode == Mode::AsyncLocked,
-                ..MountOptions::with_mode(m)
-            };
-            Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
-        }
-        None => {
-            let _ = std::fs::remove_dir_all(&kernel_dir);
-            std::fs::create_dir_all(&kernel_dir)?;
-            Target::Kernel(kernel_dir.clone())
-        }
-    };
+    let target = Target::set_up(mode, region, spec.slowmem, &kernel_dir)?;
     let target = Arc::new(target);
     let clients = if mode.uthreads() {
         threads * spec.uthreads_per_core
@@ -680,13 +399,9 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         }
         (results, cpu_seconds() - cpu0)
     };
-    match Arc::into_inner(target) {
-        Some(Target::Easyio(fs)) => fs.unmount()?,
-        Some(Target::Kernel(_)) => {
-            let _ = std::fs::remove_dir_all(&kernel_dir);
-        }
-        None => anyhow::bail!("benchmark target still shared after the run"),
-    }
+    Arc::into_inner(target)
+        .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?
+        .tear_down()?;
     let mut hist = Histogram::<u64>::new(3)?;
     let (mut ops_per_s, mut bytes_per_s, mut bytes, mut ops) = (0.0, 0.0, 0u64, 0u64);
     for r in &results {

@@ -1,9 +1,13 @@
 //! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
 
+pub mod app;
+pub mod applications;
 mod engine;
 mod micro;
+mod plot;
 mod raw;
 mod rt;
+pub mod target;
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,8 @@ pub enum BenchCommand {
     Engine(engine::EngineArgs),
     /// The user-level thread runtime: yield, spawn+join and ping-pong vs kernel threads.
     Rt(rt::RtArgs),
+    /// EASYIO's real-world applications (Table 1, Fig. 10) in each mode, outputs verified.
+    App(app::AppArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -28,6 +34,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Micro(args) => micro::run(args),
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Rt(args) => rt::run(args),
+        BenchCommand::App(args) => app::run(args),
     }
 }
 

@@ -1,0 +1,406 @@
+//! Where a benchmark runs and how its threads are timed: the targets (easyio in each
+//! mover mode, or the host kernel's tmpfs), slow-memory presets, the start line, the
+//! timed loop and the process's CPU time, shared by `bench micro` and `bench app`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::ValueEnum;
+use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
+use hdrhistogram::Histogram;
+use pmem::slowmem::{Model, SlowMem};
+use pmem::Pmem;
+use serde::Serialize;
+
+/// The modes a benchmark can run in: easyio with each data mover, or the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// easyio, data copied by the calling thread (NOVA).
+    Cpu,
+    /// easyio, callers copy, at most K at once.
+    Semaphore,
+    /// easyio, delegation threads copy (OdinFS).
+    Delegate,
+    /// easyio, the engine copies, the caller waits (Fastmove).
+    DmaSync,
+    /// easyio, orderless writes and two-level locking on uthreads (EASYIO).
+    Async,
+    /// `async` holding a per-inode lock across the copy (no two-level locking).
+    AsyncLocked,
+    /// The host kernel's tmpfs through std::fs (not persistent).
+    Kernel,
+}
+
+impl Mode {
+    pub fn mover(self) -> Option<fs::Mode> {
+        match self {
+            Mode::Cpu => Some(fs::Mode::Cpu),
+            Mode::Semaphore => Some(fs::Mode::Semaphore),
+            Mode::Delegate => Some(fs::Mode::Delegate),
+            Mode::DmaSync => Some(fs::Mode::DmaSync),
+            Mode::Async | Mode::AsyncLocked => Some(fs::Mode::Async),
+            Mode::Kernel => None,
+        }
+    }
+    pub fn uthreads(self) -> bool {
+        matches!(self, Mode::Async | Mode::AsyncLocked)
+    }
+    pub fn name(self) -> String {
+        format!("{self:?}")
+            .chars()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                let dash = (i > 0 && c.is_uppercase()).then_some('-');
+                dash.into_iter().chain(c.to_lowercase())
+            })
+            .collect()
+    }
+}
+
+/// Slow-memory emulation presets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Slowmem {
+    None,
+    Optane,
+    Cxl,
+}
+
+impl Slowmem {
+    pub fn model(self) -> Option<Model> {
+        match self {
+            Slowmem::None => None,
+            Slowmem::Optane => Some(Model::OPTANE),
+            Slowmem::Cxl => Some(Model::CXL),
+        }
+    }
+}
+
+/// Where a workload runs.
+pub enum Target {
+    Easyio(Box<FileSystem>),
+    Kernel(PathBuf),
+}
+
+pub enum Handle {
+    Fd(fs::Fd),
+    File(std::fs::File),
+}
+
+impl Target {
+    pub fn path(&self, p: &str) -> PathBuf {
+        match self {
+            Target::Kernel(root) => root.join(p.trim_start_matches('/')),
+            Target::Easyio(_) => PathBuf::from(p),
+        }
+    }
+
+    pub fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
+        Ok(match self {
+            Target::Easyio(fs) => {
+                let mut f = OpenFlags::RDWR;
+                if create {
+                    f = f | OpenFlags::CREAT;
+                }
+                if append {
+                    f = f | OpenFlags::APPEND;
+                }
+                Handle::Fd(fs.open(p, f, 0o644).with_context(|| p.to_string())?)
+            }
+            Target::Kernel(_) => Handle::File(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(create)
+                    .append(append)
+                    .truncate(false)
+                    .open(self.path(p))
+                    .with_context(|| p.to_string())?,
+            ),
+        })
+    }
+
+    pub fn close(&self, h: Handle) -> anyhow::Result<()> {
+        if let (Target::Easyio(fs), Handle::Fd(fd)) = (self, h) {
+            fs.close(fd)?;
+        }
+        Ok(())
+    }
+
+    pub fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => {
+                fs.pwrite(*fd, buf, off)?;
+            }
+            (_, Handle::File(f)) => f.write_all_at(buf, off)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    pub fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
+        use std::io::Write;
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => {
+                fs.write(*fd, buf)?;
+            }
+            (_, Handle::File(f)) => (&*f).write_all(buf)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    pub fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        Ok(match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
+            (_, Handle::File(f)) => f.read_at(buf, off)?,
+            _ => unreachable!(),
+        })
+    }
+
+    pub fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
+        match (self, h) {
+            (Target::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
+            (_, Handle::File(f)) => f.set_len(len)?,
+            _ => unreachable!(),
+        }
+        Ok(())
+    }
+
+    pub fn create_empty(&self, p: &str) -> anyhow::Result<()> {
+        let h = self.open(p, true, false)?;
+        self.close(h)
+    }
+
+    pub fn unlink(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.unlink(p)?,
+            Target::Kernel(_) => std::fs::remove_file(self.path(p))?,
+        }
+        Ok(())
+    }
+
+    pub fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.rename(a, b)?,
+            Target::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
+        }
+        Ok(())
+    }
+
+    pub fn mkdir(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.mkdir(p, 0o755)?,
+            Target::Kernel(_) => std::fs::create_dir(self.path(p))?,
+        }
+        Ok(())
+    }
+}
+
+/// What one thread measured.
+pub struct ThreadResult {
+    pub ops: u64,
+    pub bytes: u64,
+    pub active: Duration,
+    pub hist: Histogram<u64>,
+}
+
+/// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
+/// untimed upkeep (restarting a file, clearing or refilling a directory): its time
+/// counts in no latency and is left out of the thread's active time.
+pub fn timed_loop(
+    deadline: Instant,
+    mut op: impl FnMut(u64) -> anyhow::Result<u64>,
+    mut maintain: impl FnMut(u64) -> anyhow::Result<()>,
+) -> anyhow::Result<ThreadResult> {
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut ops, mut bytes) = (0u64, 0u64);
+    let mut upkeep = Duration::ZERO;
+    let begin = Instant::now();
+    let mut i = 0u64;
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        let n = op(i)?;
+        hist.record(t0.elapsed().as_nanos() as u64)?;
+        ops += 1;
+        bytes += n;
+        i += 1;
+        let t1 = Instant::now();
+        maintain(i)?;
+        upkeep += t1.elapsed();
+    }
+    Ok(ThreadResult {
+        ops,
+        bytes,
+        active: begin.elapsed().saturating_sub(upkeep),
+        hist,
+    })
+}
+
+/// A start line every workload thread (or uthread) reaches after its setup; waiting
+/// yields in a uthread, so it works with more uthreads than workers.
+pub struct Gate {
+    arrived: AtomicUsize,
+    expected: usize,
+    /// When the first waiter saw everyone arrive: the common start of the run.
+    opened: OnceLock<Instant>,
+}
+
+impl Gate {
+    pub fn new(expected: usize) -> Gate {
+        Gate {
+            arrived: AtomicUsize::new(0),
+            expected,
+            opened: OnceLock::new(),
+        }
+    }
+    /// Waits for every party; returns the instant the gate opened, the same for all,
+    /// so that clients which a worker runs one after another share one deadline.
+    pub fn arrive_and_wait(&self) -> Instant {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        rt::wait_until(|| self.arrived.load(Ordering::Acquire) >= self.expected);
+        *self.opened.get_or_init(Instant::now)
+    }
+}
+
+/// CPU time (user plus system) this process has used, in seconds.
+pub fn cpu_seconds() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct; we read it only on success.
+    let ru = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
+            return 0.0;
+        }
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+impl Target {
+    /// Formats `region` and mounts it in `mode` (wrapped in the slow-memory model if
+    /// one is given), or for `kernel` makes an empty `kernel_dir` in the host tmpfs.
+    pub fn set_up(
+        mode: Mode,
+        region: &Arc<dyn Pmem>,
+        slowmem: Option<Model>,
+        kernel_dir: &Path,
+    ) -> anyhow::Result<Target> {
+        Ok(match mode.mover() {
+            Some(m) => {
+                FileSystem::format(&**region, &FormatOptions::default())?;
+                let pm: Arc<dyn Pmem> = match slowmem {
+                    Some(model) => Arc::new(SlowMem::new(region.clone(), model)),
+                    None => region.clone(),
+                };
+                let opts = MountOptions {
+                    lock_across_wait: mode == Mode::AsyncLocked,
+                    ..MountOptions::with_mode(m)
+                };
+                Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
+            }
+            None => {
+                let _ = std::fs::remove_dir_all(kernel_dir);
+                std::fs::create_dir_all(kernel_dir)?;
+                Target::Kernel(kernel_dir.to_path_buf())
+            }
+        })
+    }
+
+    /// Unmounts the file system, or removes the kernel directory.
+    pub fn tear_down(self) -> anyhow::Result<()> {
+        match self {
+            Target::Easyio(fs) => fs.unmount()?,
+            Target::Kernel(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        Ok(())
+    }
+
+    /// The size of the file at `p`.
+    pub fn size(&self, p: &str) -> anyhow::Result<u64> {
+        Ok(match self {
+            Target::Easyio(fs) => fs.stat(p).with_context(|| p.to_string())?.size,
+            Target::Kernel(_) => std::fs::metadata(self.path(p))
+                .with_context(|| p.to_string())?
+                .len(),
+        })
+    }
+
+    /// Reads all of `buf` from `off`, failing on a short file.
+    pub fn read_exact(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.pread(h, &mut buf[done..], off + done as u64)?;
+            if n == 0 {
+                anyhow::bail!("file ended {} bytes early", buf.len() - done);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` as the whole content of the file at `p`, creating it.
+    pub fn put(&self, p: &str, data: &[u8]) -> anyhow::Result<()> {
+        let h = self.open(p, true, false)?;
+        self.truncate(&h, 0)?;
+        self.pwrite(&h, data, 0)?;
+        self.close(h)
+    }
+}
+
+/// Runs `client(id)` for each of `clients` clients — uthreads on a runtime of `threads`
+/// workers in uthread modes, kernel threads otherwise — after each has reached `gate`
+/// (which expects one more arrival, ours). Returns their results, and the wall-clock
+/// seconds and the process's CPU-seconds from the start line until the last client
+/// finished.
+pub fn run_clients<T: Send + 'static>(
+    mode: Mode,
+    threads: usize,
+    clients: usize,
+    gate: &Arc<Gate>,
+    client: impl Fn(usize) -> anyhow::Result<T> + Send + Sync + 'static,
+) -> anyhow::Result<(Vec<T>, f64, f64)> {
+    let client = Arc::new(client);
+    let mut results = Vec::with_capacity(clients);
+    if mode.uthreads() {
+        let runtime = rt::Runtime::new(threads)?;
+        let handles: Vec<_> = (0..clients)
+            .map(|id| {
+                let client = client.clone();
+                runtime.spawn(move || client(id))
+            })
+            .collect();
+        let start = gate.arrive_and_wait();
+        let cpu0 = cpu_seconds();
+        for h in handles {
+            results.push(
+                h.join()
+                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))??,
+            );
+        }
+        Ok((results, start.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+    } else {
+        let handles: Vec<_> = (0..clients)
+            .map(|id| {
+                let client = client.clone();
+                std::thread::spawn(move || client(id))
+            })
+            .collect();
+        let start = gate.arrive_and_wait();
+        let cpu0 = cpu_seconds();
+        for h in handles {
+            results.push(
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
+            );
+        }
+        Ok((results, start.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+    }
+}

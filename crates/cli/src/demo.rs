@@ -1,0 +1,129 @@
+//! `easyio demo`: a short EASYIO Fig. 10 on this machine — two applications, the
+//! synchronous movers against the asynchronous one, with and without slow memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use pmem::{Pmem, Region};
+use serde::Serialize;
+
+use crate::bench::app::{self, AppReport, AppSpec};
+use crate::bench::target::{Mode, Slowmem};
+use crate::report::{self, Machine};
+
+/// What the demo compares: an I/O-and-computation-balanced application and an
+/// I/O-heavy one (EASYIO reports 2.1× for both), the movers of NOVA, Fastmove, OdinFS
+/// and EASYIO, on DRAM and on emulated CXL memory.
+const APPS: [app::App; 2] = [app::App::Snappy, app::App::Grep];
+const MODES: [Mode; 4] = [Mode::Cpu, Mode::DmaSync, Mode::Delegate, Mode::Async];
+const SLOWMEM: [Slowmem; 2] = [Slowmem::None, Slowmem::Cxl];
+const THREADS: [usize; 2] = [1, 2];
+const UTHREADS_PER_CORE: usize = 4;
+/// Seconds per run and file sizes (× Table 1) of the full demo and of `--quick`.
+const DURATION_S: f64 = 0.8;
+const SCALE: f64 = 1.0;
+const QUICK_DURATION_S: f64 = 0.03;
+const QUICK_SCALE: f64 = 0.02;
+/// Region size: room for every input and output of the largest run.
+const REGION_BYTES: u64 = 256 << 20;
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// A few seconds' smoke run: tiny files, very short runs (figures meaningless).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the plot (default: easyio-demo.svg in the temporary directory).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The demo's JSON: the application report plus where the plot went.
+#[derive(Serialize)]
+struct DemoReport {
+    plot: PathBuf,
+    seconds: f64,
+    #[serde(flatten)]
+    report: AppReport,
+}
+
+pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    let began = Instant::now();
+    let (duration, scale) = if a.quick {
+        (QUICK_DURATION_S, QUICK_SCALE)
+    } else {
+        (DURATION_S, SCALE)
+    };
+    let plot = a
+        .plot
+        .unwrap_or_else(|| std::env::temp_dir().join("easyio-demo.svg"));
+    let mut specs = Vec::new();
+    for app in APPS {
+        for slowmem in SLOWMEM {
+            for threads in THREADS {
+                for mode in MODES {
+                    specs.push(AppSpec {
+                        app,
+                        mode,
+                        threads,
+                        uthreads_per_core: UTHREADS_PER_CORE,
+                        slowmem,
+                        duration: Duration::from_secs_f64(duration),
+                    });
+                }
+            }
+        }
+    }
+    let machine = Machine::this();
+    if !a.json {
+        println!(
+            "easyio demo — {} and {} (EASYIO Table 1 sizes ×{scale}) in modes {}, {} and {} \
+             thread(s), on DRAM and on EMULATED CXL memory; {} runs of {duration} s",
+            APPS[0].name(),
+            APPS[1].name(),
+            MODES.map(Mode::name).join(", "),
+            THREADS[0],
+            THREADS[1],
+            specs.len(),
+        );
+        println!("machine: {}", machine.describe());
+    }
+    // The region is a temporary file in /dev/shm, removed when it is dropped.
+    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(REGION_BYTES)?);
+    let results = app::run_all(&specs, scale, &region, a.json)?;
+    drop(region);
+    let settings = format!(
+        "{duration} s per run, sizes ×{scale} of EASYIO Table 1, async: {UTHREADS_PER_CORE} \
+         uthreads per worker; cxl = EMULATED slow memory; region: volatile DRAM in /dev/shm"
+    );
+    app::write_plot(
+        &plot,
+        "easyio demo — throughput against threads (cf. EASYIO Fig. 10)",
+        &[format!("machine: {}", machine.describe()), settings.clone()],
+        &results,
+    )?;
+    let report = AppReport {
+        machine,
+        duration_s: duration,
+        scale,
+        uthreads_per_core: UTHREADS_PER_CORE,
+        note: app::NOTE,
+        results,
+    };
+    let seconds = began.elapsed().as_secs_f64();
+    if a.json {
+        return report::print_json(&DemoReport {
+            plot,
+            seconds,
+            report,
+        });
+    }
+    println!("{}", app::table(&report.results));
+    println!("note:    {}", app::NOTE);
+    println!("plot:    {}", plot.display());
+    println!("took:    {seconds:.1} s");
+    Ok(())
+}

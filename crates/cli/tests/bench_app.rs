@@ -1,0 +1,170 @@
+//! `easyio bench app` and `easyio demo` end to end at small sizes: every application
+//! gives verified output in every mode, and the demo's table, JSON and plot are whole.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs a command, failing the test instead of hanging CI if it never finishes;
+/// returns its output and process id.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> (Output, u32) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        std::io::Read::read_to_end(&mut so, &mut out).unwrap();
+        out
+    });
+    let err_reader = std::thread::spawn(move || {
+        std::io::Read::read_to_end(&mut se, &mut err).unwrap();
+        err
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = Output {
+        status,
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
+    (out, pid)
+}
+
+const APPS: [&str; 8] = [
+    "snappy",
+    "jpeg",
+    "aes",
+    "grep",
+    "knn",
+    "bfs",
+    "fileserver",
+    "webserver",
+];
+const MODES: [&str; 6] = [
+    "cpu",
+    "semaphore",
+    "delegate",
+    "dma-sync",
+    "async",
+    "kernel",
+];
+
+#[test]
+fn every_application_gives_verified_output_in_every_mode() {
+    let svg = std::env::temp_dir().join(format!("easyio-app-test-{}.svg", std::process::id()));
+    let (out, _) = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_easyio")).args([
+            "bench",
+            "app",
+            "--app",
+            "all",
+            "--mode",
+            &MODES.join(","),
+            "--threads",
+            "1",
+            "--uthreads-per-core",
+            "2",
+            "--duration",
+            "0.03",
+            "--scale",
+            "0.02",
+            "--region-size",
+            "64M",
+            "--plot",
+            svg.to_str().unwrap(),
+            "--json",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), APPS.len() * MODES.len());
+    for app in APPS {
+        for mode in MODES {
+            let r = rows
+                .iter()
+                .find(|r| r["app"] == app && r["mode"] == mode)
+                .unwrap_or_else(|| panic!("no row for {app} in {mode}"));
+            assert_eq!(r["verified"], true, "{r}");
+            assert!(r["tasks"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["read_kib_per_task"].as_f64().unwrap() > 0.0, "{r}");
+            let writes = !["grep", "knn", "bfs"].contains(&app);
+            assert_eq!(
+                r["write_kib_per_task"].as_f64().unwrap() > 0.0,
+                writes,
+                "{r}"
+            );
+            assert!(r["p99_ms"].as_f64().unwrap() >= r["p50_ms"].as_f64().unwrap());
+        }
+    }
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));
+    // One panel per application, one line per mode in each.
+    assert_eq!(
+        plot.matches("stroke-width=\"2\"").count(),
+        APPS.len() * MODES.len()
+    );
+}
+
+#[test]
+fn the_demo_prints_its_table_and_writes_its_plot() {
+    let svg = std::env::temp_dir().join(format!("easyio-demo-test-{}.svg", std::process::id()));
+    let (out, pid) = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_easyio")).args([
+            "demo",
+            "--quick",
+            "--plot",
+            svg.to_str().unwrap(),
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "snappy", "grep", "cpu", "dma-sync", "delegate", "async", "EMULATED",
+    ] {
+        assert!(text.contains(want), "no {want} in\n{text}");
+    }
+    assert!(
+        text.contains(&format!("plot:    {}", svg.display())),
+        "{text}"
+    );
+    // 2 applications × 2 memories × 2 thread counts × 4 modes, all verified.
+    assert_eq!(text.matches(" ok ").count(), 32, "{text}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));
+    assert_eq!(plot.matches("stroke-width=\"2\"").count(), 4 * 4);
+    assert_eq!(plot.matches("<circle").count(), 4 * 4 * 2 + 4);
+    assert!(plot.contains("machine: ") && plot.contains("EMULATED"));
+    // The demo's temporary region (named after its process) is gone.
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("easyio-{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
