@@ -2,7 +2,7 @@
 
 mod engine;
 mod micro;
-mod raw;
+pub mod raw;
 mod rt;
 
 use std::time::{Duration, Instant};
