@@ -247,6 +247,11 @@ impl FileSystem {
         self.mover.engine()
     }
 
+    /// The channel manager, when the mount asked for one ([`MoverConfig::qos`]).
+    pub fn qos(&self) -> Option<&Arc<mover::ChannelManager>> {
+        self.mover.qos()
+    }
+
     /// Blocks and inodes in use.
     pub fn usage(&self) -> Usage {
         Usage {

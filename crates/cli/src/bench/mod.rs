@@ -2,6 +2,7 @@
 
 mod engine;
 mod micro;
+mod qos;
 pub mod raw;
 mod rt;
 
@@ -20,6 +21,9 @@ pub enum BenchCommand {
     Engine(engine::EngineArgs),
     /// The user-level thread runtime: yield, spawn+join and ping-pong vs kernel threads.
     Rt(rt::RtArgs),
+    /// Quality of service (EASYIO Fig. 12): a latency-critical reader beside a bulk
+    /// copier under no, CPU and engine throttling.
+    Qos(qos::QosArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -28,6 +32,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Micro(args) => micro::run(args),
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Rt(args) => rt::run(args),
+        BenchCommand::Qos(args) => qos::run(args),
     }
 }
 
