@@ -1,6 +1,7 @@
 //! The `easyio` command.
 
 mod bench;
+mod calibrate;
 mod crashtest;
 mod demo;
 mod engines;
@@ -52,6 +53,9 @@ enum Command {
     /// Crash-consistency tests: crash points in a traced workload, each recovered and
     /// checked against a model (EASYIO Table 2).
     Crashtest(crashtest::CrashtestArgs),
+    /// Measure CPU and engine copy latency here and write a profile of thresholds that
+    /// a mount can load (Fastmove's turning points and saturation concurrency).
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 fn main() {
@@ -76,6 +80,7 @@ fn main() {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Engines(args) => engines::run(args),
         Command::Crashtest(args) => crashtest::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     if let Err(err) = result {
         eprintln!("easyio: {err:#}");

@@ -61,7 +61,7 @@ impl FileSystem {
         let at = if f.append() { None } else { Some(off) };
         // SAFETY: the Vec's heap buffer moves into the token, which waits for the copy
         // before dropping or returning it.
-        let started = unsafe { self.start_write_inode(f.inode(), at, &buf)? };
+        let started = unsafe { self.start_write_inode(f.inode(), at, &buf, f.client())? };
         Ok(WriteToken {
             fs: self,
             pending: started.pending,
@@ -78,7 +78,8 @@ impl FileSystem {
         }
         // SAFETY: as for writes: the buffer and the epoch guard live in the token until
         // the copy is done.
-        let (len, pending, guard) = unsafe { self.start_read_inode(f.inode(), off, &mut buf)? };
+        let (len, pending, guard) =
+            unsafe { self.start_read_inode(f.inode(), off, &mut buf, f.client())? };
         Ok(ReadToken {
             fs: self,
             pending,

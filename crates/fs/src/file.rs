@@ -13,7 +13,7 @@ use crate::inode::{FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
 use crate::{now_ns, FileSystem, Stat, MAX_FILE_SIZE};
-use mover::{Pending, ReadPiece, WritePiece};
+use mover::{Class, Client, Pending, ReadPiece, WritePiece};
 use parking_lot::RwLockWriteGuard;
 
 /// An open file descriptor of a mounted file system.
@@ -92,6 +92,8 @@ pub(crate) struct OpenFile {
     writable: bool,
     append: bool,
     pos: Mutex<u64>,
+    /// The channel manager's client this handle's copies belong to.
+    client: Client,
 }
 
 impl OpenFile {
@@ -107,11 +109,27 @@ impl OpenFile {
     pub(crate) fn append(&self) -> bool {
         self.append
     }
+    pub(crate) fn client(&self) -> Client {
+        self.client
+    }
 }
 
 impl FileSystem {
     /// Opens (and with `O_CREAT` creates) a file; returns the lowest free descriptor.
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
+        self.open_with_class(path, flags, mode, Class::Default)
+    }
+
+    /// [`FileSystem::open`] for a client of the channel manager (EASYIO §4.4): the
+    /// handle's copies go to the channels of `class`, and an L handle's read and write
+    /// latencies feed the throttling loop.
+    pub fn open_with_class(
+        &self,
+        path: &str,
+        flags: OpenFlags,
+        mode: u32,
+        class: Class,
+    ) -> Result<Fd> {
         let (readable, writable) = flags.validate()?;
         let follow = !flags.has(OpenFlags::NOFOLLOW);
         let mut created = false;
@@ -169,6 +187,7 @@ impl FileSystem {
             writable,
             append: flags.has(OpenFlags::APPEND),
             pos: Mutex::new(0),
+            client: self.mover.register(class),
         });
         if flags.has(OpenFlags::TRUNC) && writable && !created {
             if let Err(e) = self.truncate_inode(&inode, 0) {
@@ -219,7 +238,7 @@ impl FileSystem {
             return Err(Error::BadFd);
         }
         let mut pos = f.pos.lock();
-        let n = self.read_inode(&f.inode, *pos, buf)?;
+        let n = self.read_inode(&f.inode, *pos, buf, f.client)?;
         *pos += n as u64;
         Ok(n)
     }
@@ -230,7 +249,7 @@ impl FileSystem {
         if !f.readable {
             return Err(Error::BadFd);
         }
-        self.read_inode(&f.inode, off, buf)
+        self.read_inode(&f.inode, off, buf, f.client)
     }
 
     /// Writes at the descriptor's position (the end with `O_APPEND`) and advances it.
@@ -242,7 +261,7 @@ impl FileSystem {
         }
         let mut pos = f.pos.lock();
         let at = if f.append { None } else { Some(*pos) };
-        let end = self.write_inode(&f.inode, at, buf)?;
+        let end = self.write_inode(&f.inode, at, buf, f.client)?;
         *pos = end;
         Ok(buf.len())
     }
@@ -255,7 +274,7 @@ impl FileSystem {
             return Err(Error::BadFd);
         }
         let at = if f.append { None } else { Some(off) };
-        self.write_inode(&f.inode, at, buf)?;
+        self.write_inode(&f.inode, at, buf, f.client)?;
         Ok(buf.len())
     }
 
@@ -375,11 +394,14 @@ impl FileSystem {
         inode: &Arc<Inode>,
         at: Option<u64>,
         buf: &[u8],
+        client: Client,
     ) -> Result<u64> {
+        let t0 = std::time::Instant::now();
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
         // SAFETY: `buf` and the returned page buffers live until the wait below.
-        let started = unsafe { self.start_write_inode(inode, at, buf)? };
+        let started = unsafe { self.start_write_inode(inode, at, buf, client)? };
         self.mover.wait(started.pending)?;
+        self.mover.note_latency(client, t0.elapsed());
         Ok(started.end)
     }
 
@@ -394,6 +416,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         at: Option<u64>,
         buf: &[u8],
+        client: Client,
     ) -> Result<StartedWrite> {
         let mut st = self.lock_settled(inode)?;
         match st.kind {
@@ -411,7 +434,7 @@ impl FileSystem {
         }
         // SAFETY: forwarded from our caller.
         let (staged, pending, pages) =
-            unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns())? };
+            unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns(), client)? };
         let displaced = self.commit_one(&mut st, staged);
         st.last_write = pending;
         self.retire(displaced);
@@ -456,6 +479,7 @@ impl FileSystem {
         off: u64,
         buf: &[u8],
         now: i64,
+        client: Client,
     ) -> Result<(Staged, Pending, Vec<Vec<u8>>)> {
         let end = off
             .checked_add(buf.len() as u64)
@@ -513,7 +537,7 @@ impl FileSystem {
             }
             // SAFETY: `buf` per our caller; the merged pages are returned to the caller,
             // who keeps them until the copy is done (moving a Vec keeps its heap buffer).
-            unsafe { self.mover.start_write(&pieces) }
+            unsafe { self.mover.start_write_for(client, &pieces) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
         match self.stage_write_entries(ino, st, p0, &extents, end, now, pending) {
@@ -611,13 +635,21 @@ impl FileSystem {
     }
 
     /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
-    pub(crate) fn read_inode(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> Result<usize> {
+    pub(crate) fn read_inode(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        buf: &mut [u8],
+        client: Client,
+    ) -> Result<usize> {
+        let t0 = std::time::Instant::now();
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
         // SAFETY: `buf` stays borrowed until the wait below.
-        let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf)? };
+        let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf, client)? };
         let r = self.mover.wait(pending);
         drop(guard);
         r?;
+        self.mover.note_latency(client, t0.elapsed());
         Ok(n)
     }
 
@@ -634,6 +666,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         off: u64,
         buf: &mut [u8],
+        client: Client,
     ) -> Result<(usize, Pending, ReadGuard<'_>)> {
         let (n, segs, guard) = loop {
             let st = inode.state.read();
@@ -681,7 +714,7 @@ impl FileSystem {
             }
         }
         // SAFETY: forwarded from our caller.
-        let pending = unsafe { self.mover.start_read(&mut pieces) };
+        let pending = unsafe { self.mover.start_read_for(client, &mut pieces) };
         Ok((n, pending, guard))
     }
 

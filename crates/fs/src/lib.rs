@@ -41,7 +41,7 @@ pub use error::{Error, Result};
 pub use file::{Fd, OpenFlags, Whence};
 pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
-pub use mover::{Config as MoverConfig, Mode, Mover, Pending};
+pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
 
 use alloc::{BlockAlloc, InoAlloc};
@@ -99,6 +99,19 @@ impl MountOptions {
             mode,
             ..MountOptions::default()
         }
+    }
+
+    /// These options with the thresholds of a calibration profile (`easyio calibrate`)
+    /// in place of the papers' defaults. A profile measured on another machine, or with
+    /// an engine other than the one the file system opens, is refused.
+    pub fn with_profile(mut self, path: &std::path::Path) -> Result<MountOptions> {
+        self.mover = mover::profile::Profile::load_into(
+            path,
+            engine::BackendKind::Software.name(),
+            self.mover,
+        )
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok(self)
     }
 }
 
@@ -232,6 +245,11 @@ impl FileSystem {
     /// The copy engine, in modes that use one.
     pub fn engine(&self) -> Option<&Arc<engine::Engine>> {
         self.mover.engine()
+    }
+
+    /// The channel manager, when the mount asked for one ([`MoverConfig::qos`]).
+    pub fn qos(&self) -> Option<&Arc<mover::ChannelManager>> {
+        self.mover.qos()
     }
 
     /// Blocks and inodes in use.

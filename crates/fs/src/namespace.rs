@@ -345,7 +345,7 @@ impl FileSystem {
     fn read_link_inode(&self, inode: &Arc<Inode>) -> Result<String> {
         let size = inode.state.read().size as usize;
         let mut buf = vec![0u8; size];
-        let n = self.read_inode(inode, 0, &mut buf)?;
+        let n = self.read_inode(inode, 0, &mut buf, mover::Client::DEFAULT)?;
         buf.truncate(n);
         String::from_utf8(buf).map_err(|_| Error::Corrupt("symlink target is not UTF-8".into()))
     }

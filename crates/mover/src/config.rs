@@ -1,5 +1,6 @@
 //! Every threshold of every mode, named, with where it comes from; all overridable.
 
+use crate::qos::QosConfig;
 use crate::Error;
 
 /// The knobs of the data movers. `Default` gives the values of the papers.
@@ -34,6 +35,9 @@ pub struct Config {
     pub delegation_threads: usize,
     /// `semaphore`: callers copying at once (PM-efficiency study: 2).
     pub semaphore_k: usize,
+    /// `async`: the channel manager (EASYIO §4.4) — L and B clients on separate
+    /// channels, B copies split and throttled. `None`: every client shares every channel.
+    pub qos: Option<QosConfig>,
 }
 
 impl Default for Config {
@@ -50,6 +54,7 @@ impl Default for Config {
             stripe: 32 * 1024,
             delegation_threads: 2,
             semaphore_k: 2,
+            qos: None,
         }
     }
 }
@@ -67,6 +72,16 @@ impl Config {
         if self.stripe == 0 {
             return bad("stripe must be at least 1 byte");
         }
+        if let Some(q) = &self.qos {
+            q.validate()?;
+        }
         Ok(())
+    }
+
+    /// Engine channels to open: enough for the channel manager when there is one.
+    pub fn channels_needed(&self) -> usize {
+        self.qos.as_ref().map_or(self.engine_channels, |q| {
+            q.channels().max(self.engine_channels)
+        })
     }
 }

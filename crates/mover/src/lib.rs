@@ -19,6 +19,8 @@ mod cpu;
 mod delegate;
 mod dma_sync;
 mod offload;
+pub mod profile;
+pub mod qos;
 mod semaphore;
 
 use std::sync::Arc;
@@ -28,6 +30,7 @@ pub use cpu::CpuMover;
 pub use delegate::DelegateMover;
 pub use dma_sync::DmaSyncMover;
 pub use offload::AsyncMover;
+pub use qos::{ChannelManager, Class, Client, QosConfig};
 pub use semaphore::SemaphoreMover;
 
 use pmem::Pmem;
@@ -193,6 +196,45 @@ pub trait Mover: Send + Sync {
     fn engine(&self) -> Option<&Arc<engine::Engine>> {
         None
     }
+
+    /// The channel manager, for modes that have one.
+    fn qos(&self) -> Option<&Arc<ChannelManager>> {
+        None
+    }
+
+    /// Registers a client of `class` (a handle opened with it); modes without a
+    /// channel manager treat every client alike.
+    fn register(&self, class: Class) -> Client {
+        self.qos()
+            .map_or(Client { class, id: 0 }, |q| q.register(class))
+    }
+
+    /// [`Mover::start_write`] on behalf of `client`.
+    ///
+    /// # Safety
+    /// As for [`Mover::start_write`].
+    unsafe fn start_write_for(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        let _ = client;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.start_write(pieces) }
+    }
+
+    /// [`Mover::start_read`] on behalf of `client`.
+    ///
+    /// # Safety
+    /// As for [`Mover::start_read`].
+    unsafe fn start_read_for(&self, client: Client, pieces: &mut [ReadPiece<'_>]) -> Pending {
+        let _ = client;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.start_read(pieces) }
+    }
+
+    /// Reports how long one request of an L client took, for the throttling loop.
+    fn note_latency(&self, client: Client, latency: std::time::Duration) {
+        if let Some(q) = self.qos() {
+            q.note_latency(client, latency);
+        }
+    }
 }
 
 /// Builds the mover for `mode` over the region `pm`, whose engine completion records
@@ -217,7 +259,7 @@ pub fn build(
             pm.clone(),
             open_engine(pm, records_off, cfg)?,
             cfg,
-        )),
+        )?),
     })
 }
 
@@ -228,7 +270,7 @@ fn open_engine(
 ) -> Result<Arc<engine::Engine>, Error> {
     let ecfg = engine::EngineConfig {
         area_off: records_off,
-        channels: cfg.engine_channels,
+        channels: cfg.channels_needed(),
         ..engine::EngineConfig::default()
     };
     Ok(Arc::new(engine::Engine::software(pm, &ecfg)?))

@@ -10,14 +10,18 @@
 //! - A read goes to the engine only if some channel has fewer than `read_queue_depth`
 //!   (2) descriptors queued — EASYIO Listing 2 — otherwise the CPU copies it at once,
 //!   since a read's latency is what the caller waits on.
+//! - With a channel manager ([`crate::qos`]), copies go to their client's class of
+//!   channels; B copies are split and throttled, and B reads skip admission control
+//!   (shunting them to the CPU would escape the throttle).
 
 use std::sync::Arc;
 
 use engine::{Desc, Engine};
 use pmem::Pmem;
 
+use crate::qos::{ChannelManager, Client};
 use crate::{
-    cpu_read, read_bytes, submit_all, wait_engine, Config, Mode, Mover, Pending, ReadPiece,
+    cpu_read, read_bytes, submit_all, wait_engine, Config, Error, Mode, Mover, Pending, ReadPiece,
     WritePiece,
 };
 
@@ -27,24 +31,68 @@ pub struct AsyncMover {
     engine: Arc<Engine>,
     cpu_max: usize,
     read_queue_depth: u64,
+    qos: Option<Arc<ChannelManager>>,
 }
 
 impl AsyncMover {
-    pub fn new(pm: Arc<dyn Pmem>, engine: Arc<Engine>, cfg: &Config) -> AsyncMover {
-        AsyncMover {
+    /// Selective offload over `engine`, with a channel manager if `cfg.qos` asks for one
+    /// (its throttling loop runs when a B limit is set).
+    pub fn new(pm: Arc<dyn Pmem>, engine: Arc<Engine>, cfg: &Config) -> Result<AsyncMover, Error> {
+        let qos = match &cfg.qos {
+            Some(q) => {
+                let m = ChannelManager::new(engine.clone(), q)?;
+                if q.b_limit_max.is_some() {
+                    m.start();
+                }
+                Some(m)
+            }
+            None => None,
+        };
+        Ok(AsyncMover {
             pm,
             engine,
             cpu_max: cfg.cpu_max,
             read_queue_depth: cfg.read_queue_depth,
-        }
+            qos,
+        })
     }
 
-    /// The channel with the fewest queued descriptors, and its depth.
-    fn least_loaded(&self) -> (u16, u64) {
+    /// The channel with the fewest queued descriptors among those `client` may use, and
+    /// its depth.
+    fn least_loaded(&self, client: Client) -> (u16, u64) {
+        if let Some(q) = &self.qos {
+            return q.least_loaded(client);
+        }
         (0..self.engine.channels() as u16)
             .map(|c| (c, self.engine.queue_depth(c)))
             .min_by_key(|&(_, d)| d)
             .unwrap_or((0, 0))
+    }
+
+    /// Submits for `client`: through the channel manager if there is one.
+    ///
+    /// # Safety
+    /// As for [`Engine::try_submit`].
+    unsafe fn submit(
+        &self,
+        client: Client,
+        channel: u16,
+        descs: &[Desc],
+    ) -> Result<engine::Sn, engine::Error> {
+        match &self.qos {
+            // SAFETY: forwarded from the caller.
+            Some(q) if client.is_bulk() => unsafe { q.submit(client, descs) },
+            // SAFETY: forwarded from the caller.
+            _ => unsafe { submit_all(&self.engine, channel, descs) },
+        }
+    }
+}
+
+impl Drop for AsyncMover {
+    fn drop(&mut self) {
+        if let Some(q) = &self.qos {
+            q.stop();
+        }
     }
 }
 
@@ -54,6 +102,16 @@ impl Mover for AsyncMover {
     }
 
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.start_write_for(Client::DEFAULT, pieces) }
+    }
+
+    unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.start_read_for(Client::DEFAULT, pieces) }
+    }
+
+    unsafe fn start_write_for(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
         let mut descs = Vec::new();
         let mut by_cpu = false;
         for p in pieces {
@@ -70,9 +128,9 @@ impl Mover for AsyncMover {
         if descs.is_empty() {
             return Pending::Done;
         }
-        let (channel, _) = self.least_loaded();
+        let (channel, _) = self.least_loaded(client);
         // SAFETY: forwarded from our caller's contract.
-        match unsafe { submit_all(&self.engine, channel, &descs) } {
+        match unsafe { self.submit(client, channel, &descs) } {
             Ok(sn) => Pending::Sn(sn),
             Err(_) => {
                 // The engine refused (shut down or failed): copy by CPU instead.
@@ -85,13 +143,13 @@ impl Mover for AsyncMover {
         }
     }
 
-    unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending {
+    unsafe fn start_read_for(&self, client: Client, pieces: &mut [ReadPiece<'_>]) -> Pending {
         if read_bytes(pieces) <= self.cpu_max {
             cpu_read(&*self.pm, pieces);
             return Pending::Done;
         }
-        let (channel, depth) = self.least_loaded();
-        if depth >= self.read_queue_depth {
+        let (channel, depth) = self.least_loaded(client);
+        if depth >= self.read_queue_depth && !(client.is_bulk() && self.qos.is_some()) {
             cpu_read(&*self.pm, pieces);
             return Pending::Done;
         }
@@ -100,7 +158,7 @@ impl Mover for AsyncMover {
             .map(|p| Desc::read(p.src, p.dst))
             .collect();
         // SAFETY: forwarded from our caller's contract.
-        match unsafe { submit_all(&self.engine, channel, &descs) } {
+        match unsafe { self.submit(client, channel, &descs) } {
             Ok(sn) => Pending::Sn(sn),
             Err(_) => {
                 cpu_read(&*self.pm, pieces);
@@ -125,5 +183,9 @@ impl Mover for AsyncMover {
 
     fn engine(&self) -> Option<&Arc<Engine>> {
         Some(&self.engine)
+    }
+
+    fn qos(&self) -> Option<&Arc<ChannelManager>> {
+        self.qos.as_ref()
     }
 }

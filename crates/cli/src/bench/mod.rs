@@ -5,7 +5,8 @@ pub mod applications;
 mod engine;
 mod micro;
 mod plot;
-mod raw;
+mod qos;
+pub mod raw;
 mod rt;
 pub mod target;
 
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     Rt(rt::RtArgs),
     /// EASYIO's real-world applications (Table 1, Fig. 10) in each mode, outputs verified.
     App(app::AppArgs),
+    /// Quality of service (EASYIO Fig. 12): a latency-critical reader beside a bulk
+    /// copier under no, CPU and engine throttling.
+    Qos(qos::QosArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -35,6 +39,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Engine(args) => engine::run(args),
         BenchCommand::Rt(args) => rt::run(args),
         BenchCommand::App(args) => app::run(args),
+        BenchCommand::Qos(args) => qos::run(args),
     }
 }
 

@@ -1,0 +1,584 @@
+//! `easyio bench qos`: EASYIO Fig. 12 (§6.4.3). A latency-critical client serving
+//! 64 KiB reads at Poisson arrivals runs beside a bulk client copying 2 MiB chunks
+//! continuously, under no throttling, CPU throttling (the bulk client gets a third of
+//! a core's time) and engine throttling (the channel manager's loop, B limit a third of
+//! the bulk client's measured bandwidth). Both go through the file system in `async`
+//! mode with the channel manager: L and B handles on separate channels.
+//!
+//! The medium is emulated (labelled): Fig. 12's contention is for the bandwidth of the
+//! shared I/OAT engine, whereas the software engine's channels are independent threads
+//! on DRAM. The default model gives the medium the engine's bandwidth.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use fs::{Class, FileSystem, FormatOptions, Mode, MountOptions, MoverConfig, QosConfig};
+use hdrhistogram::Histogram;
+use mover::qos::CpuThrottle;
+use pmem::slowmem::{Model, SlowMem};
+use pmem::Pmem;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::raw::open_region;
+use crate::report::{self, Machine};
+
+/// The L client's request size (EASYIO §6.4.3: "Web server (64KB I/O size)").
+const L_BYTES: usize = 64 << 10;
+/// The B client's copy size (EASYIO §6.4.3: "bulk data movement (2MB)").
+const B_BYTES: usize = 2 << 20;
+/// B's limit as a fraction of its measured bandwidth (§6.4.3: 2 GB/s, "1/3rd of the
+/// hardware bandwidth").
+const B_SHARE: f64 = 1.0 / 3.0;
+/// The L file and the B file.
+const L_FILE_BYTES: usize = 16 << 20;
+const B_FILE_BYTES: usize = 32 << 20;
+/// The default medium: Optane's latencies with the bandwidth of EASYIO's I/OAT engine
+/// (Fig. 12 throttles to 2 GB/s, a third of it: ~6 GB/s).
+const IOAT_MEDIUM: Model = Model {
+    name: "optane-at-ioat-bandwidth",
+    read_bw: 6e9,
+    write_bw: 6e9,
+    read_latency: Model::OPTANE.read_latency,
+    write_latency: Model::OPTANE.write_latency,
+    source: "Optane latencies (EASYIO §6.1, Fastmove §2.2); 6 GB/s, the I/OAT bandwidth of \
+             EASYIO §6.4.3",
+};
+/// EASYIO's figures (§6.4.3): L's maximum latency with and without engine throttling.
+const EASYIO_MAX_US: (f64, f64) = (13.7, 20.0);
+
+#[derive(Args)]
+pub struct QosArgs {
+    /// Where to create the benchmark region (as for `bench raw`).
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Seconds per policy run.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// L requests per second (Poisson arrivals).
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    /// L latency target in µs; default 1.5 × its p99 when running alone.
+    #[arg(long)]
+    target_us: Option<f64>,
+    /// Epoch of the throttling loop, µs.
+    #[arg(long, default_value_t = 100)]
+    epoch_us: u64,
+    /// Medium model: `ioat` (default, see above), `optane`, `cxl` or `none`.
+    #[arg(long, default_value = "ioat")]
+    medium: String,
+    /// Width of the time windows of the latency-over-time series, ms.
+    #[arg(long, default_value_t = 100)]
+    window_ms: u64,
+    /// Thresholds from `easyio calibrate`; default: copies up to 64 KiB by CPU (what
+    /// calibration finds on a software engine), so L's reads go by CPU and B's bulk
+    /// copies by engine.
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Write the plot (SVG) here.
+    #[arg(long, default_value = "qos.svg")]
+    svg: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Policy {
+    None,
+    Cpu,
+    Engine,
+}
+
+impl Policy {
+    fn name(self) -> &'static str {
+        match self {
+            Policy::None => "no throttling",
+            Policy::Cpu => "CPU throttling",
+            Policy::Engine => "engine throttling",
+        }
+    }
+}
+
+#[derive(Serialize, Clone)]
+struct Window {
+    t_ms: u64,
+    requests: u64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    b_gb_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Run {
+    policy: Policy,
+    requests: u64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    b_gb_per_s: f64,
+    /// The B limit in force at the end (engine throttling only).
+    b_limit_gb_per_s: Option<f64>,
+    /// B channel suspensions (engine throttling only).
+    suspensions: u64,
+    /// CPU time of the throttling loop as a share of one core (engine throttling only).
+    loop_cpu_share: Option<f64>,
+    windows: Vec<Window>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    medium: String,
+    seconds: f64,
+    rate: f64,
+    epoch_us: u64,
+    alone_p50_us: f64,
+    alone_p99_us: f64,
+    alone_max_us: f64,
+    target_us: f64,
+    b_alone_gb_per_s: f64,
+    b_limit_gb_per_s: f64,
+    runs: Vec<Run>,
+    easyio_max_us: (f64, f64),
+}
+
+/// What the B client does during a run.
+#[derive(Clone, Copy, PartialEq)]
+enum BMode {
+    Off,
+    Free,
+    CpuThrottled,
+}
+
+struct Bench {
+    fs: Arc<FileSystem>,
+    l_fd: fs::Fd,
+    b_fd: fs::Fd,
+    rate: f64,
+    window: Duration,
+    epoch: Duration,
+}
+
+/// One run's raw results.
+struct Raw {
+    lat: Histogram<u64>,
+    windows: Vec<Window>,
+    b_bytes: u64,
+    wall: Duration,
+}
+
+impl Bench {
+    fn run(&self, seconds: f64, b: BMode, l_on: bool) -> anyhow::Result<Raw> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let b_done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let b_thread = (b != BMode::Off).then(|| {
+            let (fs, stop, done) = (self.fs.clone(), stop.clone(), b_done.clone());
+            let (fd, epoch) = (self.b_fd, self.epoch);
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let mut throttle =
+                    (b == BMode::CpuThrottled).then(|| CpuThrottle::new(B_SHARE, epoch));
+                let mut buf = vec![0u8; B_BYTES];
+                let mut off = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(t) = throttle.as_mut() {
+                        t.gate();
+                    }
+                    let token = fs.submit_pread(fd, buf, off)?;
+                    // A bulk client waits by yielding, not spinning (a uthread would).
+                    while !token.is_done() {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                    buf = token.wait()?;
+                    done.fetch_add(B_BYTES as u64, Ordering::Relaxed);
+                    off = (off + B_BYTES as u64) % B_FILE_BYTES as u64;
+                }
+                Ok(())
+            })
+        });
+        let mut lat = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+        let mut win = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+        let mut windows = Vec::new();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut buf = vec![0u8; L_BYTES];
+        let slots = (L_FILE_BYTES / L_BYTES) as u64;
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(seconds);
+        let mut next = start;
+        let mut win_start = start;
+        let mut win_b = 0u64;
+        loop {
+            let now = Instant::now();
+            if now >= win_start + self.window || now >= end {
+                let b_now = b_done.load(Ordering::Relaxed);
+                let secs = now.duration_since(win_start).as_secs_f64();
+                windows.push(Window {
+                    t_ms: win_start.duration_since(start).as_millis() as u64,
+                    requests: win.len(),
+                    p50_us: win.value_at_quantile(0.5) as f64 / 1e3,
+                    p99_us: win.value_at_quantile(0.99) as f64 / 1e3,
+                    max_us: win.max() as f64 / 1e3,
+                    b_gb_per_s: (b_now - win_b) as f64 / secs / 1e9,
+                });
+                win.reset();
+                win_start = now;
+                win_b = b_now;
+                if now >= end {
+                    break;
+                }
+            }
+            if !l_on {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            // Poisson arrivals: exponential gaps. Sleep most of a gap, spin the rest.
+            let gap = -(1.0 - rng.random::<f64>()).ln() / self.rate;
+            next = next.max(now - Duration::from_millis(1)) + Duration::from_secs_f64(gap);
+            if let Some(d) = next.checked_duration_since(Instant::now()) {
+                if d > Duration::from_micros(200) {
+                    std::thread::sleep(d - Duration::from_micros(100));
+                }
+                while Instant::now() < next {
+                    std::hint::spin_loop();
+                }
+            }
+            let off = rng.random_range(0..slots) * L_BYTES as u64;
+            let t = Instant::now();
+            self.fs.pread(self.l_fd, &mut buf, off)?;
+            let ns = t.elapsed().as_nanos() as u64;
+            lat.record(ns.max(1))?;
+            win.record(ns.max(1))?;
+        }
+        let wall = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(h) = b_thread {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("bulk client panicked"))??;
+        }
+        Ok(Raw {
+            lat,
+            windows,
+            b_bytes: b_done.load(Ordering::Relaxed),
+            wall,
+        })
+    }
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e3
+}
+
+pub fn run(args: QosArgs) -> anyhow::Result<()> {
+    let region = Arc::new(open_region(args.image.as_deref())?);
+    let model = match args.medium.as_str() {
+        "ioat" => Some(IOAT_MEDIUM),
+        "none" => None,
+        m => Some(
+            Model::preset(m)
+                .with_context(|| format!("unknown medium {m:?} (ioat, optane, cxl, none)"))?,
+        ),
+    };
+    let (pm, medium): (Arc<dyn Pmem>, String) = match model {
+        Some(m) => (
+            Arc::new(SlowMem::new(region.clone(), m)),
+            format!(
+                "EMULATED {}: read {:.1} GB/s, {} ns ({})",
+                m.name,
+                m.read_bw / 1e9,
+                m.read_latency.as_nanos(),
+                m.source
+            ),
+        ),
+        None => (region.clone(), "region (no emulation)".into()),
+    };
+    FileSystem::format(&*pm, &FormatOptions::default())?;
+    let epoch = Duration::from_micros(args.epoch_us);
+    let base = match &args.profile {
+        Some(p) => MountOptions::with_mode(Mode::Async).with_profile(p)?,
+        None => MountOptions {
+            mover: MoverConfig {
+                cpu_max: L_BYTES,
+                ..MoverConfig::default()
+            },
+            ..MountOptions::with_mode(Mode::Async)
+        },
+    };
+    let opts = MountOptions {
+        mover: MoverConfig {
+            qos: Some(QosConfig {
+                epoch,
+                ..QosConfig::default()
+            }),
+            ..base.mover
+        },
+        ..base
+    };
+    let (fs, _) = FileSystem::mount(pm, opts)?;
+    let fs = Arc::new(fs);
+    let flags = fs::OpenFlags::RDWR | fs::OpenFlags::CREAT;
+    let b_fd = fs.open_with_class("/bulk", flags, 0o644, Class::Bandwidth)?;
+    fs.pwrite(b_fd, &vec![0xb5; B_FILE_BYTES], 0)?;
+    let warm = fs.open("/web", flags, 0o644)?;
+    fs.pwrite(warm, &vec![0x1a; L_FILE_BYTES], 0)?;
+    fs.close(warm)?;
+    let qos = fs.qos().context("mount without a channel manager")?.clone();
+
+    let mut bench = Bench {
+        fs: fs.clone(),
+        l_fd: fs.open("/web", fs::OpenFlags::RDONLY, 0)?,
+        b_fd,
+        rate: args.rate,
+        window: Duration::from_millis(args.window_ms.max(1)),
+        epoch,
+    };
+    // L alone: its latency without contention sets the target.
+    let alone = bench.run(args.seconds.min(1.0), BMode::Off, true)?;
+    let target_us = args
+        .target_us
+        .unwrap_or(1.5 * us(&alone.lat, 0.99))
+        .max(1.0);
+    let l_fd = fs.open_with_class(
+        "/web",
+        fs::OpenFlags::RDONLY,
+        0,
+        Class::Latency {
+            target: Duration::from_secs_f64(target_us / 1e6),
+        },
+    )?;
+    bench.l_fd = l_fd;
+    // B alone: its bandwidth sets the limit.
+    let b_alone = bench.run(0.5, BMode::Free, false)?;
+    let b_bw = b_alone.b_bytes as f64 / b_alone.wall.as_secs_f64();
+    let limit = (b_bw * B_SHARE).max(1.0) as u64;
+
+    let mut runs = Vec::new();
+    for policy in [Policy::None, Policy::Cpu, Policy::Engine] {
+        let bmode = match policy {
+            Policy::Cpu => BMode::CpuThrottled,
+            _ => BMode::Free,
+        };
+        let before = qos.stats();
+        if policy == Policy::Engine {
+            qos.set_b_limit_max(Some(limit));
+            qos.start();
+        }
+        let raw = bench.run(args.seconds, bmode, true)?;
+        let after = qos.stats();
+        if policy == Policy::Engine {
+            qos.stop();
+            qos.set_b_limit_max(None);
+        }
+        let engine = policy == Policy::Engine;
+        runs.push(Run {
+            policy,
+            requests: raw.lat.len(),
+            p50_us: us(&raw.lat, 0.5),
+            p99_us: us(&raw.lat, 0.99),
+            max_us: raw.lat.max() as f64 / 1e3,
+            b_gb_per_s: raw.b_bytes as f64 / raw.wall.as_secs_f64() / 1e9,
+            b_limit_gb_per_s: engine.then(|| after.b_limit as f64 / 1e9),
+            suspensions: after.suspensions - before.suspensions,
+            loop_cpu_share: (engine && after.loop_wall_ns > 0)
+                .then(|| after.loop_cpu_ns as f64 / after.loop_wall_ns as f64),
+            windows: raw.windows,
+        });
+    }
+    let report = Report {
+        machine: Machine::this(),
+        medium,
+        seconds: args.seconds,
+        rate: args.rate,
+        epoch_us: args.epoch_us,
+        alone_p50_us: us(&alone.lat, 0.5),
+        alone_p99_us: us(&alone.lat, 0.99),
+        alone_max_us: alone.lat.max() as f64 / 1e3,
+        target_us,
+        b_alone_gb_per_s: b_bw / 1e9,
+        b_limit_gb_per_s: limit as f64 / 1e9,
+        runs,
+        easyio_max_us: EASYIO_MAX_US,
+    };
+    std::fs::write(&args.svg, svg(&report))
+        .with_context(|| format!("writing {}", args.svg.display()))?;
+    drop(bench);
+    if let Ok(fs) = Arc::try_unwrap(fs) {
+        fs.unmount()?;
+    }
+    if args.json {
+        return report::print_json(&report);
+    }
+    println!("machine: {}", report.machine.describe());
+    println!("medium:  {}", report.medium);
+    println!(
+        "L alone: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; target {:.1} µs; B alone {:.2} GB/s, \
+         limit {:.2} GB/s; epoch {} µs; {} L req/s, {:.1} s per run",
+        report.alone_p50_us,
+        report.alone_p99_us,
+        report.alone_max_us,
+        report.target_us,
+        report.b_alone_gb_per_s,
+        report.b_limit_gb_per_s,
+        report.epoch_us,
+        report.rate,
+        report.seconds
+    );
+    let rows = report
+        .runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.policy.name().to_string(),
+                r.requests.to_string(),
+                format!("{:.1}", r.p50_us),
+                format!("{:.1}", r.p99_us),
+                format!("{:.1}", r.max_us),
+                format!("{:.2}", r.b_gb_per_s),
+                r.b_limit_gb_per_s.map_or("-".into(), |l| format!("{l:.2}")),
+                r.loop_cpu_share
+                    .map_or("-".into(), |c| format!("{:.1}%", c * 100.0)),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        report::table(
+            &[
+                "policy",
+                "L requests",
+                "L p50 µs",
+                "L p99 µs",
+                "L max µs",
+                "B GB/s",
+                "B limit GB/s",
+                "loop CPU"
+            ],
+            rows
+        )
+    );
+    println!(
+        "EASYIO Fig. 12: max {} µs with engine throttling vs {} µs without; plot: {}",
+        EASYIO_MAX_US.0,
+        EASYIO_MAX_US.1,
+        args.svg.display()
+    );
+    Ok(())
+}
+
+/// Colours of the three policies in the plot.
+const COLOURS: [&str; 3] = ["#d62728", "#ff7f0e", "#1f77b4"];
+
+/// Two panels over time: L's p99 latency per window, and B's bandwidth.
+fn svg(r: &Report) -> String {
+    let (w, h, left, right, top, panel, gap) = (760.0, 590.0, 70.0, 20.0, 40.0, 190.0, 60.0);
+    let t_max = r
+        .runs
+        .iter()
+        .flat_map(|x| x.windows.iter().map(|w| w.t_ms))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    // Scheduler stalls of a shared machine make single windows jump by milliseconds:
+    // the latency axis stops at twice the worst whole-run p99 (higher values are
+    // drawn at the top edge).
+    let lat_max = r.runs.iter().map(|x| x.p99_us).fold(r.target_us, f64::max) * 2.0;
+    let bw_max = r
+        .runs
+        .iter()
+        .flat_map(|x| x.windows.iter().map(|w| w.b_gb_per_s))
+        .fold(r.b_alone_gb_per_s, f64::max)
+        * 1.1;
+    let x = |t: u64| left + (t as f64 / t_max) * (w - left - right);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" \
+         fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">easyio bench qos: L \
+         64 KiB reads beside B 2 MiB copies ({})</text>\n",
+        r.medium.split(':').next().unwrap_or("")
+    );
+    for (i, (title, max, unit)) in [
+        ("L p99 latency per window", lat_max, "µs"),
+        ("B bandwidth per window", bw_max, "GB/s"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let y0 = top + i as f64 * (panel + gap);
+        let y = |v: f64| y0 + panel - (v / max).min(1.0) * panel;
+        s += &format!(
+            "<rect x=\"{left}\" y=\"{y0}\" width=\"{}\" height=\"{panel}\" fill=\"none\" \
+             stroke=\"#888\"/>\n<text x=\"{}\" y=\"{}\">{title}</text>\n",
+            w - left - right,
+            left + 5.0,
+            y0 + 15.0
+        );
+        for k in 0..=4 {
+            let v = max * k as f64 / 4.0;
+            s += &format!(
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.1} {unit}</text>\n",
+                left - 4.0,
+                y(v) + 4.0
+            );
+        }
+        let (mark, label) = if i == 0 {
+            (r.target_us, "L target")
+        } else {
+            (r.b_limit_gb_per_s, "B limit")
+        };
+        let ym = y(mark);
+        s += &format!(
+            "<line x1=\"{left}\" x2=\"{x2}\" y1=\"{ym}\" y2=\"{ym}\" stroke=\"#2ca02c\" \
+             stroke-dasharray=\"4 3\"/>\n<text x=\"{tx}\" y=\"{ty}\" \
+             fill=\"#2ca02c\">{label}</text>\n",
+            x2 = w - right,
+            tx = w - right - 60.0,
+            ty = ym - 4.0
+        );
+        for (run, colour) in r.runs.iter().zip(COLOURS) {
+            let pts: Vec<String> = run
+                .windows
+                .iter()
+                .map(|wd| {
+                    let v = if i == 0 { wd.p99_us } else { wd.b_gb_per_s };
+                    format!("{:.1},{:.1}", x(wd.t_ms), y(v))
+                })
+                .collect();
+            s += &format!(
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" \
+                 points=\"{}\"/>\n",
+                pts.join(" ")
+            );
+        }
+        for k in 0..=4 {
+            let t = (t_max * k as f64 / 4.0) as u64;
+            s += &format!(
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{t}</text>\n",
+                x(t),
+                y0 + panel + 14.0
+            );
+        }
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (ms)</text>\n",
+            left + (w - left - right) / 2.0,
+            y0 + panel + 30.0
+        );
+    }
+    for (k, (run, colour)) in r.runs.iter().zip(COLOURS).enumerate() {
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">■ {} (p99 {:.1} µs, max {:.1} µs, B \
+             {:.2} GB/s)</text>\n",
+            left + 5.0,
+            h - 10.0 - (2 - k) as f64 * 15.0,
+            run.policy.name(),
+            run.p99_us,
+            run.max_us,
+            run.b_gb_per_s
+        );
+    }
+    s + "</svg>\n"
+}
