@@ -180,9 +180,9 @@ fn control_loop_lowers_on_miss_and_raises_with_slack() {
     assert!(m.stats().misses >= 1);
 }
 
-#[test]
-fn b_bandwidth_stays_within_its_limit() {
-    const LIMIT: u64 = 200_000_000;
+/// One second of steady bulk load on a limited B channel; the achieved rate as a
+/// fraction of the limit, measured from the channel's copied bytes.
+fn b_rate_over_a_second(limit: u64) -> (f64, u64) {
     let pm = region(8, 2);
     let e = Arc::new(
         Engine::software(
@@ -195,7 +195,7 @@ fn b_bandwidth_stays_within_its_limit() {
         .unwrap(),
     );
     let cfg = QosConfig {
-        b_limit_max: Some(LIMIT),
+        b_limit_max: Some(limit),
         epoch: Duration::from_micros(500),
         ..qos(1, 1)
     };
@@ -223,12 +223,27 @@ fn b_bandwidth_stays_within_its_limit() {
     m.stop();
     client.join().unwrap();
     let rate = (b1 - b0) as f64 / (t1 - t0).as_secs_f64();
-    let ratio = rate / LIMIT as f64;
-    assert!(
-        (0.9..=1.1).contains(&ratio),
-        "B copied at {:.0} MB/s against a limit of {} MB/s",
-        rate / 1e6,
+    (rate / limit as f64, m.stats().suspensions)
+}
+
+#[test]
+fn b_bandwidth_stays_within_its_limit() {
+    const LIMIT: u64 = 200_000_000;
+    // The throttle runs on a thread that sleeps between epochs; on a loaded 2-core
+    // machine one second can include a long descheduling of it (or of the client). A
+    // throttle that does not hold the limit misses on every try; a stall misses on one.
+    const TRIES: usize = 3;
+    let mut seen = Vec::new();
+    for _ in 0..TRIES {
+        let (ratio, suspensions) = b_rate_over_a_second(LIMIT);
+        assert!(suspensions > 0, "the B channel was never suspended");
+        if (0.9..=1.1).contains(&ratio) {
+            return;
+        }
+        seen.push(format!("{:.0} MB/s", ratio * LIMIT as f64 / 1e6));
+    }
+    panic!(
+        "B never stayed within 10% of {} MB/s in {TRIES} one-second tries: {seen:?}",
         LIMIT / 1_000_000
     );
-    assert!(m.stats().suspensions > 0);
 }
