@@ -310,8 +310,9 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
         }
         ch.frozen_at.store(0, Ordering::Release);
     }
-    ch.core.publish(pmem, last);
+    // Statistics first, so that whoever sees the SN done also sees the work counted.
     ch.core
         .account(count, bytes as u64, start.elapsed().as_nanos() as u64);
+    ch.core.publish(pmem, last);
     GroupEnd::Ran
 }
