@@ -1,32 +1,21 @@
 //! `easyio bench engine` and `easyio engines` end to end: the binary runs and its JSON
 //! has the expected shape (timings are never asserted).
 
-use std::process::Command;
+mod common;
 
-fn easyio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_easyio"))
-}
+use common::easyio;
 
 #[test]
 fn bench_engine_json_has_every_case_and_the_headline() {
-    let out = easyio()
-        .args([
-            "bench",
-            "engine",
-            "--json",
-            "--round-ms",
-            "1",
-            "--backends",
-            "cpu,software",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&[
+        "bench",
+        "engine",
+        "--json",
+        "--round-ms",
+        "1",
+        "--backends",
+        "cpu,software",
+    ]);
     assert_eq!(v["backends"], serde_json::json!(["cpu", "software"]));
     let results = v["results"].as_array().unwrap();
     for backend in ["cpu", "software"] {
@@ -71,13 +60,7 @@ fn bench_engine_json_has_every_case_and_the_headline() {
 
 #[test]
 fn engines_lists_every_backend() {
-    let out = easyio().args(["engines", "--json"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&["engines", "--json"]);
     let names: Vec<&str> = v
         .as_array()
         .unwrap()

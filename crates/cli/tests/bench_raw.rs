@@ -1,24 +1,13 @@
 //! `easyio bench raw` end to end: the binary runs, its JSON has one object per size and
 //! path, and an existing region is never overwritten.
 
-use std::process::Command;
+mod common;
 
-fn easyio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_easyio"))
-}
+use common::easyio;
 
 #[test]
 fn bench_raw_json_has_every_size_and_path() {
-    let out = easyio()
-        .args(["bench", "raw", "--json", "--round-ms", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&["bench", "raw", "--json", "--round-ms", "2"]);
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 5 * 4);
     for size in [4096u64, 16384, 65536, 262144, 2097152] {

@@ -1,20 +1,11 @@
 //! `easyio bench rt` end to end: the binary runs, and its JSON has one row per operation
 //! with both kinds measured and their ratio, plus the runtime's per-worker counters.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn bench_rt_json_has_every_operation_beside_its_kernel_thread_peer() {
-    let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
-        .args(["bench", "rt", "--json", "--round-ms", "1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&["bench", "rt", "--json", "--round-ms", "1"]);
     assert!(v["machine"]["cpu"].is_string());
     assert_eq!(v["workers"], 1);
     let results = v["results"].as_array().unwrap();

@@ -1,31 +1,20 @@
 //! `easyio crashtest` end to end: the Table 2 report as JSON (cpu and async), a replay
 //! of one image, and an unknown mode refused.
 
-use std::process::Command;
+mod common;
 
-fn easyio() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_easyio"))
-}
+use common::easyio;
 
 #[test]
 fn crashtest_json_reports_every_point_passed() {
-    let out = easyio()
-        .args([
-            "crashtest",
-            "--workload",
-            "generic_056",
-            "--points",
-            "8",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&[
+        "crashtest",
+        "--workload",
+        "generic_056",
+        "--points",
+        "8",
+        "--json",
+    ]);
     let w = &v[0];
     assert_eq!(w["workload"], "generic_056");
     assert_eq!(w["mode"], "cpu");
@@ -37,25 +26,16 @@ fn crashtest_json_reports_every_point_passed() {
 
 #[test]
 fn async_crashtest_reports_engine_copies() {
-    let out = easyio()
-        .args([
-            "crashtest",
-            "--workload",
-            "generic_322",
-            "--mode",
-            "async",
-            "--points",
-            "12",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&[
+        "crashtest",
+        "--workload",
+        "generic_322",
+        "--mode",
+        "async",
+        "--points",
+        "12",
+        "--json",
+    ]);
     let w = &v[0];
     assert_eq!(w["mode"], "async");
     assert_eq!(w["passed"], 12);
