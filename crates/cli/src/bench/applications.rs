@@ -1,6 +1,7 @@
 //! The eight real-world applications of EASYIO §6.3 (Table 1): their data, generated
 //! deterministically, and the computation each performs on one input.
 
+use pmem::crash::SplitMix;
 use std::sync::Arc;
 
 use aes::cipher::{KeyIvInit, StreamCipher};
@@ -127,26 +128,9 @@ pub enum Output {
     Value(u64),
 }
 
-/// A small deterministic generator (SplitMix64): the same data on every run and mode.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
+/// The unit interval from the generator's top 24 bits.
+fn unit(rng: &mut SplitMix) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 
 /// The checksum outputs are compared by.
@@ -234,9 +218,9 @@ fn image(rng: &mut SplitMix, w: usize, h: usize) -> Vec<u8> {
 fn aes_cipher(index: usize) -> ctr::Ctr128BE<aes::Aes128> {
     let mut key = [0u8; 16];
     let mut iv = [0u8; 16];
-    let mut rng = SplitMix::new(0xAE5 ^ index as u64);
-    key.iter_mut().for_each(|b| *b = rng.next() as u8);
-    iv.iter_mut().for_each(|b| *b = rng.next() as u8);
+    let mut rng = SplitMix(0xAE5 ^ index as u64);
+    key.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
+    iv.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
     ctr::Ctr128BE::<aes::Aes128>::new(&key.into(), &iv.into())
 }
 
@@ -309,10 +293,10 @@ fn knn_samples(rng: &mut SplitMix, bytes: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * KNN_SAMPLE_BYTES);
     for _ in 0..n {
         for _ in 0..3 {
-            out.extend_from_slice(&rng.unit().to_le_bytes());
+            out.extend_from_slice(&unit(rng).to_le_bytes());
         }
         for _ in 12..KNN_SAMPLE_BYTES {
-            out.push(rng.next() as u8);
+            out.push(rng.next_u64() as u8);
         }
     }
     out
@@ -333,7 +317,7 @@ impl Dataset {
     /// Generates the application's inputs at `scale` times Table 1's sizes and works
     /// out what processing each must give.
     pub fn generate(app: App, scale: f64) -> anyhow::Result<Dataset> {
-        let mut rng = SplitMix::new(0xEA51_0000 ^ app as u64);
+        let mut rng = SplitMix(0xEA51_0000 ^ app as u64);
         let mut set = Dataset {
             app,
             inputs: Vec::new(),
@@ -344,7 +328,7 @@ impl Dataset {
         if app == App::Knn {
             let mut tree = KdTree::<f32, 3>::new();
             for i in 0..KNN_TREE_POINTS {
-                tree.add(&[rng.unit(), rng.unit(), rng.unit()], i as u64);
+                tree.add(&[unit(&mut rng), unit(&mut rng), unit(&mut rng)], i as u64);
             }
             set.knn_tree = Some(Arc::new(tree));
         }
@@ -385,7 +369,7 @@ impl Dataset {
                 }
                 App::Aes => {
                     let data: Vec<u8> = (0..scaled(AES_BYTES, scale))
-                        .map(|_| rng.next() as u8)
+                        .map(|_| rng.next_u64() as u8)
                         .collect();
                     let mut cipher = data.clone();
                     aes_cipher(index).apply_keystream(&mut cipher);
@@ -425,7 +409,7 @@ impl Dataset {
                         WEBSERVER_FILE_BYTES
                     };
                     let data: Vec<u8> = (0..scaled(bytes, scale))
-                        .map(|_| rng.next() as u8)
+                        .map(|_| rng.next_u64() as u8)
                         .collect();
                     let mut whole = data.clone();
                     if app == App::Fileserver {
@@ -505,7 +489,7 @@ mod tests {
 
     #[test]
     fn grep_text_has_the_planted_matches() {
-        let mut rng = SplitMix::new(1);
+        let mut rng = SplitMix(1);
         let (text, matches) = text(&mut rng, 100_000, Some(GREP_MATCH_EVERY));
         let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
         assert_eq!(matches, lines / GREP_MATCH_EVERY);

@@ -29,25 +29,11 @@ pub fn config(channels: usize) -> EngineConfig {
 /// Deterministic bytes that differ by seed and position.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    (0..len).map(|_| rng.next() as u8).collect()
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
-/// splitmix64: enough randomness for sizes and alignments.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+/// Seeded random numbers for the tests (the crash harness's SplitMix64).
+pub use pmem::crash::SplitMix as Rng;
 
 /// Reads `len` bytes of the region at `off`.
 pub fn read(region: &Region, off: u64, len: usize) -> Vec<u8> {
