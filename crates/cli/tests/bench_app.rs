@@ -1,46 +1,12 @@
 //! `easyio bench app` and `easyio demo` end to end at small sizes: every application
 //! gives verified output in every mode, and the demo's table, JSON and plot are whole.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// Runs a command, failing the test instead of hanging CI if it never finishes;
-/// returns its output and process id.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> (Output, u32) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let start = Instant::now();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        std::io::Read::read_to_end(&mut so, &mut out).unwrap();
-        out
-    });
-    let err_reader = std::thread::spawn(move || {
-        std::io::Read::read_to_end(&mut se, &mut err).unwrap();
-        err
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            panic!("{cmd:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = Output {
-        status,
-        stdout: reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    };
-    (out, pid)
-}
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run_bounded, success_json};
 
 const APPS: [&str; 8] = [
     "snappy",
@@ -88,12 +54,7 @@ fn every_application_gives_verified_output_in_every_mode() {
         ]),
         Duration::from_secs(120),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = success_json(&out);
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), APPS.len() * MODES.len());
     for app in APPS {

@@ -1,30 +1,16 @@
 //! `easyio bench micro` end to end with tiny durations: every workload runs in both
 //! modes, and the JSON carries what the README quotes.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// Runs a command, failing the test instead of hanging CI if it never finishes.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            panic!("{cmd:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run_bounded, success_json};
 
 #[test]
 fn every_workload_runs_in_every_mode() {
-    let out = run_bounded(
+    let (out, _) = run_bounded(
         Command::new(env!("CARGO_BIN_EXE_easyio")).args([
             "bench",
             "micro",
@@ -44,12 +30,7 @@ fn every_workload_runs_in_every_mode() {
         ]),
         Duration::from_secs(180),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = success_json(&out);
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), 10 * 7);
     for r in rows {

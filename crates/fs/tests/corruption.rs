@@ -250,7 +250,7 @@ fn corrupt_active_journal() {
     rec[..8].copy_from_slice(&(geo.pool_start * BLOCK_SIZE).to_le_bytes());
     let mut head = [0u8; 8];
     head[..4].copy_from_slice(&1u32.to_le_bytes());
-    head[4..].copy_from_slice(&crc32c(&rec).to_le_bytes());
+    head[4..].copy_from_slice(&crc32c::crc32c(&rec).to_le_bytes());
     pm.write_persist(j + 8, &head);
     pm.write_persist(j + 16, &rec);
     mount_fails(&pm, &["journal 0", "outside the inode table"]);
@@ -260,22 +260,6 @@ fn corrupt_active_journal() {
     assert_eq!(read_file(&fs, "/sym"), vec![3u8; 13000]);
     fs.unmount().unwrap();
     assert_fsck_clean(&pm);
-}
-
-/// CRC-32C (Castagnoli), bitwise; the tests do not share the file system's helper.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 #[test]

@@ -256,22 +256,6 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
     assert!(reported.done > 80);
 }
 
-/// CRC-32C (Castagnoli), bitwise, to write a journal by hand.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 /// The image a kill leaves inside a journaled commit — journal active, some words
 /// changed, others not — is one fsck accepts (noting the interrupted operation) and
 /// mount rolls back.
@@ -315,7 +299,7 @@ fn kill_inside_a_journaled_commit_is_accepted_and_rolled_back() {
     let j = geo.journal_start * fs::layout::BLOCK_SIZE;
     let mut head = Vec::new();
     head.extend_from_slice(&(journaled.len() as u32).to_le_bytes());
-    head.extend_from_slice(&crc32c(&rec).to_le_bytes());
+    head.extend_from_slice(&crc32c::crc32c(&rec).to_le_bytes());
     pm.write_persist(j + 8, &head);
     pm.write_persist(j + 16, &rec);
     pm.store_u64_persist(j, 0x4A52_4E4C_4143_5456);
