@@ -185,8 +185,12 @@ impl FileSystem {
             return Err(Error::NotDir);
         }
         let ino = *st.children.get(name).ok_or(Error::NotFound)?;
+        // Take the inode while the entry still names it: once the directory lock is
+        // gone the name may be unlinked, the inode freed and its number reused by a
+        // file still being written. (Lock order: directory, then the inode table.)
+        let inode = self.inode(ino);
         drop(st);
-        self.inode(ino)
+        inode
     }
 
     /// Creates an inode of `kind` named `name` in the locked directory `dst`, with
@@ -353,18 +357,23 @@ impl FileSystem {
     /// Lists a directory (without `.` and `..`), sorted by name.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let dir = self.resolve(path, true)?;
-        let children: Vec<(String, u64)> = {
+        // The inodes are taken while the entries name them (see `lookup`).
+        let children: Vec<(String, u64, Arc<Inode>)> = {
             let st = dir.state.read();
             if st.kind != FileKind::Dir {
                 return Err(Error::NotDir);
             }
-            st.children.iter().map(|(n, &i)| (n.clone(), i)).collect()
+            st.children
+                .iter()
+                .filter_map(|(n, &i)| Some((n.clone(), i, self.inode(i).ok()?)))
+                .collect()
         };
         let mut out: Vec<DirEntry> = children
             .into_iter()
-            .filter_map(|(name, ino)| {
-                let kind = self.inode(ino).ok()?.state.read().kind;
-                Some(DirEntry { name, ino, kind })
+            .map(|(name, ino, inode)| DirEntry {
+                name,
+                ino,
+                kind: inode.state.read().kind,
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
