@@ -28,13 +28,88 @@ pub struct Extent {
     pub len: u64,
 }
 
+/// Single blocks a shard keeps on a stack beside its extent map: a 4 KiB overwrite
+/// frees one block and allocates one, and the stack serves both without reshaping the
+/// map. Bounded, so at most this many free blocks per shard sit uncoalesced.
+pub const SINGLES_MAX: usize = 64;
+
 /// Free pool blocks, sharded.
 pub struct BlockAlloc {
     first: u64,
     end: u64,
     shard_len: u64,
-    shards: Vec<Mutex<BTreeMap<u64, u64>>>,
+    shards: Vec<Mutex<Shard>>,
     free: AtomicU64,
+}
+
+/// One shard's free blocks: coalesced extents (start → length) and a stack of single
+/// blocks, disjoint.
+#[derive(Default)]
+struct Shard {
+    extents: BTreeMap<u64, u64>,
+    singles: Vec<u64>,
+}
+
+impl Shard {
+    fn free(&mut self, start: u64, len: u64) {
+        if len == 1 && self.singles.len() < SINGLES_MAX {
+            let in_map = self
+                .extents
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(&s, &l)| s + l > start);
+            assert!(
+                !in_map && !self.singles.contains(&start),
+                "double free of block {start}"
+            );
+            self.singles.push(start);
+        } else {
+            assert!(
+                !self
+                    .singles
+                    .iter()
+                    .any(|&b| (start..start + len).contains(&b)),
+                "double free of blocks {start}..{}",
+                start + len
+            );
+            insert_coalesced(&mut self.extents, start, len);
+        }
+    }
+
+    /// Moves the single blocks into the extent map, where they coalesce.
+    fn spill(&mut self) {
+        for b in std::mem::take(&mut self.singles) {
+            insert_coalesced(&mut self.extents, b, 1);
+        }
+    }
+
+    /// One extent of at most `want` blocks: a single for one block, else the first
+    /// extent that fits whole, else the largest piece there is.
+    fn take(&mut self, want: u64) -> Option<Extent> {
+        if want == 1 {
+            if let Some(b) = self.singles.pop() {
+                return Some(Extent { start: b, len: 1 });
+            }
+        } else if !self.singles.is_empty() && !self.extents.values().any(|&l| l >= want) {
+            self.spill();
+        }
+        let pick = self
+            .extents
+            .iter()
+            .find(|(_, &len)| len >= want)
+            .or_else(|| self.extents.iter().max_by_key(|(_, &len)| len))
+            .map(|(&s, &l)| (s, l));
+        let (start, len) = match pick {
+            Some(p) => p,
+            None => return self.singles.pop().map(|b| Extent { start: b, len: 1 }),
+        };
+        self.extents.remove(&start);
+        let got = len.min(want);
+        if len > got {
+            self.extents.insert(start + got, len - got);
+        }
+        Some(Extent { start, len: got })
+    }
 }
 
 impl BlockAlloc {
@@ -45,7 +120,7 @@ impl BlockAlloc {
             first,
             end,
             shard_len,
-            shards: (0..SHARDS).map(|_| Mutex::new(BTreeMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             free: AtomicU64::new(0),
         }
     }
@@ -69,7 +144,7 @@ impl BlockAlloc {
         while start < end {
             let shard = self.shard_of(start);
             let shard_end = (self.first + (shard as u64 + 1) * self.shard_len).min(end);
-            insert_coalesced(&mut self.shards[shard].lock(), start, shard_end - start);
+            self.shards[shard].lock().free(start, shard_end - start);
             start = shard_end;
         }
         self.free.fetch_add(ext.len, Ordering::Relaxed);
@@ -79,21 +154,9 @@ impl BlockAlloc {
     fn take(&self, want: u64) -> Option<Extent> {
         let home = cpu_slot();
         for i in 0..SHARDS {
-            let mut shard = self.shards[(home + i) % SHARDS].lock();
-            // First fit for the whole request, else the first extent there is.
-            let pick = shard
-                .iter()
-                .find(|(_, &len)| len >= want)
-                .or_else(|| shard.iter().next())
-                .map(|(&s, &l)| (s, l));
-            if let Some((start, len)) = pick {
-                shard.remove(&start);
-                let got = len.min(want);
-                if len > got {
-                    shard.insert(start + got, len - got);
-                }
-                self.free.fetch_sub(got, Ordering::Relaxed);
-                return Some(Extent { start, len: got });
+            if let Some(e) = self.shards[(home + i) % SHARDS].lock().take(want) {
+                self.free.fetch_sub(e.len, Ordering::Relaxed);
+                return Some(e);
             }
         }
         None
@@ -120,20 +183,24 @@ impl BlockAlloc {
         Ok(got)
     }
 
-    /// Every free extent, for saving at unmount and for fsck.
+    /// Every free extent, sorted, adjacent ones merged: for saving at unmount and
+    /// for fsck.
     pub fn snapshot(&self) -> Vec<Extent> {
-        let mut all: Vec<Extent> = self
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.lock()
-                    .iter()
-                    .map(|(&start, &len)| Extent { start, len })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let mut all: Vec<Extent> = Vec::new();
+        for s in &self.shards {
+            let s = s.lock();
+            all.extend(s.extents.iter().map(|(&start, &len)| Extent { start, len }));
+            all.extend(s.singles.iter().map(|&start| Extent { start, len: 1 }));
+        }
         all.sort_by_key(|e| e.start);
-        all
+        let mut merged: Vec<Extent> = Vec::with_capacity(all.len());
+        for e in all {
+            match merged.last_mut() {
+                Some(m) if m.start + m.len == e.start => m.len += e.len,
+                _ => merged.push(e),
+            }
+        }
+        merged
     }
 }
 
@@ -228,6 +295,44 @@ mod tests {
         let a = BlockAlloc::empty(0, 64);
         a.free(Extent { start: 0, len: 4 });
         a.free(Extent { start: 2, len: 1 });
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn double_free_of_a_single_block_is_caught() {
+        let a = BlockAlloc::empty(0, 64);
+        a.free(Extent { start: 9, len: 1 });
+        a.free(Extent { start: 9, len: 1 });
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn extent_over_a_single_block_is_caught() {
+        let a = BlockAlloc::empty(0, 64);
+        a.free(Extent { start: 9, len: 1 });
+        a.free(Extent { start: 8, len: 3 });
+    }
+
+    #[test]
+    fn single_blocks_serve_small_requests_and_coalesce_for_large_ones() {
+        // One shard's worth of blocks, freed one at a time: they sit on the stack.
+        let a = BlockAlloc::empty(0, SHARDS as u64 * 8);
+        for b in (0..8).rev() {
+            a.free(Extent { start: b, len: 1 });
+        }
+        assert_eq!(a.free_blocks(), 8);
+        assert_eq!(a.snapshot(), vec![Extent { start: 0, len: 8 }]);
+        let one = a.alloc(1).unwrap();
+        assert_eq!(
+            one,
+            vec![Extent { start: 0, len: 1 }],
+            "last freed goes first"
+        );
+        a.free(one[0]);
+        // A request for all eight spills the stack into the map: one extent.
+        assert_eq!(a.alloc(8).unwrap(), vec![Extent { start: 0, len: 8 }]);
+        assert_eq!(a.free_blocks(), 0);
+        assert!(matches!(a.alloc(1), Err(Error::NoSpace)));
     }
 
     #[test]

@@ -37,6 +37,8 @@ impl FileSystem {
     /// Places `entries` after the tail of `st`'s log and makes them durable (not yet
     /// committed). New pages are linked into the log's chain; a failure leaves the log
     /// as it was, apart from pages linked past the tail, which stay part of the log.
+    /// Staging ends with a fence on the calling thread, which also makes durable the
+    /// data this thread copied unfenced for these entries.
     pub(crate) fn stage(
         &self,
         ino: u64,
@@ -129,8 +131,8 @@ impl FileSystem {
         for (e, &(idx, slot)) in entries.iter().zip(&places) {
             let at = log.pages[idx] + slot * SLOT;
             let bytes = e.encode();
-            pm.write(at, &bytes);
-            pm.flush(at, bytes.len() as u64);
+            // Whole slots, slot-aligned: non-temporal stores skip reading the line in.
+            pm.copy_nt(at, &bytes);
             new_tail = at + bytes.len() as u64;
         }
         if !crate::fault::active(crate::fault::Fault::StageWithoutFence) {
@@ -265,7 +267,7 @@ impl FileSystem {
     /// publishing it anywhere. Returns the chain and the tail after the last entry.
     fn stage_detached(&self, ino: u64, entries: &[Entry]) -> Result<(LogState, u64)> {
         let pm = &*self.pm;
-        let mut layout: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
+        let mut layout: Vec<Vec<crate::log::Encoded>> = vec![Vec::new()];
         let mut used = 0;
         for e in entries {
             if used + e.slots() > SLOTS_PER_PAGE {

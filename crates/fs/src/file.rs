@@ -396,12 +396,17 @@ impl FileSystem {
         buf: &[u8],
         client: Client,
     ) -> Result<u64> {
-        let t0 = std::time::Instant::now();
+        let t0 = self
+            .mover
+            .wants_latency(client)
+            .then(std::time::Instant::now);
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
         // SAFETY: `buf` and the returned page buffers live until the wait below.
         let started = unsafe { self.start_write_inode(inode, at, buf, client)? };
         self.mover.wait(started.pending)?;
-        self.mover.note_latency(client, t0.elapsed());
+        if let Some(t0) = t0 {
+            self.mover.note_latency(client, t0.elapsed());
+        }
         Ok(started.end)
     }
 
@@ -537,7 +542,8 @@ impl FileSystem {
             }
             // SAFETY: `buf` per our caller; the merged pages are returned to the caller,
             // who keeps them until the copy is done (moving a Vec keeps its heap buffer).
-            unsafe { self.mover.start_write_for(client, &pieces) }
+            // The fence that closes staging (below) also covers the CPU's copies.
+            unsafe { self.mover.start_write_unfenced(client, &pieces) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
         match self.stage_write_entries(ino, st, p0, &extents, end, now, pending) {
@@ -642,14 +648,19 @@ impl FileSystem {
         buf: &mut [u8],
         client: Client,
     ) -> Result<usize> {
-        let t0 = std::time::Instant::now();
+        let t0 = self
+            .mover
+            .wants_latency(client)
+            .then(std::time::Instant::now);
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
         // SAFETY: `buf` stays borrowed until the wait below.
         let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf, client)? };
         let r = self.mover.wait(pending);
         drop(guard);
         r?;
-        self.mover.note_latency(client, t0.elapsed());
+        if let Some(t0) = t0 {
+            self.mover.note_latency(client, t0.elapsed());
+        }
         Ok(n)
     }
 

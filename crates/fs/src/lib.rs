@@ -30,7 +30,6 @@ mod recovery;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
@@ -273,10 +272,10 @@ impl Drop for FileSystem {
     }
 }
 
-/// Nanoseconds since the Unix epoch, now.
+/// Nanoseconds since the Unix epoch, now, from the coarse real-time clock (a few
+/// milliseconds' resolution, read without a timestamp counter): what Linux file
+/// systems stamp into mtime and ctime as well.
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_nanos() as i64
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
 }

@@ -50,6 +50,28 @@ pub const PAGE_MAGIC: u64 = u64::from_le_bytes(*b"EIOLOGPG");
 pub const MAX_ENTRY_SLOTS: u64 = (DENTRY_NAME_OFF as u64 + crate::MAX_NAME as u64).div_ceil(SLOT);
 
 const DENTRY_NAME_OFF: usize = 24;
+/// Bytes of the largest entry.
+const MAX_ENTRY_BYTES: usize = (MAX_ENTRY_SLOTS * SLOT) as usize;
+
+/// An encoded entry: its stored bytes, held inline (encoding sits on the write path).
+#[derive(Clone)]
+pub struct Encoded {
+    buf: [u8; MAX_ENTRY_BYTES],
+    len: usize,
+}
+
+impl std::ops::Deref for Encoded {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Encoded {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
 
 /// Entry kinds as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,8 +142,12 @@ impl Entry {
     }
 
     /// The stored bytes, a whole number of slots, checksum filled in.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; (self.slots() * SLOT) as usize];
+    pub fn encode(&self) -> Encoded {
+        let mut enc = Encoded {
+            buf: [0u8; MAX_ENTRY_BYTES],
+            len: (self.slots() * SLOT) as usize,
+        };
+        let b = &mut enc.buf[..enc.len];
         let kind = match self {
             Entry::Write {
                 pgoff,
@@ -131,12 +157,12 @@ impl Entry {
                 mtime,
                 sn,
             } => {
-                put64(&mut b, 8, *pgoff);
-                put64(&mut b, 16, *block);
-                put32(&mut b, 24, *npages);
-                put64(&mut b, 32, *size);
-                put64(&mut b, 40, *mtime as u64);
-                put64(&mut b, 48, *sn);
+                put64(b, 8, *pgoff);
+                put64(b, 16, *block);
+                put32(b, 24, *npages);
+                put64(b, 32, *size);
+                put64(b, 40, *mtime as u64);
+                put64(b, 48, *sn);
                 Kind::Write
             }
             Entry::Attr {
@@ -149,24 +175,24 @@ impl Entry {
                 mtime,
                 ctime,
             } => {
-                put32(&mut b, 8, *mask);
-                put32(&mut b, 12, *mode);
-                put32(&mut b, 16, *uid);
-                put32(&mut b, 20, *gid);
-                put64(&mut b, 24, *size);
-                put64(&mut b, 32, *atime as u64);
-                put64(&mut b, 40, *mtime as u64);
-                put64(&mut b, 48, *ctime as u64);
+                put32(b, 8, *mask);
+                put32(b, 12, *mode);
+                put32(b, 16, *uid);
+                put32(b, 20, *gid);
+                put64(b, 24, *size);
+                put64(b, 32, *atime as u64);
+                put64(b, 40, *mtime as u64);
+                put64(b, 48, *ctime as u64);
                 Kind::Attr
             }
             Entry::Link { nlink, ctime } => {
-                put32(&mut b, 8, *nlink);
-                put64(&mut b, 16, *ctime as u64);
+                put32(b, 8, *nlink);
+                put64(b, 16, *ctime as u64);
                 Kind::Link
             }
             Entry::DentryAdd { ino, ctime, name } | Entry::DentryDel { ino, ctime, name } => {
-                put64(&mut b, 8, *ino);
-                put64(&mut b, 16, *ctime as u64);
+                put64(b, 8, *ino);
+                put64(b, 16, *ctime as u64);
                 b[2..4].copy_from_slice(&(name.len() as u16).to_le_bytes());
                 b[DENTRY_NAME_OFF..DENTRY_NAME_OFF + name.len()].copy_from_slice(name.as_bytes());
                 if matches!(self, Entry::DentryAdd { .. }) {
@@ -179,9 +205,9 @@ impl Entry {
         };
         b[0] = kind as u8;
         b[1] = self.slots() as u8;
-        let csum = crc32c::crc32c(&b);
-        put32(&mut b, 4, csum);
-        b
+        let csum = crc32c::crc32c(b);
+        put32(b, 4, csum);
+        enc
     }
 
     /// Slots announced by an entry's first slot, checked against the limits, so the
@@ -200,9 +226,9 @@ impl Entry {
         if b[0] == Kind::Void as u8 {
             return Ok(Entry::Void);
         }
-        let mut copy = b.to_vec();
-        put32(&mut copy, 4, 0);
-        if crc32c::crc32c(&copy) != get32(b, 4) {
+        // The checksum covers the entry with its own field read as zeros.
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..4]), &[0; 4]);
+        if crc32c::crc32c_append(crc, &b[8..]) != get32(b, 4) {
             return Err(bad("checksum mismatch".into()));
         }
         let name = || -> Result<String> {

@@ -1,11 +1,14 @@
 //! `cpu` mode (NOVA): the calling thread copies, with non-temporal stores into the
-//! region and one fence per request.
+//! region and one fence per request (or none, where the file system's own fence covers
+//! the data).
 
 use std::sync::Arc;
 
 use pmem::Pmem;
 
-use crate::{cpu_read, cpu_write, Mode, Mover, Pending, ReadPiece, WritePiece};
+use crate::{
+    cpu_read, cpu_write, cpu_write_unfenced, Client, Mode, Mover, Pending, ReadPiece, WritePiece,
+};
 
 /// The calling thread copies.
 pub struct CpuMover {
@@ -25,6 +28,11 @@ impl Mover for CpuMover {
 
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
         cpu_write(&*self.pm, pieces);
+        Pending::Done
+    }
+
+    unsafe fn start_write_unfenced(&self, _: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        cpu_write_unfenced(&*self.pm, pieces);
         Pending::Done
     }
 

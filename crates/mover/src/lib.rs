@@ -219,6 +219,25 @@ pub trait Mover: Send + Sync {
         unsafe { self.start_write(pieces) }
     }
 
+    /// [`Mover::start_write_for`], except that copies the calling thread makes itself
+    /// are left without their closing fence: the caller must fence on this thread
+    /// ([`Pmem::fence`]) before anything that depends on the data being durable. The
+    /// file system uses it to let one fence cover both a write's data and its log
+    /// entry. Engine copies are fenced by the engine as always.
+    ///
+    /// # Safety
+    /// As for [`Mover::start_write`].
+    unsafe fn start_write_unfenced(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.start_write_for(client, pieces) }
+    }
+
+    /// Whether [`Mover::note_latency`] uses what it is told: callers skip timing
+    /// requests otherwise.
+    fn wants_latency(&self, client: Client) -> bool {
+        self.qos().is_some() && matches!(client.class, Class::Latency { .. })
+    }
+
     /// [`Mover::start_read`] on behalf of `client`.
     ///
     /// # Safety
@@ -278,10 +297,15 @@ fn open_engine(
 
 /// Copies pieces into the region on the calling thread, one fence for all.
 pub(crate) fn cpu_write(pm: &dyn Pmem, pieces: &[WritePiece<'_>]) {
+    cpu_write_unfenced(pm, pieces);
+    pm.fence();
+}
+
+/// [`cpu_write`] without the closing fence, which the caller owes.
+pub(crate) fn cpu_write_unfenced(pm: &dyn Pmem, pieces: &[WritePiece<'_>]) {
     for p in pieces {
         pm.copy_nt(p.dst, p.src);
     }
-    pm.fence();
 }
 
 /// Copies pieces out of the region on the calling thread.

@@ -35,6 +35,37 @@ pub struct AsyncMover {
 }
 
 impl AsyncMover {
+    /// Copies the small pieces by CPU and submits the rest as one batch; the CPU's
+    /// stores are left unfenced (the caller fences).
+    ///
+    /// # Safety
+    /// As for [`Mover::start_write`].
+    unsafe fn write_pieces(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        let mut descs = Vec::new();
+        for p in pieces {
+            if p.src.len() <= self.cpu_max {
+                self.pm.copy_nt(p.dst, p.src);
+            } else {
+                descs.push(Desc::write(p.src, p.dst));
+            }
+        }
+        if descs.is_empty() {
+            return Pending::Done;
+        }
+        let (channel, _) = self.least_loaded(client);
+        // SAFETY: forwarded from our caller's contract.
+        match unsafe { self.submit(client, channel, &descs) } {
+            Ok(sn) => Pending::Sn(sn),
+            Err(_) => {
+                // The engine refused (shut down or failed): copy by CPU instead.
+                for p in pieces.iter().filter(|p| p.src.len() > self.cpu_max) {
+                    self.pm.copy_nt(p.dst, p.src);
+                }
+                Pending::Done
+            }
+        }
+    }
+
     /// Selective offload over `engine`, with a channel manager if `cfg.qos` asks for one
     /// (its throttling loop runs when a B limit is set).
     pub fn new(pm: Arc<dyn Pmem>, engine: Arc<Engine>, cfg: &Config) -> Result<AsyncMover, Error> {
@@ -112,35 +143,15 @@ impl Mover for AsyncMover {
     }
 
     unsafe fn start_write_for(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
-        let mut descs = Vec::new();
-        let mut by_cpu = false;
-        for p in pieces {
-            if p.src.len() <= self.cpu_max {
-                self.pm.copy_nt(p.dst, p.src);
-                by_cpu = true;
-            } else {
-                descs.push(Desc::write(p.src, p.dst));
-            }
-        }
-        if by_cpu {
-            self.pm.fence();
-        }
-        if descs.is_empty() {
-            return Pending::Done;
-        }
-        let (channel, _) = self.least_loaded(client);
-        // SAFETY: forwarded from our caller's contract.
-        match unsafe { self.submit(client, channel, &descs) } {
-            Ok(sn) => Pending::Sn(sn),
-            Err(_) => {
-                // The engine refused (shut down or failed): copy by CPU instead.
-                for p in pieces.iter().filter(|p| p.src.len() > self.cpu_max) {
-                    self.pm.copy_nt(p.dst, p.src);
-                }
-                self.pm.fence();
-                Pending::Done
-            }
-        }
+        // SAFETY: forwarded from our caller.
+        let p = unsafe { self.write_pieces(client, pieces) };
+        self.pm.fence();
+        p
+    }
+
+    unsafe fn start_write_unfenced(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.write_pieces(client, pieces) }
     }
 
     unsafe fn start_read_for(&self, client: Client, pieces: &mut [ReadPiece<'_>]) -> Pending {
