@@ -218,7 +218,7 @@ fn client(
             }
             Ok(moved.read - r0 + moved.written - w0)
         },
-        |_| Ok(()),
+        |_| Ok(false),
     )?;
     if let Some(h) = log {
         t.close(h)?;

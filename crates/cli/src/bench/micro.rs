@@ -190,10 +190,11 @@ fn run_thread(
                 deadline,
                 |_| t.append(&h, &buf).map(|_| io),
                 |i| {
-                    if i % cap_ops == 0 {
+                    let due = i % cap_ops == 0;
+                    if due {
                         t.truncate(&h, 0)?;
                     }
-                    Ok(())
+                    Ok(due)
                 },
             );
             t.close(h)?;
@@ -204,13 +205,15 @@ fn run_thread(
             t.pwrite(&h, &buf, 0)?;
             let deadline = go();
             let r = match w {
-                Workload::Dwol => {
-                    timed_loop(deadline, |_| t.pwrite(&h, &buf, 0).map(|_| io), |_| Ok(()))
-                }
+                Workload::Dwol => timed_loop(
+                    deadline,
+                    |_| t.pwrite(&h, &buf, 0).map(|_| io),
+                    |_| Ok(false),
+                ),
                 Workload::Drbl => timed_loop(
                     deadline,
                     |_| t.pread(&h, &mut rbuf, 0).map(|n| n as u64),
-                    |_| Ok(()),
+                    |_| Ok(false),
                 ),
                 Workload::Ciow => timed_loop(
                     deadline,
@@ -218,7 +221,7 @@ fn run_thread(
                         compute(p.compute_us);
                         t.pwrite(&h, &buf, 0).map(|_| io)
                     },
-                    |_| Ok(()),
+                    |_| Ok(false),
                 ),
                 _ => timed_loop(
                     deadline,
@@ -226,7 +229,7 @@ fn run_thread(
                         compute(p.compute_us);
                         t.pread(&h, &mut rbuf, 0).map(|n| n as u64)
                     },
-                    |_| Ok(()),
+                    |_| Ok(false),
                 ),
             };
             t.close(h)?;
@@ -240,13 +243,13 @@ fn run_thread(
                 timed_loop(
                     deadline,
                     |_| t.pwrite(&h, &buf, off).map(|_| io),
-                    |_| Ok(()),
+                    |_| Ok(false),
                 )
             } else {
                 timed_loop(
                     deadline,
                     |_| t.pread(&h, &mut rbuf, off).map(|n| n as u64),
-                    |_| Ok(()),
+                    |_| Ok(false),
                 )
             };
             t.close(h)?;
@@ -259,13 +262,14 @@ fn run_thread(
                 deadline,
                 |i| t.create_empty(&format!("{dir}/f{i}")).map(|_| 0),
                 |i| {
-                    if i % NAMESPACE_BATCH == 0 {
+                    let due = i % NAMESPACE_BATCH == 0;
+                    if due {
                         for k in cleared..i {
                             t.unlink(&format!("{dir}/f{k}"))?;
                         }
                         cleared = i;
                     }
-                    Ok(())
+                    Ok(due)
                 },
             )
         }
@@ -282,10 +286,11 @@ fn run_thread(
                 deadline,
                 |i| t.unlink(&format!("{dir}/f{i}")).map(|_| 0),
                 |i| {
-                    if i % NAMESPACE_BATCH == 0 {
+                    let due = i % NAMESPACE_BATCH == 0;
+                    if due {
                         refill(i)?;
                     }
-                    Ok(())
+                    Ok(due)
                 },
             )
         }
@@ -299,7 +304,7 @@ fn run_thread(
                     t.rename(&format!("{dir}/{a}"), &format!("{dir}/{b}"))
                         .map(|_| 0)
                 },
-                |_| Ok(()),
+                |_| Ok(false),
             )
         }
     }
