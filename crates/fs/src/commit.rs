@@ -320,7 +320,7 @@ fn log_page(log: &LogState, new_pages: &[u64], idx: usize) -> u64 {
 pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut run: Option<(u64, u64, u32)> = None; // (pgoff, block, npages)
-    for (&pg, &blk) in &st.pages {
+    for (pg, blk) in st.pages.iter() {
         run = match run {
             Some((p, b, n)) if p + n as u64 == pg && b + n as u64 == blk && n < u32::MAX => {
                 Some((p, b, n + 1))

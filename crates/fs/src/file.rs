@@ -629,7 +629,7 @@ impl FileSystem {
     fn merged_page(&self, st: &InodeState, pg: u64, off: u64, buf: &[u8]) -> Vec<u8> {
         let mut page = vec![0u8; BLOCK_SIZE as usize];
         let start = pg * BLOCK_SIZE;
-        if let Some(&b) = st.pages.get(&pg) {
+        if let Some(b) = st.pages.get(pg) {
             let valid = st.size.saturating_sub(start).min(BLOCK_SIZE) as usize;
             self.pm.read(b * BLOCK_SIZE, &mut page[..valid]);
         }
@@ -702,7 +702,7 @@ impl FileSystem {
                 let pg = pos / BLOCK_SIZE;
                 let in_page = pos % BLOCK_SIZE;
                 let len = (BLOCK_SIZE - in_page).min(end - pos);
-                let src = st.pages.get(&pg).map(|b| b * BLOCK_SIZE + in_page);
+                let src = st.pages.get(pg).map(|b| b * BLOCK_SIZE + in_page);
                 match (segs.last_mut(), src) {
                     (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => {
                         *l += len as usize
@@ -747,7 +747,7 @@ impl FileSystem {
         // no stale data.
         let pg = len / BLOCK_SIZE;
         if len < st.size && !len.is_multiple_of(BLOCK_SIZE) {
-            if let Some(&old) = st.pages.get(&pg) {
+            if let Some(old) = st.pages.get(pg) {
                 let mut page = vec![0u8; BLOCK_SIZE as usize];
                 self.pm
                     .read(old * BLOCK_SIZE, &mut page[..(len % BLOCK_SIZE) as usize]);

@@ -19,7 +19,7 @@
 //! Everything that changes after creation (size, attributes, links, data, directory
 //! entries) is in the log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
 
 use parking_lot::RwLock;
@@ -27,6 +27,7 @@ use pmem::Pmem;
 
 use crate::alloc::Extent;
 use crate::error::{Error, Result};
+use crate::index::PageIndex;
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
 use crate::log::{attr, Entry, LogState};
 
@@ -151,7 +152,7 @@ pub struct InodeState {
     pub ctime: i64,
     pub log: LogState,
     /// File and symlink data: page offset → block.
-    pub pages: BTreeMap<u64, u64>,
+    pub pages: PageIndex,
     /// Directory entries: name → inode.
     pub children: HashMap<String, u64>,
     /// Directories: the parent's inode number (the root is its own parent).
@@ -177,7 +178,7 @@ impl InodeState {
             mtime: rec.ctime,
             ctime: rec.ctime,
             log: LogState::default(),
-            pages: BTreeMap::new(),
+            pages: PageIndex::default(),
             children: HashMap::new(),
             parent: 0,
             freed: false,
@@ -228,9 +229,8 @@ impl InodeState {
                 }
                 if mask & attr::SIZE != 0 {
                     let keep = size.div_ceil(BLOCK_SIZE);
-                    let cut: Vec<u64> = self.pages.range(keep..).map(|(&p, _)| p).collect();
-                    for p in cut {
-                        push_block(displaced, self.pages.remove(&p).unwrap());
+                    for b in self.pages.remove_from(keep) {
+                        push_block(displaced, b);
                     }
                     self.size = *size;
                 }
@@ -265,7 +265,7 @@ impl InodeState {
     /// Data blocks the inode references, as extents.
     pub fn data_extents(&self) -> Vec<Extent> {
         let mut out = Vec::new();
-        for &b in self.pages.values() {
+        for b in self.pages.blocks() {
             push_block(&mut out, b);
         }
         out

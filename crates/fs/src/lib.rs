@@ -21,6 +21,7 @@ mod error;
 pub mod fault;
 mod file;
 pub mod fsck;
+mod index;
 mod inode;
 mod journal;
 pub mod layout;
