@@ -33,7 +33,9 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::target::{cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult};
+use super::target::{
+    cpu_seconds, engine_cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult,
+};
 use super::{gib_per_s, raw};
 use crate::files::parse_size;
 use crate::report::{self, Machine};
@@ -130,6 +132,9 @@ struct Row {
     cpu_us_per_op: f64,
     /// CPU-seconds of the whole process per GiB moved (data workloads).
     cpu_s_per_gib: Option<f64>,
+    /// Of `cpu_s_per_gib`, the part spent by the software copy engine's threads (a
+    /// hardware engine would spend none).
+    engine_cpu_s_per_gib: Option<f64>,
     /// Bandwidth as a fraction of the single-core limit (`bench raw`'s persistent copy
     /// for writes, memcpy for reads) measured in the same run.
     of_limit: Option<f64>,
@@ -348,7 +353,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         ..spec.params
     };
     let gate = Arc::new(Gate::new(clients + 1));
-    let (results, cpu) = if mode.uthreads() {
+    let (results, (cpu, engine_cpu)) = if mode.uthreads() {
         let runtime = rt::Runtime::new(threads)?;
         let handles: Vec<_> = (0..clients)
             .map(|tid| {
@@ -372,7 +377,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
             })
             .collect();
         gate.arrive_and_wait();
-        let cpu0 = cpu_seconds();
+        let cpu0 = (cpu_seconds(), engine_cpu_seconds());
         let mut results = Vec::new();
         for h in handles {
             results.push(
@@ -380,7 +385,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
                     .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))??,
             );
         }
-        let cpu = cpu_seconds() - cpu0;
+        let cpu = (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1);
         stop.store(true, Ordering::Relaxed);
         for c in computes {
             let _ = c.join();
@@ -394,7 +399,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
             })
             .collect();
         gate.arrive_and_wait();
-        let cpu0 = cpu_seconds();
+        let cpu0 = (cpu_seconds(), engine_cpu_seconds());
         let mut results = Vec::new();
         for h in handles {
             results.push(
@@ -402,7 +407,10 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
                     .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
             );
         }
-        (results, cpu_seconds() - cpu0)
+        (
+            results,
+            (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1),
+        )
     };
     Arc::into_inner(target)
         .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?
@@ -432,6 +440,10 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
         cpu_us_per_op: cpu * 1e6 / ops.max(1) as f64,
         cpu_s_per_gib: (w.moves_data() && gib > 0.0).then(|| cpu / gib),
+        engine_cpu_s_per_gib: (w.moves_data()
+            && gib > 0.0
+            && mode.mover().is_some_and(|m| m.uses_engine()))
+        .then(|| engine_cpu / gib),
         of_limit: None,
     })
 }
@@ -534,6 +546,8 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         duration_s: a.duration,
         slowmem,
         note: "kernel = std::fs on the host tmpfs: its writes are not persistent; \
+               of it engine = CPU-s/GiB of the software copy engine's threads, the \
+               stand-in for a hardware engine that costs no CPU; \
                of limit = fraction of one core's raw copy bandwidth measured in this run",
         results,
     };
@@ -571,6 +585,8 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                 format!("{:.2}", r.p99_us),
                 format!("{:.2}", r.cpu_us_per_op),
                 r.cpu_s_per_gib.map_or(String::new(), |c| format!("{c:.3}")),
+                r.engine_cpu_s_per_gib
+                    .map_or(String::new(), |c| format!("{c:.3}")),
                 r.of_limit.map_or(String::new(), |f| format!("{f:.2}")),
                 match peer {
                     Some(p) if r.mode != Mode::Kernel && p.ops_per_s > 0.0 => {
@@ -595,6 +611,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                 "p99 µs",
                 "CPU µs/op",
                 "CPU-s/GiB",
+                "of it engine",
                 "of limit",
                 "vs kernel"
             ],

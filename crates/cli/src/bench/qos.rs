@@ -38,13 +38,15 @@ const B_SHARE: f64 = 1.0 / 3.0;
 const L_FILE_BYTES: usize = 16 << 20;
 const B_FILE_BYTES: usize = 32 << 20;
 /// The default medium: Optane's latencies with the bandwidth of EASYIO's I/OAT engine
-/// (Fig. 12 throttles to 2 GB/s, a third of it: ~6 GB/s).
+/// (Fig. 12 throttles to 2 GB/s, a third of it: ~6 GB/s); a core's copies are not
+/// limited below the medium's bandwidth.
 const IOAT_MEDIUM: Model = Model {
     name: "optane-at-ioat-bandwidth",
     read_bw: 6e9,
     write_bw: 6e9,
     read_latency: Model::OPTANE.read_latency,
     write_latency: Model::OPTANE.write_latency,
+    cpu_write_bw: None,
     source: "Optane latencies (EASYIO §6.1, Fastmove §2.2); 6 GB/s, the I/OAT bandwidth of \
              EASYIO §6.4.3",
 };
