@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::alloc::Extent;
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
@@ -60,8 +62,9 @@ impl FileSystem {
             (idx, (log.tail % BLOCK_SIZE) / SLOT)
         };
         // First pass: where each entry lands, and how many pages must be added.
-        let mut places = Vec::with_capacity(entries.len());
-        let mut moved_on = Vec::new(); // (page index, slots used) of pages left behind
+        let mut places: SmallVec<[(usize, u64); 4]> = SmallVec::new();
+        // (page index, slots used) of pages left behind
+        let mut moved_on: SmallVec<[(usize, u64); 2]> = SmallVec::new();
         let mut pages_needed = 0usize;
         for e in &entries {
             let k = e.slots();
@@ -100,7 +103,7 @@ impl FileSystem {
         }
         // Link the new pages in, record how full the pages left behind are, and write
         // back every trailer line touched (plus the head word for a first page).
-        let mut touched = Vec::new();
+        let mut touched: SmallVec<[u64; 4]> = SmallVec::new();
         for (i, &p) in new_pages.iter().enumerate() {
             match (had_pages + i).checked_sub(1) {
                 Some(prev) => {

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::alloc::Extent;
 use crate::commit::Staged;
@@ -492,7 +493,9 @@ impl FileSystem {
             .ok_or(Error::FileTooBig)?;
         let (p0, p1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
         let extents = self.alloc_blocks(p1 - p0)?;
-        let blocks: Vec<u64> = extents
+        // Inline for writes of up to 64 KiB: the write path allocates nothing it can
+        // keep on the stack.
+        let blocks: SmallVec<[u64; 16]> = extents
             .iter()
             .flat_map(|e| e.start..e.start + e.len)
             .collect();
@@ -504,7 +507,7 @@ impl FileSystem {
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
         let pending = {
-            let mut pieces: Vec<WritePiece<'_>> = Vec::new();
+            let mut pieces: SmallVec<[WritePiece<'_>; 4]> = SmallVec::new();
             let mut p = p0;
             while p < p1 {
                 let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
@@ -547,7 +550,10 @@ impl FileSystem {
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
         match self.stage_write_entries(ino, st, p0, &extents, end, now, pending) {
-            Ok(staged) => Ok((staged, pending, pages)),
+            Ok(mut staged) => {
+                staged.new_data = extents;
+                Ok((staged, pending, pages))
+            }
             Err(e) => {
                 // The copy may still be running into these blocks: let it finish first.
                 let _ = self.mover.wait(pending);
@@ -579,11 +585,21 @@ impl FileSystem {
             }
         }
         self.pm.fence();
-        self.stage_write_entries(ino, st, 0, &extents, data.len() as u64, now, Pending::Done)
-            .inspect_err(|_| extents.iter().for_each(|&x| self.blocks.free(x)))
+        match self.stage_write_entries(ino, st, 0, &extents, data.len() as u64, now, Pending::Done)
+        {
+            Ok(mut staged) => {
+                staged.new_data = extents;
+                Ok(staged)
+            }
+            Err(e) => {
+                extents.iter().for_each(|&x| self.blocks.free(x));
+                Err(e)
+            }
+        }
     }
 
-    /// Stages one write entry per extent of new blocks for pages from `p0`.
+    /// Stages one write entry per extent of new blocks for pages from `p0` (the caller
+    /// records the extents as the staged data).
     #[allow(clippy::too_many_arguments)]
     fn stage_write_entries(
         &self,
@@ -613,9 +629,7 @@ impl FileSystem {
             });
             pg += e.len;
         }
-        let mut staged = self.stage(ino, st, entries)?;
-        staged.new_data = extents.to_vec();
-        Ok(staged)
+        self.stage(ino, st, entries)
     }
 
     /// Gives back the data blocks of a staged write that will not be committed.
