@@ -32,6 +32,11 @@ pub struct Extent {
 /// frees one block and allocates one, and the stack serves both without reshaping the
 /// map. Bounded, so at most this many free blocks per shard sit uncoalesced.
 pub const SINGLES_MAX: usize = 64;
+/// Likewise for extents of 2 to [`RECENT_MAX_LEN`] blocks (writes of up to 256 KiB): a
+/// recently freed one serves the next request of exactly its size.
+pub const RECENT_MAX: usize = 64;
+/// Longest extent kept on the recent stack.
+pub const RECENT_MAX_LEN: u64 = 64;
 
 /// Free pool blocks, sharded.
 pub struct BlockAlloc {
@@ -42,73 +47,103 @@ pub struct BlockAlloc {
     free: AtomicU64,
 }
 
-/// One shard's free blocks: coalesced extents (start → length) and a stack of single
-/// blocks, disjoint.
-#[derive(Default)]
+/// One shard's free blocks: coalesced extents (start → length), a stack of single
+/// blocks and a stack of short extents, all disjoint; and a bitmap of which of the
+/// shard's blocks are free, which catches a double free whatever holds the block.
 struct Shard {
+    /// First block of the shard.
+    base: u64,
+    free_bits: Vec<u64>,
     extents: BTreeMap<u64, u64>,
     singles: Vec<u64>,
+    recent: Vec<Extent>,
 }
 
 impl Shard {
+    fn new(base: u64, len: u64) -> Shard {
+        Shard {
+            base,
+            free_bits: vec![0; len.div_ceil(64) as usize],
+            extents: BTreeMap::new(),
+            singles: Vec::new(),
+            recent: Vec::new(),
+        }
+    }
+
+    /// Flips the free bits of `start..start + len` to `free`, asserting they were not
+    /// already (a double free panics; allocating a block not free is a bug checked in
+    /// debug builds). Works a word at a time.
+    fn mark(&mut self, start: u64, len: u64, free: bool) {
+        let (mut i, end) = (start - self.base, start - self.base + len);
+        while i < end {
+            let n = (64 - i % 64).min(end - i);
+            let mask = (u64::MAX >> (64 - n)) << (i % 64);
+            let word = &mut self.free_bits[(i / 64) as usize];
+            if free {
+                assert!(
+                    *word & mask == 0,
+                    "double free of block {}",
+                    self.base + i / 64 * 64 + (*word & mask).trailing_zeros() as u64
+                );
+            } else {
+                debug_assert!(*word & mask == mask, "allocating blocks that are not free");
+            }
+            *word ^= mask;
+            i += n;
+        }
+    }
+
     fn free(&mut self, start: u64, len: u64) {
+        self.mark(start, len, true);
         if len == 1 && self.singles.len() < SINGLES_MAX {
-            let in_map = self
-                .extents
-                .range(..=start)
-                .next_back()
-                .is_some_and(|(&s, &l)| s + l > start);
-            assert!(
-                !in_map && !self.singles.contains(&start),
-                "double free of block {start}"
-            );
             self.singles.push(start);
+        } else if len <= RECENT_MAX_LEN && self.recent.len() < RECENT_MAX {
+            self.recent.push(Extent { start, len });
         } else {
-            assert!(
-                !self
-                    .singles
-                    .iter()
-                    .any(|&b| (start..start + len).contains(&b)),
-                "double free of blocks {start}..{}",
-                start + len
-            );
             insert_coalesced(&mut self.extents, start, len);
         }
     }
 
-    /// Moves the single blocks into the extent map, where they coalesce.
+    /// Moves the stacked blocks into the extent map, where they coalesce.
     fn spill(&mut self) {
         for b in std::mem::take(&mut self.singles) {
             insert_coalesced(&mut self.extents, b, 1);
         }
+        for e in std::mem::take(&mut self.recent) {
+            insert_coalesced(&mut self.extents, e.start, e.len);
+        }
     }
 
-    /// One extent of at most `want` blocks: a single for one block, else the first
-    /// extent that fits whole, else the largest piece there is.
+    /// One extent of at most `want` blocks: a stacked one of exactly that size, else
+    /// the first extent of the map that fits whole, else the largest piece there is.
     fn take(&mut self, want: u64) -> Option<Extent> {
-        if want == 1 {
-            if let Some(b) = self.singles.pop() {
-                return Some(Extent { start: b, len: 1 });
-            }
-        } else if !self.singles.is_empty() && !self.extents.values().any(|&l| l >= want) {
-            self.spill();
-        }
-        let pick = self
-            .extents
-            .iter()
-            .find(|(_, &len)| len >= want)
-            .or_else(|| self.extents.iter().max_by_key(|(_, &len)| len))
-            .map(|(&s, &l)| (s, l));
-        let (start, len) = match pick {
-            Some(p) => p,
-            None => return self.singles.pop().map(|b| Extent { start: b, len: 1 }),
+        let stacked = if want == 1 {
+            self.singles.pop().map(|b| Extent { start: b, len: 1 })
+        } else {
+            let i = self.recent.iter().rposition(|e| e.len == want);
+            i.map(|i| self.recent.swap_remove(i))
         };
-        self.extents.remove(&start);
-        let got = len.min(want);
-        if len > got {
-            self.extents.insert(start + got, len - got);
-        }
-        Some(Extent { start, len: got })
+        let got = stacked.or_else(|| {
+            let fits = self.extents.values().any(|&l| l >= want);
+            if !fits && !(self.singles.is_empty() && self.recent.is_empty()) {
+                self.spill();
+            }
+            let pick = self
+                .extents
+                .iter()
+                .find(|(_, &len)| len >= want)
+                .or_else(|| self.extents.iter().max_by_key(|(_, &len)| len))
+                .map(|(&s, &l)| (s, l));
+            let (start, len) = pick?;
+            self.extents.remove(&start);
+            let got = len.min(want);
+            if len > got {
+                self.extents.insert(start + got, len - got);
+            }
+            Some(Extent { start, len: got })
+        })?;
+        self.mark(got.start, got.len, false);
+        Some(got)
     }
 }
 
@@ -120,7 +155,9 @@ impl BlockAlloc {
             first,
             end,
             shard_len,
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS as u64)
+                .map(|i| Mutex::new(Shard::new(first + i * shard_len, shard_len)))
+                .collect(),
             free: AtomicU64::new(0),
         }
     }
@@ -191,6 +228,7 @@ impl BlockAlloc {
             let s = s.lock();
             all.extend(s.extents.iter().map(|(&start, &len)| Extent { start, len }));
             all.extend(s.singles.iter().map(|&start| Extent { start, len: 1 }));
+            all.extend(s.recent.iter().copied());
         }
         all.sort_by_key(|e| e.start);
         let mut merged: Vec<Extent> = Vec::with_capacity(all.len());
@@ -333,6 +371,60 @@ mod tests {
         assert_eq!(a.alloc(8).unwrap(), vec![Extent { start: 0, len: 8 }]);
         assert_eq!(a.free_blocks(), 0);
         assert!(matches!(a.alloc(1), Err(Error::NoSpace)));
+        // Short extents come back whole, newest first.
+        a.free(Extent { start: 0, len: 4 });
+        a.free(Extent { start: 4, len: 4 });
+        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 4, len: 4 }]);
+        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 0, len: 4 }]);
+        // A request no stacked extent matches spills the stacks and coalesces.
+        a.free(Extent { start: 0, len: 2 });
+        a.free(Extent { start: 2, len: 2 });
+        a.free(Extent { start: 4, len: 1 });
+        assert_eq!(a.alloc(5).unwrap(), vec![Extent { start: 0, len: 5 }]);
+    }
+
+    #[test]
+    #[should_panic(expected = "double free of block 40")]
+    fn double_free_inside_a_coalesced_extent_is_caught() {
+        let a = BlockAlloc::empty(0, 1024);
+        a.free(Extent {
+            start: 0,
+            len: 1024,
+        });
+        a.free(Extent { start: 40, len: 1 });
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of allocations and frees, what is handed out is disjoint,
+        /// never free at the same time, and everything is accounted for.
+        #[test]
+        fn allocations_are_disjoint_and_accounted(
+            ops in proptest::collection::vec((1u64..80, proptest::bool::ANY), 1..300)
+        ) {
+            const TOTAL: u64 = 2048;
+            let a = BlockAlloc::empty(16, 16 + TOTAL);
+            a.free(Extent { start: 16, len: TOTAL });
+            let mut held: Vec<Extent> = Vec::new();
+            for (n, free_one) in ops {
+                if free_one && !held.is_empty() {
+                    a.free(held.swap_remove(n as usize % held.len()));
+                } else if let Ok(got) = a.alloc(n) {
+                    proptest::prop_assert_eq!(got.iter().map(|e| e.len).sum::<u64>(), n);
+                    held.extend(got);
+                }
+                let mut used = vec![false; TOTAL as usize];
+                for e in held.iter().chain(a.snapshot().iter()) {
+                    for b in e.start..e.start + e.len {
+                        let i = (b - 16) as usize;
+                        proptest::prop_assert!(!used[i], "block {} handed out twice", b);
+                        used[i] = true;
+                    }
+                }
+                proptest::prop_assert!(used.iter().all(|&u| u), "a block went missing");
+                let held_n: u64 = held.iter().map(|e| e.len).sum();
+                proptest::prop_assert_eq!(a.free_blocks() + held_n, TOTAL);
+            }
+        }
     }
 
     #[test]
