@@ -124,8 +124,8 @@ impl Shard {
             i.map(|i| self.recent.swap_remove(i))
         };
         let got = stacked.or_else(|| {
-            let fits = self.extents.values().any(|&l| l >= want);
-            if !fits && !(self.singles.is_empty() && self.recent.is_empty()) {
+            let stacks_empty = self.singles.is_empty() && self.recent.is_empty();
+            if !stacks_empty && !self.extents.values().any(|&l| l >= want) {
                 self.spill();
             }
             let pick = self
