@@ -62,3 +62,36 @@ fn bad_arguments_are_refused() {
         assert!(!out.stderr.is_empty());
     }
 }
+
+#[test]
+fn a_client_failing_before_the_start_line_ends_the_run_with_its_error() {
+    // Two clients each write 3 MiB before the start line into a region with room for
+    // one: the second fails (ENOSPC); the first must not wait for it forever.
+    for mode in ["cpu", "async"] {
+        let (out, _) = run_bounded(
+            common::easyio().args([
+                "bench",
+                "micro",
+                "--duration",
+                "1",
+                "--workload",
+                "DWOL",
+                "--io-size",
+                "3M",
+                "--threads",
+                "2",
+                "--mode",
+                mode,
+                "--region-size",
+                "6M",
+            ]),
+            Duration::from_secs(60),
+        );
+        assert!(
+            !out.status.success(),
+            "{mode}: a failed client went unreported"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no space left"), "{mode}: {err}");
+    }
+}

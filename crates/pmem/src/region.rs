@@ -141,14 +141,23 @@ impl Region {
     /// removed when the region is dropped.
     pub fn create_temp_in(dir: impl AsRef<Path>, size: u64) -> Result<Region> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "easyio-{}-{}.region",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut region = Self::create(dir.as_ref().join(name), size)?;
-        region.remove_on_drop = true;
-        Ok(region)
+        let dir = dir.as_ref();
+        reclaim_abandoned_temps(dir);
+        let pid = std::process::id();
+        // A process killed before it removed its temporary region leaves the name
+        // behind, and process ids are reused: take the next number until one is free.
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("{TEMP_PREFIX}{pid}-{n}{TEMP_SUFFIX}"));
+            match Self::create(&path, size) {
+                Err(Error::Exists { .. }) if n < 1 << 20 => continue,
+                Err(e) => return Err(e),
+                Ok(mut region) => {
+                    region.remove_on_drop = true;
+                    return Ok(region);
+                }
+            }
+        }
     }
 
     /// A temporary region in `/dev/shm`, the embedded default.
@@ -493,6 +502,40 @@ fn lock(file: &File, path: &Path) -> Result<()> {
         path: path.into(),
         holder,
     })
+}
+
+/// Name of a temporary region: prefix, creator's pid, a number, suffix.
+const TEMP_PREFIX: &str = "easyio-";
+const TEMP_SUFFIX: &str = ".region";
+
+/// Removes the temporary regions in `dir` that their creator left behind when it was
+/// killed: named as [`Region::create_temp_in`] names them, created by a process that no
+/// longer exists, and not held by anyone (every open region is `flock`ed). Best effort:
+/// anything unexpected leaves the file alone.
+fn reclaim_abandoned_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX)?.strip_suffix(TEMP_SUFFIX))
+            .and_then(|rest| rest.split('-').next()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        // Held (by a process whose id we cannot see, say): not abandoned.
+        if let Ok(file) = open_rw(&path) {
+            if lock(&file, &path).is_ok() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
 }
 
 /// Finds the process holding a `flock` on (dev, ino) in `/proc/locks`.

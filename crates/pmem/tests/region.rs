@@ -226,3 +226,45 @@ fn remove_refuses_non_regions() {
     pmem::remove(&path).unwrap();
     assert!(!path.exists());
 }
+
+#[test]
+fn temporary_regions_of_killed_processes_are_reclaimed_unless_held() {
+    let dir = Scratch::new("reclaim");
+    // No process has this id (above the kernel's largest pid_max).
+    let dead = 4_200_000_000u32;
+    let abandoned = dir.path(&format!("easyio-{dead}-0.region"));
+    drop(Region::create(&abandoned, MIB).unwrap());
+    let held_path = dir.path(&format!("easyio-{dead}-1.region"));
+    drop(Region::create(&held_path, MIB).unwrap());
+    let held = Region::open(&held_path).unwrap();
+    let other = dir.path("easyio-notatemp.region");
+    std::fs::write(&other, b"x").unwrap();
+    let fresh = Region::create_temp_in(&dir.0, MIB).unwrap();
+    assert!(
+        !abandoned.exists(),
+        "an abandoned temporary region was left"
+    );
+    assert!(held_path.exists(), "a held region was removed");
+    assert!(
+        other.exists(),
+        "a file not named like a temporary region was removed"
+    );
+    drop((fresh, held));
+}
+
+#[test]
+fn a_leftover_name_of_this_process_is_skipped() {
+    let dir = Scratch::new("leftover");
+    // Names this process would pick next, already taken (as by a killed process
+    // whose id this one reuses): creation moves on to a free name.
+    let pid = std::process::id();
+    let taken: Vec<_> = (0..256)
+        .map(|n| dir.path(&format!("easyio-{pid}-{n}.region")))
+        .collect();
+    for p in &taken {
+        std::fs::write(p, b"x").unwrap();
+    }
+    let r = Region::create_temp_in(&dir.0, MIB).unwrap();
+    assert_eq!(r.len(), MIB - pmem::HEADER_LEN);
+    assert!(taken.iter().all(|p| p.exists()));
+}

@@ -157,7 +157,7 @@ fn client(
     let log = (app == App::Webserver)
         .then(|| t.open("/log", false, true))
         .transpose()?;
-    let deadline = gate.arrive_and_wait() + duration;
+    let deadline = gate.arrive_and_wait()? + duration;
     let result = timed_loop(
         deadline,
         |i| {

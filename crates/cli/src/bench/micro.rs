@@ -34,7 +34,8 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use super::target::{
-    cpu_seconds, engine_cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult,
+    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target,
+    ThreadResult,
 };
 use super::{gib_per_s, raw};
 use crate::files::parse_size;
@@ -185,11 +186,11 @@ fn run_thread(
     let mut rbuf = vec![0u8; io as usize];
     let dir = format!("/t{tid}");
     t.mkdir(&dir)?;
-    let go = || start.arrive_and_wait() + p.duration;
+    let go = || anyhow::Ok(start.arrive_and_wait()? + p.duration);
     match w {
         Workload::Dwal => {
             let h = t.open(&format!("{dir}/f"), true, true)?;
-            let deadline = go();
+            let deadline = go()?;
             let cap_ops = (p.append_cap / io).max(1);
             let r = timed_loop(
                 deadline,
@@ -208,7 +209,7 @@ fn run_thread(
         Workload::Dwol | Workload::Drbl | Workload::Ciow | Workload::Cior => {
             let h = t.open(&format!("{dir}/f"), true, false)?;
             t.pwrite(&h, &buf, 0)?;
-            let deadline = go();
+            let deadline = go()?;
             let r = match w {
                 Workload::Dwol => timed_loop(
                     deadline,
@@ -243,7 +244,7 @@ fn run_thread(
         Workload::Dwom | Workload::Drbm => {
             let h = t.open("/shared", false, false)?;
             let off = tid as u64 * io;
-            let deadline = go();
+            let deadline = go()?;
             let r = if w == Workload::Dwom {
                 timed_loop(
                     deadline,
@@ -261,7 +262,7 @@ fn run_thread(
             r
         }
         Workload::Mwcl => {
-            let deadline = go();
+            let deadline = go()?;
             let mut cleared = 0u64;
             timed_loop(
                 deadline,
@@ -286,7 +287,7 @@ fn run_thread(
                 Ok(())
             };
             refill(0)?;
-            let deadline = go();
+            let deadline = go()?;
             timed_loop(
                 deadline,
                 |i| t.unlink(&format!("{dir}/f{i}")).map(|_| 0),
@@ -301,7 +302,7 @@ fn run_thread(
         }
         Workload::Mwrl => {
             t.create_empty(&format!("{dir}/a"))?;
-            let deadline = go();
+            let deadline = go()?;
             timed_loop(
                 deadline,
                 |i| {
@@ -357,8 +358,11 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         let runtime = rt::Runtime::new(threads)?;
         let handles: Vec<_> = (0..clients)
             .map(|tid| {
-                let (target, gate) = (target.clone(), gate.clone());
-                runtime.spawn(move || run_thread(&target, w, tid, params, &gate))
+                let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
+                runtime.spawn(move || {
+                    let _party = party;
+                    run_thread(&target, w, tid, params, &gate)
+                })
             })
             .collect();
         // Compute-only uthreads beside the workload (Fig. 11 right): they yield between
@@ -376,13 +380,14 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
                 })
             })
             .collect();
-        gate.arrive_and_wait();
+        let start = gate.arrive_and_wait();
         let cpu0 = (cpu_seconds(), engine_cpu_seconds());
         let mut results = Vec::new();
         for h in handles {
             results.push(
                 h.join()
-                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))??,
+                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
+                    .and_then(|r| r),
             );
         }
         let cpu = (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1);
@@ -390,27 +395,33 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         for c in computes {
             let _ = c.join();
         }
+        let results = collect_clients(results)?;
+        start?;
         (results, cpu)
     } else {
         let handles: Vec<_> = (0..clients)
             .map(|tid| {
-                let (target, gate) = (target.clone(), gate.clone());
-                std::thread::spawn(move || run_thread(&target, w, tid, params, &gate))
+                let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
+                std::thread::spawn(move || {
+                    let _party = party;
+                    run_thread(&target, w, tid, params, &gate)
+                })
             })
             .collect();
-        gate.arrive_and_wait();
+        let start = gate.arrive_and_wait();
         let cpu0 = (cpu_seconds(), engine_cpu_seconds());
         let mut results = Vec::new();
         for h in handles {
             results.push(
                 h.join()
-                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
+                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
+                    .and_then(|r| r),
             );
         }
-        (
-            results,
-            (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1),
-        )
+        let cpu = (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1);
+        let results = collect_clients(results)?;
+        start?;
+        (results, cpu)
     };
     Arc::into_inner(target)
         .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?

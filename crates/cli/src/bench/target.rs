@@ -3,7 +3,7 @@
 //! timed loop and the process's CPU time, shared by `bench micro` and `bench app`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -254,6 +254,8 @@ pub fn timed_loop(
 pub struct Gate {
     arrived: AtomicUsize,
     expected: usize,
+    /// Set when a party ends (fails, panics) without arriving: the others stop waiting.
+    abandoned: AtomicBool,
     /// When the first waiter saw everyone arrive: the common start of the run.
     opened: OnceLock<Instant>,
 }
@@ -263,15 +265,51 @@ impl Gate {
         Gate {
             arrived: AtomicUsize::new(0),
             expected,
+            abandoned: AtomicBool::new(false),
             opened: OnceLock::new(),
         }
     }
+
     /// Waits for every party; returns the instant the gate opened, the same for all,
-    /// so that clients which a worker runs one after another share one deadline.
-    pub fn arrive_and_wait(&self) -> Instant {
+    /// so that clients which a worker runs one after another share one deadline. Fails
+    /// if a party ended without arriving (its own error says why).
+    pub fn arrive_and_wait(&self) -> anyhow::Result<Instant> {
         self.arrived.fetch_add(1, Ordering::AcqRel);
-        rt::wait_until(|| self.arrived.load(Ordering::Acquire) >= self.expected);
-        *self.opened.get_or_init(Instant::now)
+        let all_in = || self.arrived.load(Ordering::Acquire) >= self.expected;
+        rt::wait_until(|| all_in() || self.abandoned.load(Ordering::Acquire));
+        anyhow::ensure!(all_in(), GATE_ABANDONED);
+        Ok(*self.opened.get_or_init(Instant::now))
+    }
+
+    /// A guard for a party's whole life: dropped before the party arrived (an error or
+    /// a panic on the way), it releases everyone waiting; dropped after the gate
+    /// opened, it does nothing.
+    pub fn party(self: &Arc<Self>) -> GateParty {
+        GateParty(self.clone())
+    }
+}
+
+/// What a party that was waiting at the gate reports when another failed first.
+const GATE_ABANDONED: &str = "another client failed before the start line";
+
+/// The clients' results, or the error of a client that failed on its own account
+/// rather than one that only saw another fail at the start line.
+pub fn collect_clients<T>(results: Vec<anyhow::Result<T>>) -> anyhow::Result<Vec<T>> {
+    let (ok, errs): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    let mut errs: Vec<anyhow::Error> = errs.into_iter().filter_map(Result::err).collect();
+    if errs.is_empty() {
+        return Ok(ok.into_iter().filter_map(Result::ok).collect());
+    }
+    let first_hand = errs.iter().position(|e| e.to_string() != GATE_ABANDONED);
+    Err(errs.swap_remove(first_hand.unwrap_or(0)))
+}
+
+/// See [`Gate::party`].
+pub struct GateParty(Arc<Gate>);
+
+impl Drop for GateParty {
+    fn drop(&mut self) {
+        self.0.abandoned.store(true, Ordering::Release);
     }
 }
 
@@ -412,8 +450,11 @@ pub fn run_clients<T: Send + 'static>(
         let runtime = rt::Runtime::new(threads)?;
         let handles: Vec<_> = (0..clients)
             .map(|id| {
-                let client = client.clone();
-                runtime.spawn(move || client(id))
+                let (client, party) = (client.clone(), gate.party());
+                runtime.spawn(move || {
+                    let _party = party;
+                    client(id)
+                })
             })
             .collect();
         let start = gate.arrive_and_wait();
@@ -421,15 +462,24 @@ pub fn run_clients<T: Send + 'static>(
         for h in handles {
             results.push(
                 h.join()
-                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))??,
+                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
+                    .and_then(|r| r),
             );
         }
-        Ok((results, start.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+        let results = collect_clients(results)?;
+        Ok((
+            results,
+            start?.elapsed().as_secs_f64(),
+            cpu_seconds() - cpu0,
+        ))
     } else {
         let handles: Vec<_> = (0..clients)
             .map(|id| {
-                let client = client.clone();
-                std::thread::spawn(move || client(id))
+                let (client, party) = (client.clone(), gate.party());
+                std::thread::spawn(move || {
+                    let _party = party;
+                    client(id)
+                })
             })
             .collect();
         let start = gate.arrive_and_wait();
@@ -437,9 +487,15 @@ pub fn run_clients<T: Send + 'static>(
         for h in handles {
             results.push(
                 h.join()
-                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??,
+                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
+                    .and_then(|r| r),
             );
         }
-        Ok((results, start.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+        let results = collect_clients(results)?;
+        Ok((
+            results,
+            start?.elapsed().as_secs_f64(),
+            cpu_seconds() - cpu0,
+        ))
     }
 }
