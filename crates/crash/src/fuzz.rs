@@ -19,7 +19,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use fs::layout::{Geometry, BLOCK_SIZE, MOUNT_BLOCK};
+use fs::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK};
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::crash::SplitMix;
 use pmem::{MemPmem, Pmem};
@@ -338,11 +338,12 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
             });
         }
         if used {
+            let word = |which, at| unseal_log_word(ino, which, get64(img, at)).unwrap_or(0);
             log_fields(
                 img,
                 &geo,
-                get64(img, base + 8),
-                get64(img, base + 16),
+                word(LogWord::Head, base + 8),
+                word(LogWord::Tail, base + 16),
                 &mut out,
             );
         }

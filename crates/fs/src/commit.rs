@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 use crate::alloc::Extent;
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
-use crate::layout::{put64, BLOCK_SIZE};
+use crate::layout::{put64, seal_log_word, LogWord, BLOCK_SIZE};
 use crate::log::{attr, trailer, Entry, LogState, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
 use crate::FileSystem;
 
@@ -113,7 +113,7 @@ impl FileSystem {
                 }
                 None => {
                     let head = self.geo.inode_off(ino) + HEAD_OFF;
-                    pm.store_u64(head, p);
+                    pm.store_u64(head, seal_log_word(ino, LogWord::Head, p));
                     pm.flush(head, 8);
                     log.head = p;
                 }
@@ -153,11 +153,12 @@ impl FileSystem {
     /// applies them to the DRAM state. Returns displaced data blocks.
     pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
+        let word = seal_log_word(staged.ino, LogWord::Tail, staged.new_tail);
         if crate::fault::active(crate::fault::Fault::CommitWithoutFlush) {
-            self.pm.store_u64(off, staged.new_tail);
+            self.pm.store_u64(off, word);
             self.pm.fence();
         } else {
-            self.pm.store_u64_persist(off, staged.new_tail);
+            self.pm.store_u64_persist(off, word);
         }
         Self::apply_staged(st, staged)
     }
@@ -177,7 +178,10 @@ impl FileSystem {
     pub(crate) fn commit_journaled(&self, staged: &[&Staged], extra: &[(u64, u64)]) {
         let mut words: Vec<(u64, u64)> = staged
             .iter()
-            .map(|s| (self.geo.inode_off(s.ino) + TAIL_OFF, s.new_tail))
+            .map(|s| {
+                let word = seal_log_word(s.ino, LogWord::Tail, s.new_tail);
+                (self.geo.inode_off(s.ino) + TAIL_OFF, word)
+            })
             .collect();
         words.extend_from_slice(extra);
         let j = crate::alloc::cpu_slot() as u64 % self.geo.journals;
@@ -247,7 +251,13 @@ impl FileSystem {
                 &*self.pm,
                 &self.geo,
                 j,
-                &[(base + HEAD_OFF, new_log.head), (base + TAIL_OFF, new_tail)],
+                &[
+                    (
+                        base + HEAD_OFF,
+                        seal_log_word(ino, LogWord::Head, new_log.head),
+                    ),
+                    (base + TAIL_OFF, seal_log_word(ino, LogWord::Tail, new_tail)),
+                ],
             );
         }
         st.log = LogState {

@@ -6,8 +6,8 @@
 //! | offset | size | field                                                     |
 //! |--------|------|-----------------------------------------------------------|
 //! | 0      | 8    | valid word: 0 free, [`VALID`] in use (journaled)          |
-//! | 8      | 8    | log head: byte offset of the first log page (0: none)     |
-//! | 16     | 8    | log tail: byte offset of the next free slot (0: empty)    |
+//! | 8      | 8    | log head: byte offset of the first log page (0: none), sealed|
+//! | 16     | 8    | log tail: byte offset of the next free slot (0: empty), sealed|
 //! | 24     | 8    | inode number (must match the slot)                        |
 //! | 32     | 4    | kind (1 file, 2 directory, 3 symlink)                     |
 //! | 36     | 4    | permission bits at creation                               |
@@ -15,6 +15,9 @@
 //! | 44     | 4    | gid at creation                                           |
 //! | 48     | 8    | creation time, ns since the epoch                         |
 //! | 56     | 4    | CRC-32C of bytes 24..56                                   |
+//!
+//! Head and tail are *sealed* ([`crate::layout::seal_log_word`]): offset in the low 48
+//! bits, a 16-bit check of (inode, word, offset) in the high 16.
 //!
 //! Everything that changes after creation (size, attributes, links, data, directory
 //! entries) is in the log.

@@ -62,8 +62,65 @@ pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 /// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".
 pub const ROOT_INO: u64 = 1;
 
-/// Format version written by this code.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code (2: sealed log head and tail words).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Bits of a sealed log word that hold the region offset; the region can be at most
+/// 2^48 bytes (256 TiB).
+pub const LOG_WORD_OFFSET_BITS: u32 = 48;
+const LOG_WORD_OFFSET_MASK: u64 = (1 << LOG_WORD_OFFSET_BITS) - 1;
+
+/// Which of an inode's two log words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogWord {
+    Head,
+    Tail,
+}
+
+impl LogWord {
+    fn name(self) -> &'static str {
+        match self {
+            LogWord::Head => "head",
+            LogWord::Tail => "tail",
+        }
+    }
+}
+
+/// The stored form of an inode's log head or tail: the byte offset in the low 48 bits
+/// and, in the high 16, a check of (inode, which word, offset) — so a flipped bit that
+/// still leaves a plausible offset (a tail moved back a slot would silently drop the
+/// entries after it) is caught at mount. Still one 8-byte store, so a commit stays
+/// atomic. "None" (0) is stored as 0.
+pub fn seal_log_word(ino: u64, which: LogWord, off: u64) -> u64 {
+    if off == 0 {
+        return 0;
+    }
+    assert!(
+        off <= LOG_WORD_OFFSET_MASK,
+        "log offset {off:#x} beyond 48 bits"
+    );
+    off | log_word_check(ino, which, off) << LOG_WORD_OFFSET_BITS
+}
+
+/// The offset a sealed log word holds, or why it is not a valid one.
+pub fn unseal_log_word(ino: u64, which: LogWord, word: u64) -> std::result::Result<u64, String> {
+    let off = word & LOG_WORD_OFFSET_MASK;
+    if word == 0 || word >> LOG_WORD_OFFSET_BITS == log_word_check(ino, which, off) && off != 0 {
+        return Ok(off);
+    }
+    Err(format!(
+        "log {} word {word:#x} fails its check (damaged)",
+        which.name()
+    ))
+}
+
+fn log_word_check(ino: u64, which: LogWord, off: u64) -> u64 {
+    let mut b = [0u8; 17];
+    b[..8].copy_from_slice(&ino.to_le_bytes());
+    b[8..16].copy_from_slice(&off.to_le_bytes());
+    b[16] = which as u8;
+    (crc32c::crc32c(&b) & 0xFFFF) as u64
+}
 const SB_MAGIC: [u8; 8] = *b"EASYIOFS";
 
 const SB_MAGIC_OFF: usize = 0;
@@ -99,6 +156,12 @@ impl Geometry {
     /// Lays out a region of `region_len` usable bytes with `inodes` inodes (or the
     /// default density) and `channels` completion records.
     pub fn new(region_len: u64, inodes: Option<u64>, channels: u64) -> Result<Geometry> {
+        if region_len > LOG_WORD_OFFSET_MASK {
+            return Err(Error::Invalid(format!(
+                "region of {region_len} bytes: at most 2^{LOG_WORD_OFFSET_BITS} bytes \
+                 (256 TiB) are supported"
+            )));
+        }
         let total_blocks = region_len / BLOCK_SIZE;
         let inodes = inodes
             .unwrap_or(total_blocks * BLOCK_SIZE / DEFAULT_BYTES_PER_INODE)

@@ -33,7 +33,7 @@ use crate::inode::{
     FileKind, Inode, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF,
 };
 use crate::journal;
-use crate::layout::{Geometry, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
+use crate::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
 use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
 use crate::{FileSystem, MountOptions};
 
@@ -309,8 +309,8 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
     let rec = InodeRecord::read(pm, off, ino)?;
     let mut st = InodeState::new(&rec);
     let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
-    let head = pm.load_u64(off + HEAD_OFF);
-    let tail = pm.load_u64(off + TAIL_OFF);
+    let head = unseal_log_word(ino, LogWord::Head, pm.load_u64(off + HEAD_OFF)).map_err(bad)?;
+    let tail = unseal_log_word(ino, LogWord::Tail, pm.load_u64(off + TAIL_OFF)).map_err(bad)?;
     // The page chain, every pointer checked before it is followed.
     let mut pages = Vec::new();
     let mut used_in = Vec::new();

@@ -9,7 +9,9 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use common::*;
-use fs::layout::{Geometry, BLOCK_SIZE, INODE_SIZE, MOUNT_BLOCK};
+use fs::layout::{
+    seal_log_word, unseal_log_word, Geometry, LogWord, BLOCK_SIZE, INODE_SIZE, MOUNT_BLOCK,
+};
 use fs::{FileSystem, MountOptions, OpenFlags};
 use pmem::{Pmem, Region};
 use proptest::prelude::*;
@@ -101,7 +103,8 @@ fn fsck_reports(pm: &Arc<dyn Pmem>, words: &[&str]) {
 /// Byte offsets of the log pages of inode `ino`, head first.
 fn log_pages(pm: &Arc<dyn Pmem>, geo: &Geometry, ino: u64) -> Vec<u64> {
     let mut out = Vec::new();
-    let mut at = pm.load_u64(geo.inode_off(ino) + HEAD_OFF);
+    let head = pm.load_u64(geo.inode_off(ino) + HEAD_OFF);
+    let mut at = unseal_log_word(ino, LogWord::Head, head).unwrap();
     while at != 0 {
         out.push(at);
         at = pm.load_u64(at + TRAILER_OFF);
@@ -198,11 +201,28 @@ fn corrupt_log_page_pointers_and_trailers() {
     pm.store_u64_persist(pages[0] + TRAILER_OFF + 24, 1000);
     mount_fails(&pm, &["claims 1000 used slots"]);
     restore();
-    // The head and tail words of the inode.
-    pm.store_u64_persist(geo.inode_off(ino) + HEAD_OFF, 12345);
+    // The head and tail words of the inode: damaged words fail their check…
+    let (head, tail) = (geo.inode_off(ino) + HEAD_OFF, geo.inode_off(ino) + TAIL_OFF);
+    pm.store_u64_persist(head, 12345);
+    mount_fails(
+        &pm,
+        &[&format!("inode {ino}"), "log head", "fails its check"],
+    );
+    restore();
+    // …including a tail moved back by one slot, which would otherwise look valid and
+    // silently drop the entries after it.
+    flip(&*pm, tail, 0x40);
+    mount_fails(
+        &pm,
+        &[&format!("inode {ino}"), "log tail", "fails its check"],
+    );
+    fsck_reports(&pm, &[&format!("inode {ino}"), "log tail"]);
+    restore();
+    // Well-sealed words that point to the wrong place are caught by the walk.
+    pm.store_u64_persist(head, seal_log_word(ino, LogWord::Head, 12345));
     mount_fails(&pm, &["log page pointer"]);
     restore();
-    pm.store_u64_persist(geo.inode_off(ino) + TAIL_OFF, pages[0] + 8);
+    pm.store_u64_persist(tail, seal_log_word(ino, LogWord::Tail, pages[0] + 8));
     mount_fails(&pm, &["log tail", "not inside its log"]);
     restore();
     // A cycle in the chain: the second page points back to the first.
