@@ -446,6 +446,7 @@ pub fn run_clients<T: Send + 'static>(
 ) -> anyhow::Result<(Vec<T>, f64, f64)> {
     let client = Arc::new(client);
     let mut results = Vec::with_capacity(clients);
+    let (start, cpu0);
     if mode.uthreads() {
         let runtime = rt::Runtime::new(threads)?;
         let handles: Vec<_> = (0..clients)
@@ -457,21 +458,13 @@ pub fn run_clients<T: Send + 'static>(
                 })
             })
             .collect();
-        let start = gate.arrive_and_wait();
-        let cpu0 = cpu_seconds();
+        (start, cpu0) = (gate.arrive_and_wait(), cpu_seconds());
         for h in handles {
-            results.push(
-                h.join()
-                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
-                    .and_then(|r| r),
-            );
+            let r = h
+                .join()
+                .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"));
+            results.push(r.and_then(|r| r));
         }
-        let results = collect_clients(results)?;
-        Ok((
-            results,
-            start?.elapsed().as_secs_f64(),
-            cpu_seconds() - cpu0,
-        ))
     } else {
         let handles: Vec<_> = (0..clients)
             .map(|id| {
@@ -482,20 +475,15 @@ pub fn run_clients<T: Send + 'static>(
                 })
             })
             .collect();
-        let start = gate.arrive_and_wait();
-        let cpu0 = cpu_seconds();
+        (start, cpu0) = (gate.arrive_and_wait(), cpu_seconds());
         for h in handles {
-            results.push(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
-                    .and_then(|r| r),
-            );
+            let r = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("benchmark thread panicked"));
+            results.push(r.and_then(|r| r));
         }
-        let results = collect_clients(results)?;
-        Ok((
-            results,
-            start?.elapsed().as_secs_f64(),
-            cpu_seconds() - cpu0,
-        ))
     }
+    let results = collect_clients(results)?;
+    let wall = start?.elapsed().as_secs_f64();
+    Ok((results, wall, cpu_seconds() - cpu0))
 }
