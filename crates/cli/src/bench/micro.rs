@@ -316,6 +316,41 @@ fn run_thread(
     }
 }
 
+/// The measured span of a run: from the start line (the main thread's arrival) to
+/// the clients' end, with the CPU seconds (whole process, software engine) spent in it.
+struct Measure {
+    start: anyhow::Result<Instant>,
+    cpu0: (f64, f64),
+}
+
+impl Measure {
+    fn start(gate: &Gate) -> Measure {
+        Measure {
+            start: gate.arrive_and_wait(),
+            cpu0: (cpu_seconds(), engine_cpu_seconds()),
+        }
+    }
+
+    /// CPU seconds since the start: (whole process, software engine threads).
+    fn cpu(&self) -> (f64, f64) {
+        (
+            cpu_seconds() - self.cpu0.0,
+            engine_cpu_seconds() - self.cpu0.1,
+        )
+    }
+
+    /// The clients' results (or the first-hand error of one) with `cpu`.
+    fn finish(
+        self,
+        joined: Vec<anyhow::Result<ThreadResult>>,
+        cpu: (f64, f64),
+    ) -> anyhow::Result<(Vec<ThreadResult>, (f64, f64))> {
+        let results = collect_clients(joined)?;
+        self.start?;
+        Ok((results, cpu))
+    }
+}
+
 /// One measured configuration.
 struct RunSpec {
     workload: Workload,
@@ -380,24 +415,21 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
                 })
             })
             .collect();
-        let start = gate.arrive_and_wait();
-        let cpu0 = (cpu_seconds(), engine_cpu_seconds());
-        let mut results = Vec::new();
-        for h in handles {
-            results.push(
+        let measure = Measure::start(&gate);
+        let joined = handles
+            .into_iter()
+            .map(|h| {
                 h.join()
                     .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
-                    .and_then(|r| r),
-            );
-        }
-        let cpu = (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1);
+            })
+            .map(|r| r.and_then(|r| r))
+            .collect();
+        let cpu = measure.cpu();
         stop.store(true, Ordering::Relaxed);
         for c in computes {
             let _ = c.join();
         }
-        let results = collect_clients(results)?;
-        start?;
-        (results, cpu)
+        measure.finish(joined, cpu)?
     } else {
         let handles: Vec<_> = (0..clients)
             .map(|tid| {
@@ -408,20 +440,17 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
                 })
             })
             .collect();
-        let start = gate.arrive_and_wait();
-        let cpu0 = (cpu_seconds(), engine_cpu_seconds());
-        let mut results = Vec::new();
-        for h in handles {
-            results.push(
+        let measure = Measure::start(&gate);
+        let joined = handles
+            .into_iter()
+            .map(|h| {
                 h.join()
                     .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
-                    .and_then(|r| r),
-            );
-        }
-        let cpu = (cpu_seconds() - cpu0.0, engine_cpu_seconds() - cpu0.1);
-        let results = collect_clients(results)?;
-        start?;
-        (results, cpu)
+            })
+            .map(|r| r.and_then(|r| r))
+            .collect();
+        let cpu = measure.cpu();
+        measure.finish(joined, cpu)?
     };
     Arc::into_inner(target)
         .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?
