@@ -1,6 +1,7 @@
 //! What every backend keeps per channel: its record, its counters and its statistics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
@@ -39,6 +40,25 @@ pub(crate) struct ChannelCore {
     descriptors: AtomicU64,
     bytes: AtomicU64,
     busy_ns: AtomicU64,
+    /// Set once the first stamp is written; until then every published counter is
+    /// visible and [`ChannelCore::visible`] reads nothing else.
+    stamped: AtomicBool,
+    /// Modelled visibility of published counters ([`ChannelCore::stamp`]), slot
+    /// `counter % STAMP_SLOTS`.
+    stamps: Box<[Stamp]>,
+    /// Origin of the stamps' nanosecond times.
+    epoch: Instant,
+}
+
+/// Stamps a channel keeps: a slot is reused only once the stamp in it has passed, so a
+/// completer far ahead of the model waits for the model instead of losing a stamp.
+pub(crate) const STAMP_SLOTS: usize = 1024;
+
+/// When one published counter becomes visible (nanoseconds since the channel's epoch).
+#[derive(Default)]
+struct Stamp {
+    counter: AtomicU64,
+    at: AtomicU64,
 }
 
 impl ChannelCore {
@@ -52,7 +72,49 @@ impl ChannelCore {
             descriptors: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
+            stamped: AtomicBool::new(false),
+            stamps: (0..STAMP_SLOTS).map(|_| Stamp::default()).collect(),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Makes `counter`, not yet published, count as done only from `at` on: its
+    /// modelled completion on emulated slow memory, later than its real one. Called by
+    /// the one thread that completes the channel, in counter order, with `at` not
+    /// decreasing, so that visibility stays in FIFO order. If the slot still holds a
+    /// stamp that lies ahead, sleeps until it has passed.
+    pub fn stamp(&self, counter: u64, at: Instant) {
+        self.stamped.store(true, Ordering::Release);
+        let slot = &self.stamps[counter as usize % STAMP_SLOTS];
+        let held = Duration::from_nanos(slot.at.load(Ordering::Relaxed));
+        if slot.counter.load(Ordering::Relaxed) != 0 {
+            let due = self.epoch + held;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        // `at` first: a reader that sees the new counter sees its time; one that sees
+        // the old counter with the new time only answers "not yet" once more.
+        slot.at.store(at, Ordering::Release);
+        slot.counter.store(counter, Ordering::Release);
+    }
+
+    /// Whether a published `counter` is visible: it has no stamp, or its stamp has
+    /// passed. A slot holding another counter means either no stamp was written for
+    /// `counter` or a later one replaced it, which happens only after it passed.
+    #[inline]
+    pub fn visible(&self, counter: u64) -> bool {
+        if !self.stamped.load(Ordering::Acquire) {
+            return true;
+        }
+        let slot = &self.stamps[counter as usize % STAMP_SLOTS];
+        if slot.counter.load(Ordering::Acquire) != counter {
+            return true;
+        }
+        let at = slot.at.load(Ordering::Acquire);
+        self.epoch.elapsed().as_nanos() as u64 >= at
     }
 
     /// Records that counters up to `last` have been handed out (caller holds `next`).

@@ -22,6 +22,11 @@ pub const DEFAULT_RING_CAPACITY: usize = 256;
 /// catch the next submission of a caller streaming copies, short enough that an idle
 /// engine costs no CPU.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// How long an idle software worker naps between looks at its ring while nobody waits
+/// in place for it, by default. Callers that poll (uthreads) find their copies done a
+/// little later; the worker serves several submissions per wake-up instead of
+/// spinning between them, and submitters need not wake it.
+pub const DEFAULT_NAP: Duration = Duration::from_micros(40);
 /// A waiter spins and yields this long before it starts sleeping.
 const WAIT_SPIN: Duration = Duration::from_micros(200);
 /// A waiter sleeps this long between checks once spinning and yielding are exhausted.
@@ -73,8 +78,11 @@ pub struct EngineConfig {
     pub channels: usize,
     /// Descriptors a software channel's ring holds; a batch may not be larger.
     pub ring_capacity: usize,
-    /// How long an idle software worker spins before parking.
+    /// How long an idle software worker spins (someone waits in place for it) or
+    /// naps (nobody does) before parking.
     pub spin: Duration,
+    /// How long one nap of an idle software worker lasts.
+    pub nap: Duration,
 }
 
 impl Default for EngineConfig {
@@ -84,6 +92,7 @@ impl Default for EngineConfig {
             channels: 1,
             ring_capacity: DEFAULT_RING_CAPACITY,
             spin: DEFAULT_SPIN,
+            nap: DEFAULT_NAP,
         }
     }
 }
@@ -139,7 +148,7 @@ impl Engine {
             return Err(Error::Config("ring capacity must be at least 1".into()));
         }
         let cores = open_cores(&*pmem, cfg.area_off, cfg.channels)?;
-        let sw = Software::start(pmem.clone(), &cores, cfg.ring_capacity, cfg.spin)?;
+        let sw = Software::start(pmem.clone(), &cores, cfg)?;
         Ok(Engine {
             kind: BackendKind::Software,
             pmem,
@@ -255,10 +264,17 @@ impl Engine {
     }
 
     /// True when `sn` is done: its copies reached their destination (durably, for
-    /// copies to the region). One load of the persistent record and a compare.
+    /// copies to the region). One load of the persistent record and a compare; on
+    /// emulated slow memory also the channel's stamp, so that a copy counts as done no
+    /// earlier than its modelled completion (the record itself, read after a crash,
+    /// says only that the data is durable).
     #[inline]
     pub fn is_done(&self, sn: Sn) -> bool {
         record::record_is_done(&*self.pmem, self.area_off, sn)
+            && self
+                .cores
+                .get(sn.channel() as usize)
+                .is_none_or(|c| c.visible(sn.counter()))
     }
 
     /// Like [`Engine::is_done`], but reports a channel that will never complete `sn`
@@ -277,7 +293,8 @@ impl Engine {
         match &self.backend {
             Backend::Cpu => {}
             Backend::Software(sw) => {
-                if sw.exited(channel) && !self.is_done(sn) {
+                // Published but not yet visible is still going to be done.
+                if sw.exited(channel) && !record::record_is_done(&*self.pmem, self.area_off, sn) {
                     return Err(Error::ShutDown { channel });
                 }
             }
@@ -289,11 +306,24 @@ impl Engine {
     /// Waits on the calling thread until `sn` is done (spinning, then yielding, then
     /// sleeping in short steps).
     pub fn wait(&self, sn: Sn) -> Result<()> {
+        self.hurry(sn);
         let mut pause = Pause::new();
         while !self.poll(sn)? {
             pause.pause();
         }
         Ok(())
+    }
+
+    /// Tells the engine that the calling thread is about to wait in place for `sn`:
+    /// an idle software worker of its channel then spins for new work instead of
+    /// napping, for a while, and a napping one is woken. Callers that poll between other
+    /// work need not call it. [`Engine::wait`] calls it.
+    pub fn hurry(&self, sn: Sn) {
+        if let Backend::Software(sw) = &self.backend {
+            if (sn.channel() as usize) < self.cores.len() {
+                sw.hurry(sn.channel());
+            }
+        }
     }
 
     /// Descriptors submitted to `channel` and not yet completed: two loads, no lock.

@@ -34,7 +34,9 @@ mod software;
 
 pub use channel::ChannelStats;
 pub use desc::{Desc, Direction};
-pub use engine::{BackendKind, Engine, EngineConfig, Testing, DEFAULT_RING_CAPACITY, DEFAULT_SPIN};
+pub use engine::{
+    BackendKind, Engine, EngineConfig, Testing, DEFAULT_NAP, DEFAULT_RING_CAPACITY, DEFAULT_SPIN,
+};
 pub use error::{Error, Result};
 pub use record::{
     format_records, read_counters, record_is_done, AREA_BYTES, MAX_CHANNELS, RECORD_BYTES,

@@ -5,8 +5,16 @@
 //! pops descriptors in that order, copies each (non-temporal stores into the region,
 //! plain loads out of it), and after a group of them issues one fence and publishes
 //! the last counter of the group: store, write-back, fence. The counter therefore never
-//! runs ahead of durable data. An idle worker spins for [`crate::EngineConfig::spin`]
-//! and then parks; a submitter unparks it.
+//! runs ahead of durable data. On emulated slow memory the worker copies at DRAM speed
+//! and stamps each counter with its modelled completion ([`ChannelCore::stamp`]):
+//! the counter is published at once, but counts as done only from its stamp on, so
+//! the modelled time passes without the worker sleeping through it.
+//!
+//! An idle worker spins while someone waits in place for it ([`Software::hurry`]), and
+//! otherwise naps ([`crate::EngineConfig::nap`]) between looks at its ring, so that
+//! callers that poll (uthreads) do not pay for a core spinning between their
+//! submissions; after [`crate::EngineConfig::spin`] without work it parks, and a
+//! submitter unparks it.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,10 +48,17 @@ pub(crate) struct SwChannel {
     ring: ArrayQueue<Job>,
     /// Set by the worker just before it parks; submitters unpark it when set.
     parked: AtomicBool,
+    /// Set by the worker just before it naps; only [`SwChannel::wake_now`] ends a nap.
+    napping: AtomicBool,
+    /// Until when (ns since `epoch`) an idle worker spins instead of napping, because
+    /// someone waits in place for it.
+    hurry_until: AtomicU64,
+    epoch: Instant,
     suspended: AtomicBool,
     /// Held by the worker while it runs a group of descriptors; `suspend` takes it to
-    /// wait for the descriptor in hand.
-    running: Mutex<()>,
+    /// wait for the descriptor in hand. Holds the latest stamp given, which the next
+    /// stamp may not precede.
+    running: Mutex<Option<Instant>>,
     /// Testing: stop after the data is durable, before publishing.
     freeze: AtomicBool,
     /// Testing: the counter whose data is durable but unpublished while frozen, else 0.
@@ -55,15 +70,33 @@ pub(crate) struct SwChannel {
 }
 
 impl SwChannel {
+    /// After a submission: unparks a parked worker (a napping one looks soon anyway).
     fn wake(&self) {
-        // Pairs with the fence in `idle`: either the worker sees the new ring entries
+        // Pairs with the fence in `park`: either the worker sees the new ring entries
         // (or flag) before it parks, or we see `parked` and unpark it.
         fence(Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
-            if let Some(t) = self.thread.lock().as_ref() {
-                t.unpark();
-            }
+            self.unpark();
         }
+    }
+
+    /// Unparks the worker whether it parks or naps (flags changed, someone waits).
+    fn wake_now(&self) {
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) || self.napping.load(Ordering::SeqCst) {
+            self.unpark();
+        }
+    }
+
+    fn unpark(&self) {
+        if let Some(t) = self.thread.lock().as_ref() {
+            t.unpark();
+        }
+    }
+
+    fn hurried(&self, now: Instant) -> bool {
+        let now = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        now < self.hurry_until.load(Ordering::SeqCst)
     }
 }
 
@@ -72,27 +105,35 @@ pub(crate) struct Software {
     pmem: Arc<dyn Pmem>,
     chans: Vec<Arc<SwChannel>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    spin: Duration,
 }
 
 impl Software {
     pub fn start(
         pmem: Arc<dyn Pmem>,
         cores: &[Arc<ChannelCore>],
-        ring_capacity: usize,
-        spin: Duration,
+        cfg: &crate::EngineConfig,
     ) -> Result<Software> {
         let mut sw = Software {
             pmem,
             chans: Vec::new(),
             workers: Mutex::new(Vec::new()),
+            spin: cfg.spin,
+        };
+        let idle = Idle {
+            spin: cfg.spin,
+            nap: cfg.nap,
         };
         for core in cores {
             let ch = Arc::new(SwChannel {
                 core: core.clone(),
-                ring: ArrayQueue::new(ring_capacity),
+                ring: ArrayQueue::new(cfg.ring_capacity),
                 parked: AtomicBool::new(false),
+                napping: AtomicBool::new(false),
+                hurry_until: AtomicU64::new(0),
+                epoch: Instant::now(),
                 suspended: AtomicBool::new(false),
-                running: Mutex::new(()),
+                running: Mutex::new(None),
                 freeze: AtomicBool::new(false),
                 frozen_at: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
@@ -103,7 +144,7 @@ impl Software {
             let handle = thread::Builder::new()
                 .name(format!("easyio-engine-{}", core.index))
                 .spawn(move || {
-                    worker(&worker_ch, &*pmem, spin);
+                    worker(&worker_ch, &*pmem, idle);
                     worker_ch.exited.store(true, Ordering::SeqCst);
                 })
                 .map_err(|source| Error::Io {
@@ -165,7 +206,17 @@ impl Software {
     pub fn resume(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
         ch.suspended.store(false, Ordering::SeqCst);
-        ch.wake();
+        ch.wake_now();
+    }
+
+    /// Someone is about to wait in place for `channel`: its idle worker spins instead
+    /// of napping for the next [`crate::EngineConfig::spin`], and is woken if it naps.
+    pub fn hurry(&self, channel: u16) {
+        let ch = &self.chans[channel as usize];
+        let until = ch.epoch.elapsed() + self.spin;
+        ch.hurry_until
+            .fetch_max(until.as_nanos() as u64, Ordering::SeqCst);
+        ch.wake_now();
     }
 
     pub fn is_suspended(&self, channel: u16) -> bool {
@@ -194,7 +245,7 @@ impl Software {
     pub fn thaw(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
         ch.freeze.store(false, Ordering::SeqCst);
-        ch.wake();
+        ch.wake_now();
     }
 
     /// Stops every worker once its ring is drained (a frozen worker stops at once,
@@ -205,7 +256,7 @@ impl Software {
             // the draining worker will run it) or sees the flag and is refused.
             let _next = ch.core.next.lock();
             ch.stop.store(true, Ordering::SeqCst);
-            ch.wake();
+            ch.wake_now();
         }
         for handle in self.workers.lock().drain(..) {
             // A worker that panicked has already reported it; nothing more to do here.
@@ -219,11 +270,20 @@ impl Software {
     }
 }
 
-fn worker(ch: &SwChannel, pmem: &dyn Pmem, spin: Duration) {
-    // On emulated slow memory, sleep out the modelled copy time instead of spinning.
+/// How an idle worker waits for work.
+#[derive(Clone, Copy)]
+struct Idle {
+    spin: Duration,
+    nap: Duration,
+}
+
+fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
+    // On emulated slow memory, stamp copies with their modelled time instead of
+    // spinning through it.
     pmem::slowmem::defer_stalls();
     let mut idle_since: Option<Instant> = None;
     let mut spins = 0u32;
+    let mut spinning = false;
     loop {
         let stopping = ch.stop.load(Ordering::SeqCst);
         if ch.suspended.load(Ordering::SeqCst) && !stopping {
@@ -239,16 +299,37 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, spin: Duration) {
             GroupEnd::Empty if stopping => return,
             GroupEnd::Empty => {}
         }
-        // Idle: spin a while (a submission soon after the last is common), then park.
-        let since = *idle_since.get_or_insert_with(Instant::now);
+        // Idle: spin (someone waits in place) or nap a while, since a submission soon
+        // after the last is common; then park.
         spins += 1;
-        if !spins.is_multiple_of(SPINS_PER_CLOCK_READ) || since.elapsed() < spin {
+        if spinning && !spins.is_multiple_of(SPINS_PER_CLOCK_READ) {
             std::hint::spin_loop();
             continue;
         }
-        park(ch, || !ch.ring.is_empty());
-        idle_since = None;
+        let now = Instant::now();
+        if now - *idle_since.get_or_insert(now) >= idle.spin {
+            park(ch, || !ch.ring.is_empty());
+            (idle_since, spinning) = (None, false);
+            continue;
+        }
+        spinning = ch.hurried(now);
+        if spinning {
+            std::hint::spin_loop();
+        } else {
+            nap(ch, idle.nap);
+        }
     }
+}
+
+/// Sleeps for `nap` unless someone waits in place (or a stop request came) once
+/// `napping` is visible to them; only [`SwChannel::wake_now`] cuts it short.
+fn nap(ch: &SwChannel, nap: Duration) {
+    ch.napping.store(true, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    if !ch.hurried(Instant::now()) && !ch.stop.load(Ordering::SeqCst) {
+        thread::park_timeout(nap);
+    }
+    ch.napping.store(false, Ordering::SeqCst);
 }
 
 /// Parks until woken, unless `ready` (or a stop request) already holds once `parked`
@@ -274,9 +355,13 @@ enum GroupEnd {
 /// Copies descriptors from the ring until it is empty, the channel is suspended or
 /// [`PUBLISH_EVERY_BYTES`] have been copied; then fences and publishes.
 fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
-    let _running = ch.running.lock();
+    let mut running = ch.running.lock();
     let start = Instant::now();
     let (mut last, mut count, mut bytes) = (0u64, 0u64, 0usize);
+    let due = &mut *running;
+    if due.is_some_and(|at| at <= start) {
+        *due = None;
+    }
     while bytes < PUBLISH_EVERY_BYTES {
         if count > 0 && ch.suspended.load(Ordering::SeqCst) {
             break;
@@ -289,6 +374,11 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
         // valid until the SN is done, which cannot happen before we publish below; the
         // region range was checked at submission.
         unsafe { perform_on_cpu(pmem, &job.desc) };
+        // Stamps do not decrease: a copy is visible no earlier than the one before it.
+        *due = (*due).max(pmem::slowmem::deferred_deadline());
+        if let Some(at) = *due {
+            ch.core.stamp(job.counter, at);
+        }
         last = job.counter;
         count += 1;
         bytes += job.desc.len();
@@ -297,9 +387,8 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
         return GroupEnd::Empty;
     }
     // Everything copied so far is durable after this fence; only then may the counter
-    // say so (on emulated slow memory, only once the modelled copy time has passed).
+    // say so.
     pmem.fence();
-    pmem::slowmem::sleep_until_deferred();
     if ch.freeze.load(Ordering::SeqCst) {
         ch.frozen_at.store(last, Ordering::Release);
         while ch.freeze.load(Ordering::SeqCst) {

@@ -325,6 +325,8 @@ pub const THREAD_SPIN: std::time::Duration = std::time::Duration::from_micros(10
 pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(), Error> {
     let settled = || !matches!(engine.poll(sn), Ok(false));
     if !rt::in_uthread() {
+        // A plain thread waits in place: the engine should not nap meanwhile.
+        engine.hurry(sn);
         let start = std::time::Instant::now();
         while !settled() && start.elapsed() < THREAD_SPIN {
             for _ in 0..32 {

@@ -2,12 +2,15 @@
 //! read and write bandwidth and access latency, shared by every copy into or out of the
 //! region. Results measured with it are emulated and must be labelled so.
 //!
-//! Every copy reserves its transfer time on the medium's timeline for its direction
-//! (so concurrent copies share the bandwidth), then completes one access latency after
-//! its transfer ends. A CPU copy *stalls* — spins — until then, as a CPU does on slow
-//! memory. A copy engine thread instead calls [`defer_stalls`] once: its copies then
-//! record their completion time, and the engine sleeps until [`deferred_deadline`]
-//! before publishing, so the modelled time passes without burning a core.
+//! A copy moves in [`CHUNK`]-byte pieces, the medium's interleave granularity. Each
+//! piece reserves its transfer time on the medium's timeline for its direction just
+//! before it moves (so concurrent copies share the bandwidth, and a small copy waits
+//! behind the pieces other copies have under way, not behind the whole of them), and
+//! the copy completes one access latency after its last piece's transfer ends. A CPU
+//! copy *stalls* — spins — until each piece's end, as a CPU does on slow memory. A copy engine thread instead calls [`defer_stalls`] once: its copies then
+//! record their completion time, which the engine reads with [`deferred_deadline`] and
+//! reports its copies done no earlier than, so the modelled time passes without
+//! burning a core.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +18,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::{Durability, Pmem};
+
+/// Bytes a copy moves per reservation of the medium: the 4 KiB at which the memory
+/// controller interleaves Optane DIMMs (OdinFS §3.2).
+pub const CHUNK: usize = 4096;
 
 /// A slow medium.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -102,13 +109,6 @@ pub fn deferred_deadline() -> Option<Instant> {
     (ns != 0 && at > Instant::now()).then_some(at)
 }
 
-/// Sleeps until [`deferred_deadline`], if there is one.
-pub fn sleep_until_deferred() {
-    if let Some(at) = deferred_deadline() {
-        std::thread::sleep(at.saturating_duration_since(Instant::now()));
-    }
-}
-
 fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(Instant::now)
@@ -142,16 +142,38 @@ impl SlowMem {
         &self.model
     }
 
-    /// Reserves the medium for `bytes` and returns when the copy completes (ns).
-    fn reserve(&self, bytes: usize, write: bool) -> u64 {
-        let (busy, bw, lat) = if write {
-            (
-                &self.write_busy,
-                self.model.write_bw,
-                self.model.write_latency,
-            )
+    /// Moves `len` bytes piece by piece with `copy(start, end)` (offsets into the
+    /// copy), each piece reserving the medium first; then stalls or records until the
+    /// copy completes.
+    fn timed(&self, len: usize, write: bool, mut copy: impl FnMut(usize, usize)) {
+        let defer = DEFER.with(Cell::get);
+        let (mut start, mut done) = (0, 0);
+        loop {
+            let end = len.min(start + CHUNK);
+            done = self.reserve(end - start, write, defer).max(done);
+            copy(start, end);
+            start = end;
+            if start >= len {
+                break;
+            }
+            if !defer {
+                spin_until(done);
+            }
+        }
+        let lat = if write {
+            self.model.write_latency
         } else {
-            (&self.read_busy, self.model.read_bw, self.model.read_latency)
+            self.model.read_latency
+        };
+        self.stall(done + lat.as_nanos() as u64);
+    }
+
+    /// Reserves the medium for `bytes` and returns when their transfer ends (ns).
+    fn reserve(&self, bytes: usize, write: bool, defer: bool) -> u64 {
+        let (busy, bw) = if write {
+            (&self.write_busy, self.model.write_bw)
+        } else {
+            (&self.read_busy, self.model.read_bw)
         };
         let transfer = (bytes as f64 / bw * 1e9) as u64;
         let now = now_ns();
@@ -165,12 +187,10 @@ impl SlowMem {
         };
         // A core's own copy may be slower than its share of the medium.
         let core_end = match self.model.cpu_write_bw {
-            Some(cpu_bw) if write && !DEFER.with(Cell::get) => {
-                now + (bytes as f64 / cpu_bw * 1e9) as u64
-            }
+            Some(cpu_bw) if write && !defer => now + (bytes as f64 / cpu_bw * 1e9) as u64,
             _ => 0,
         };
-        end.max(core_end) + lat.as_nanos() as u64
+        end.max(core_end)
     }
 
     /// Stalls (or, on a deferring thread, records) until the modelled completion `done`
@@ -181,9 +201,13 @@ impl SlowMem {
             DEADLINE.with(|d| d.set(d.get().max(done)));
             return;
         }
-        while now_ns() < done {
-            std::hint::spin_loop();
-        }
+        spin_until(done);
+    }
+}
+
+fn spin_until(ns: u64) {
+    while now_ns() < ns {
+        std::hint::spin_loop();
     }
 }
 
@@ -195,9 +219,9 @@ impl Pmem for SlowMem {
         self.inner.durability()
     }
     fn write(&self, off: u64, src: &[u8]) {
-        let done = self.reserve(src.len(), true);
-        self.inner.write(off, src);
-        self.stall(done);
+        self.timed(src.len(), true, |a, b| {
+            self.inner.write(off + a as u64, &src[a..b])
+        });
     }
     fn store_u64(&self, off: u64, val: u64) {
         self.inner.store_u64(off, val);
@@ -206,9 +230,9 @@ impl Pmem for SlowMem {
         self.inner.load_u64(off)
     }
     fn read(&self, off: u64, dst: &mut [u8]) {
-        let done = self.reserve(dst.len(), false);
-        self.inner.read(off, dst);
-        self.stall(done);
+        self.timed(dst.len(), false, |a, b| {
+            self.inner.read(off + a as u64, &mut dst[a..b])
+        });
     }
     fn flush(&self, off: u64, len: u64) {
         self.inner.flush(off, len);
@@ -217,9 +241,9 @@ impl Pmem for SlowMem {
         self.inner.fence();
     }
     fn copy_nt(&self, off: u64, src: &[u8]) {
-        let done = self.reserve(src.len(), true);
-        self.inner.copy_nt(off, src);
-        self.stall(done);
+        self.timed(src.len(), true, |a, b| {
+            self.inner.copy_nt(off + a as u64, &src[a..b])
+        });
     }
 }
 
@@ -307,6 +331,43 @@ mod tests {
             "the engine's copy was held to one core's bandwidth"
         );
         assert!(read < Duration::from_micros(1_000), "a read took {read:?}");
+    }
+
+    #[test]
+    fn a_small_copy_waits_behind_the_pieces_under_way_not_a_whole_long_copy() {
+        let r: Arc<dyn Pmem> = Arc::new(Region::create_temp(32 << 20).unwrap());
+        let slow = SlowMem::new(
+            r,
+            Model {
+                name: "test",
+                read_bw: 1e9,
+                write_bw: 1e9,
+                read_latency: Duration::ZERO,
+                write_latency: Duration::ZERO,
+                cpu_write_bw: None,
+                source: "test",
+            },
+        );
+        // 16 MiB at 1 GB/s: a CPU copy of ~16.8 ms, moving piece by piece.
+        let long = vec![3u8; 16 << 20];
+        let small = [4u8; 64];
+        let (took, long_took) = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let t0 = Instant::now();
+                slow.copy_nt(0, &long);
+                t0.elapsed()
+            });
+            std::thread::sleep(Duration::from_millis(2));
+            let t0 = Instant::now();
+            slow.copy_nt(20 << 20, &small);
+            (t0.elapsed(), writer.join().unwrap())
+        });
+        assert!(long_took >= Duration::from_micros(16_777), "{long_took:?}");
+        // Had the long copy reserved the medium whole, the small one would wait ~14 ms.
+        assert!(
+            took < Duration::from_millis(8),
+            "a 64-byte copy took {took:?} behind a long one"
+        );
     }
 
     fn deadline_or_now() -> Instant {
