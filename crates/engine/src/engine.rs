@@ -22,10 +22,9 @@ pub const DEFAULT_RING_CAPACITY: usize = 256;
 /// catch the next submission of a caller streaming copies, short enough that an idle
 /// engine costs no CPU.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-/// How long an idle software worker naps between looks at its ring while nobody waits
-/// in place for it, by default. Callers that poll (uthreads) find their copies done a
-/// little later; the worker serves several submissions per wake-up instead of
-/// spinning between them, and submitters need not wake it.
+/// A nap for [`EngineConfig::nap`]: callers that poll (uthreads) find their copies done
+/// up to this much later; the worker serves several submissions per wake-up instead of
+/// spinning between them.
 pub const DEFAULT_NAP: Duration = Duration::from_micros(40);
 /// A waiter spins and yields this long before it starts sleeping.
 const WAIT_SPIN: Duration = Duration::from_micros(200);
@@ -78,11 +77,16 @@ pub struct EngineConfig {
     pub channels: usize,
     /// Descriptors a software channel's ring holds; a batch may not be larger.
     pub ring_capacity: usize,
-    /// How long an idle software worker spins (someone waits in place for it) or
-    /// naps (nobody does) before parking.
+    /// How long an idle software worker spins (or naps) before parking.
     pub spin: Duration,
-    /// How long one nap of an idle software worker lasts.
-    pub nap: Duration,
+    /// `Some`: an idle software worker naps this long between looks at its ring instead
+    /// of spinning, unless a caller waits with nothing else to run
+    /// ([`Engine::hurry`]); submitters do not wake a napping worker. It saves the
+    /// worker's CPU when callers poll between other work, at up to a nap of their
+    /// latency. Use it only when the workers have cores of their own: on a machine
+    /// whose cores are all busy, a nap ends only when the scheduler frees one, which
+    /// can take a time slice (milliseconds). `None` (default): spin.
+    pub nap: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -92,7 +96,7 @@ impl Default for EngineConfig {
             channels: 1,
             ring_capacity: DEFAULT_RING_CAPACITY,
             spin: DEFAULT_SPIN,
-            nap: DEFAULT_NAP,
+            nap: None,
         }
     }
 }
@@ -314,10 +318,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Tells the engine that the calling thread is about to wait in place for `sn`:
-    /// an idle software worker of its channel then spins for new work instead of
-    /// napping, for a while, and a napping one is woken. Callers that poll between other
-    /// work need not call it. [`Engine::wait`] calls it.
+    /// Tells the engine that the caller is about to wait for `sn` with nothing else to
+    /// do: a napping software worker of its channel ([`EngineConfig::nap`]) is woken and
+    /// spins instead of napping for the next [`EngineConfig::spin`]. Callers that poll
+    /// between other work need not call it. [`Engine::wait`] calls it.
     pub fn hurry(&self, sn: Sn) {
         if let Backend::Software(sw) = &self.backend {
             if (sn.channel() as usize) < self.cores.len() {

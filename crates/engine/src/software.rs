@@ -10,11 +10,11 @@
 //! the counter is published at once, but counts as done only from its stamp on, so
 //! the modelled time passes without the worker sleeping through it.
 //!
-//! An idle worker spins while someone waits in place for it ([`Software::hurry`]), and
-//! otherwise naps ([`crate::EngineConfig::nap`]) between looks at its ring, so that
+//! An idle worker spins for [`crate::EngineConfig::spin`], then parks; a submitter
+//! unparks it. With [`crate::EngineConfig::nap`] set it instead naps between looks at
+//! its ring, unless someone waits with nothing else to do ([`Software::hurry`]), so that
 //! callers that poll (uthreads) do not pay for a core spinning between their
-//! submissions; after [`crate::EngineConfig::spin`] without work it parks, and a
-//! submitter unparks it.
+//! submissions.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -274,7 +274,7 @@ impl Software {
 #[derive(Clone, Copy)]
 struct Idle {
     spin: Duration,
-    nap: Duration,
+    nap: Option<Duration>,
 }
 
 fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
@@ -312,11 +312,15 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
             (idle_since, spinning) = (None, false);
             continue;
         }
-        spinning = ch.hurried(now);
-        if spinning {
-            std::hint::spin_loop();
-        } else {
-            nap(ch, idle.nap);
+        match idle.nap {
+            Some(d) if !ch.hurried(now) => {
+                spinning = false;
+                nap(ch, d);
+            }
+            _ => {
+                spinning = true;
+                std::hint::spin_loop();
+            }
         }
     }
 }

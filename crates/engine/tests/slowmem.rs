@@ -1,7 +1,8 @@
 //! The software engine on emulated slow memory: its worker copies at DRAM speed and the
 //! persistent record says so at once, but a copy counts as done no earlier than its
 //! modelled completion, and in channel order; callers that only poll (no in-place
-//! wait, so the worker naps or parks) still see every copy complete.
+//! wait, so the worker naps or parks) still see every copy complete, and a caller that
+//! waits in place wakes a napping worker.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{config, pattern, region, AREA, DATA};
-use engine::{record_is_done, Desc, Engine};
+use engine::{record_is_done, Desc, Engine, EngineConfig};
 use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 
@@ -84,8 +85,15 @@ fn a_copy_is_done_no_earlier_than_modelled_and_in_channel_order() {
 
 #[test]
 fn polling_callers_see_completions_after_the_worker_parked() {
+    for nap in [None, Some(engine::DEFAULT_NAP)] {
+        polled_after_idle(nap);
+    }
+}
+
+fn polled_after_idle(nap: Option<Duration>) {
     let pm = slow(region(8, 1));
-    let engine = Engine::software(pm.clone(), &config(1)).unwrap();
+    let cfg = EngineConfig { nap, ..config(1) };
+    let engine = Engine::software(pm.clone(), &cfg).unwrap();
     for round in 0..20u64 {
         // Long enough idle for the worker to have napped and parked.
         std::thread::sleep(Duration::from_micros(200 + 50 * round));
@@ -96,8 +104,38 @@ fn polling_callers_see_completions_after_the_worker_parked() {
         spin_until("a polled copy", || engine.is_done(sn));
         let mut back = vec![0u8; data.len()];
         pm.read(at, &mut back);
-        assert!(back == data, "round {round}");
+        assert!(back == data, "round {round}, nap {nap:?}");
     }
+}
+
+#[test]
+fn a_napping_worker_serves_a_poller_within_a_nap_and_a_waiter_at_once() {
+    let pm = slow(region(8, 1));
+    // Naps far longer than any copy here, and no parking within the test.
+    let nap = Duration::from_millis(300);
+    let cfg = EngineConfig {
+        nap: Some(nap),
+        spin: Duration::from_secs(60),
+        ..config(1)
+    };
+    let engine = Engine::software(pm.clone(), &cfg).unwrap();
+    let data = pattern(4096, 3);
+    // Let the worker fall into its naps first.
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    // SAFETY: `data` outlives the poll below.
+    let sn = unsafe { engine.submit(0, &[Desc::write(&data, DATA)]) }.unwrap();
+    spin_until("a polled copy", || engine.is_done(sn));
+    assert!(t0.elapsed() <= nap + Duration::from_secs(5));
+    // A caller that waits with nothing else to do wakes the napping worker.
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    engine.write_sync(0, &data, DATA + 8192).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < nap / 2,
+        "a waiting caller took {took:?}, as if the worker finished its {nap:?} nap"
+    );
 }
 
 #[test]

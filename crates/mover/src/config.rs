@@ -39,6 +39,12 @@ pub struct Config {
     pub delegation_threads: usize,
     /// `semaphore`: callers copying at once (PM-efficiency study: 2).
     pub semaphore_k: usize,
+    /// `async`, `dma-sync`: `Some`: the software engine's idle workers nap this long
+    /// between looks instead of spinning ([`engine::EngineConfig::nap`]): less CPU when
+    /// callers poll between other work (uthreads), at up to a nap of latency for them;
+    /// only for machines where the engine's threads have cores of their own. `None`
+    /// (default): they spin, then park.
+    pub engine_nap: Option<std::time::Duration>,
     /// `async`: the channel manager (EASYIO §4.4) — L and B clients on separate
     /// channels, B copies split and throttled. `None`: every client shares every channel.
     pub qos: Option<QosConfig>,
@@ -58,6 +64,7 @@ impl Default for Config {
             stripe: 32 * 1024,
             delegation_threads: 2,
             semaphore_k: 2,
+            engine_nap: None,
             qos: None,
         }
     }

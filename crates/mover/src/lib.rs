@@ -290,6 +290,7 @@ fn open_engine(
     let ecfg = engine::EngineConfig {
         area_off: records_off,
         channels: cfg.channels_needed(),
+        nap: cfg.engine_nap,
         ..engine::EngineConfig::default()
     };
     Ok(Arc::new(engine::Engine::software(pm, &ecfg)?))
@@ -324,9 +325,11 @@ pub const THREAD_SPIN: std::time::Duration = std::time::Duration::from_micros(10
 /// ordinary thread spinning first, then backing off.
 pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(), Error> {
     let settled = || !matches!(engine.poll(sn), Ok(false));
-    if !rt::in_uthread() {
-        // A plain thread waits in place: the engine should not nap meanwhile.
+    if rt::would_idle() {
+        // Nothing else would run meanwhile: the engine should not nap.
         engine.hurry(sn);
+    }
+    if !rt::in_uthread() {
         let start = std::time::Instant::now();
         while !settled() && start.elapsed() < THREAD_SPIN {
             for _ in 0..32 {

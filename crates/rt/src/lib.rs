@@ -66,7 +66,7 @@ pub use idle::{IDLE_SPINS, WAIT_NAP, WAIT_YIELDS};
 pub use join::{panic_message, JoinError, JoinHandle};
 pub use runtime::{Builder, Handle, Runtime};
 pub use sched::{
-    current_worker, in_uthread, sleep, spawn, wait, wait_until, yield_now, Completion,
+    current_worker, in_uthread, sleep, spawn, wait, wait_until, would_idle, yield_now, Completion,
     OUTSIDE_NAP_MAX, OUTSIDE_NAP_MIN, OUTSIDE_SPINS, OUTSIDE_YIELDS,
 };
 pub use sleepers::MAX_WORKERS;

@@ -71,6 +71,17 @@ pub fn sleep(duration: Duration) {
     }
 }
 
+/// Whether waiting now would leave the caller's core with nothing to do: true on an
+/// ordinary thread (it waits in place), and in a uthread whose worker has no other
+/// uthread queued to run. A caller about to wait on a device uses it to ask the device to
+/// poll rather than nap, since nothing else would use the time meanwhile.
+pub fn would_idle() -> bool {
+    match (context::task(), context::worker()) {
+        (Some(_), Some(local)) => local.queue.is_empty() && local.shared.injector.is_empty(),
+        _ => true,
+    }
+}
+
 /// Something that finishes without telling anyone: a copy whose completion is a counter in
 /// memory. `is_done` must be cheap (it is polled at scheduling points), must not block, and
 /// once true stays true.

@@ -334,3 +334,19 @@ fn uthreads_use_their_whole_stack() {
     });
     assert_eq!(v, 7 * (32 << 10));
 }
+
+#[test]
+fn would_idle_says_whether_the_worker_has_another_uthread_to_run() {
+    assert!(rt::would_idle(), "an ordinary thread waits in place");
+    let rt = Runtime::new(1).unwrap();
+    let (alone, with_other) = rt.block_on(|| {
+        let alone = rt::would_idle();
+        // A spawned uthread waits in this worker's queue until we switch away.
+        let other = rt::spawn(|| ());
+        let with_other = rt::would_idle();
+        other.join().unwrap();
+        (alone, with_other)
+    });
+    assert!(alone, "the only uthread of its worker");
+    assert!(!with_other, "another uthread was ready to run");
+}

@@ -249,6 +249,7 @@ pub fn run_one(
         region,
         spec.slowmem.model(),
         &kernel_dir,
+        spec.threads,
     )?);
     target.mkdir("/in")?;
     for (k, input) in set.inputs.iter().enumerate() {

@@ -369,7 +369,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         "/dev/shm/easyio-bench-kernel-{}",
         std::process::id()
     ));
-    let target = Target::set_up(mode, region, spec.slowmem, &kernel_dir)?;
+    let target = Target::set_up(mode, region, spec.slowmem, &kernel_dir, threads)?;
     let target = Arc::new(target);
     let clients = if mode.uthreads() {
         threads * spec.uthreads_per_core
@@ -587,7 +587,8 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         slowmem,
         note: "kernel = std::fs on the host tmpfs: its writes are not persistent; \
                of it engine = CPU-s/GiB of the software copy engine's threads, the \
-               stand-in for a hardware engine that costs no CPU; \
+               stand-in for a hardware engine that costs no CPU (idle, it naps if its \
+               thread and the workers fit the cores, else spins); \
                of limit = fraction of one core's raw copy bandwidth measured in this run",
         results,
     };
