@@ -320,7 +320,7 @@ impl Engine {
 
     /// Tells the engine that the caller is about to wait for `sn` with nothing else to
     /// do: a napping software worker of its channel ([`EngineConfig::nap`]) is woken and
-    /// spins instead of napping for the next [`EngineConfig::spin`]. Callers that poll
+    /// spins instead of napping for a few microseconds. Callers that poll
     /// between other work need not call it. [`Engine::wait`] calls it.
     pub fn hurry(&self, sn: Sn) {
         if let Backend::Software(sw) = &self.backend {

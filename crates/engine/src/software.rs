@@ -33,6 +33,10 @@ use crate::Sn;
 /// A worker publishes the counter at least once per this many bytes copied, so that a
 /// long backlog of small copies is not reported complete only at its very end.
 const PUBLISH_EVERY_BYTES: usize = 256 << 10;
+/// How long a napping worker spins after [`Software::hurry`]: long enough to catch the
+/// next submission of a caller that waits for each copy in turn, short enough that a
+/// caller who only ran out of other work for a moment does not keep it spinning.
+const HURRY: Duration = Duration::from_micros(20);
 /// Spin iterations between clock reads while idle.
 const SPINS_PER_CLOCK_READ: u32 = 64;
 
@@ -94,6 +98,13 @@ impl SwChannel {
         }
     }
 
+    /// Someone waits with nothing else to do: spin instead of napping for [`HURRY`].
+    fn hurry(&self) {
+        let until = self.epoch.elapsed() + HURRY;
+        self.hurry_until
+            .fetch_max(until.as_nanos() as u64, Ordering::SeqCst);
+    }
+
     fn hurried(&self, now: Instant) -> bool {
         let now = now.saturating_duration_since(self.epoch).as_nanos() as u64;
         now < self.hurry_until.load(Ordering::SeqCst)
@@ -105,7 +116,6 @@ pub(crate) struct Software {
     pmem: Arc<dyn Pmem>,
     chans: Vec<Arc<SwChannel>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
-    spin: Duration,
 }
 
 impl Software {
@@ -118,7 +128,6 @@ impl Software {
             pmem,
             chans: Vec::new(),
             workers: Mutex::new(Vec::new()),
-            spin: cfg.spin,
         };
         let idle = Idle {
             spin: cfg.spin,
@@ -209,13 +218,11 @@ impl Software {
         ch.wake_now();
     }
 
-    /// Someone is about to wait in place for `channel`: its idle worker spins instead
-    /// of napping for the next [`crate::EngineConfig::spin`], and is woken if it naps.
+    /// Someone is about to wait for `channel` with nothing else to do: its idle worker
+    /// spins instead of napping for the next [`HURRY`], and is woken if it naps.
     pub fn hurry(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
-        let until = ch.epoch.elapsed() + self.spin;
-        ch.hurry_until
-            .fetch_max(until.as_nanos() as u64, Ordering::SeqCst);
+        ch.hurry();
         ch.wake_now();
     }
 
