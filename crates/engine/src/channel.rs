@@ -42,7 +42,8 @@ pub(crate) struct ChannelCore {
     busy_ns: AtomicU64,
     /// Set once the first stamp is written; until then every published counter is
     /// visible and [`ChannelCore::visible`] reads nothing else.
-    stamped: AtomicBool,
+    /// Apart from the statistics the worker updates, since every poll reads it.
+    stamped: CachePadded<AtomicBool>,
     /// Modelled visibility of published counters ([`ChannelCore::stamp`]), slot
     /// `counter % STAMP_SLOTS`.
     stamps: Box<[Stamp]>,
@@ -72,7 +73,7 @@ impl ChannelCore {
             descriptors: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
-            stamped: AtomicBool::new(false),
+            stamped: CachePadded::new(AtomicBool::new(false)),
             stamps: (0..STAMP_SLOTS).map(|_| Stamp::default()).collect(),
             epoch: Instant::now(),
         }

@@ -116,6 +116,9 @@ pub(crate) struct Software {
     pmem: Arc<dyn Pmem>,
     chans: Vec<Arc<SwChannel>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether idle workers nap ([`crate::EngineConfig::nap`]); if not, a hurry has
+    /// nothing to change.
+    naps: bool,
 }
 
 impl Software {
@@ -128,6 +131,7 @@ impl Software {
             pmem,
             chans: Vec::new(),
             workers: Mutex::new(Vec::new()),
+            naps: cfg.nap.is_some(),
         };
         let idle = Idle {
             spin: cfg.spin,
@@ -221,6 +225,9 @@ impl Software {
     /// Someone is about to wait for `channel` with nothing else to do: its idle worker
     /// spins instead of napping for the next [`HURRY`], and is woken if it naps.
     pub fn hurry(&self, channel: u16) {
+        if !self.naps {
+            return;
+        }
         let ch = &self.chans[channel as usize];
         ch.hurry();
         ch.wake_now();

@@ -235,18 +235,24 @@ fn b_bandwidth_stays_within_its_limit() {
     // The throttle runs on a thread that sleeps between epochs; on a loaded 2-core
     // machine one second can include a long descheduling of it (or of the client). A
     // throttle that does not hold the limit misses on every try; a stall misses on one.
+    // Unthrottled, the engine copies at tens of GB/s here, a hundred times the limit.
+    // The lower bound is looser than the upper: below the limit, B is short of its
+    // allowance when its client, asleep in its wait while the channel is suspended,
+    // wakes late after a resume, which is the client's scheduling, not the throttle.
     const TRIES: usize = 5;
     let mut seen = Vec::new();
     for _ in 0..TRIES {
         let (ratio, suspensions) = b_rate_over_a_second(LIMIT);
         assert!(suspensions > 0, "the B channel was never suspended");
-        if (0.9..=1.1).contains(&ratio) {
+        assert!(ratio < 2.0, "B ran at {ratio:.2}x its limit");
+        if (0.6..=1.1).contains(&ratio) {
             return;
         }
         seen.push(format!("{:.0} MB/s", ratio * LIMIT as f64 / 1e6));
     }
     panic!(
-        "B never stayed within 10% of {} MB/s in {TRIES} one-second tries: {seen:?}",
+        "B never stayed between 60% and 110% of {} MB/s in {TRIES} one-second tries: \
+         {seen:?}",
         LIMIT / 1_000_000
     );
 }
