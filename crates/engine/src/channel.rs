@@ -41,8 +41,8 @@ pub(crate) struct ChannelCore {
     bytes: AtomicU64,
     busy_ns: AtomicU64,
     /// Set once the first stamp is written; until then every published counter is
-    /// visible and [`ChannelCore::visible`] reads nothing else.
-    /// Apart from the statistics the worker updates, since every poll reads it.
+    /// visible and [`ChannelCore::visible`] reads nothing else. On a cache line of its
+    /// own, away from the statistics the worker updates, since every poll reads it.
     stamped: CachePadded<AtomicBool>,
     /// Modelled visibility of published counters ([`ChannelCore::stamp`]), slot
     /// `counter % STAMP_SLOTS`.
