@@ -1,6 +1,6 @@
 //! What every backend keeps per channel: its record, its counters and its statistics.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -96,9 +96,12 @@ impl ChannelCore {
             }
         }
         let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
-        // `at` first: a reader that sees the new counter sees its time; one that sees
-        // the old counter with the new time only answers "not yet" once more.
-        slot.at.store(at, Ordering::Release);
+        // A sequence lock: the slot is marked in rewrite (0, no counter) before its time
+        // changes, so a reader that finds the same counter before and after reading the
+        // time has read that counter's own time.
+        slot.counter.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.at.store(at, Ordering::Relaxed);
         slot.counter.store(counter, Ordering::Release);
     }
 
@@ -114,8 +117,36 @@ impl ChannelCore {
         if slot.counter.load(Ordering::Acquire) != counter {
             return true;
         }
-        let at = slot.at.load(Ordering::Acquire);
-        self.epoch.elapsed().as_nanos() as u64 >= at
+        let at = slot.at.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        // Rewritten meanwhile: only once `counter`'s own stamp had passed.
+        slot.counter.load(Ordering::Relaxed) != counter
+            || self.epoch.elapsed().as_nanos() as u64 >= at
+    }
+
+    /// The highest published counter that is visible ([`ChannelCore::visible`]): stamps
+    /// do not decrease along the counters, so a binary search over the ones still in
+    /// the stamp table. Counters older than the table have passed (their slots were
+    /// reused only then).
+    fn visible_upto(&self, done: u64) -> u64 {
+        if !self.stamped.load(Ordering::Acquire) || self.visible(done) {
+            return done;
+        }
+        // Invariant: `hi` is not visible, `lo` is (or is below the table).
+        // Counter 0 (nothing completed) is visible by definition.
+        let (mut lo, mut hi) = (done.saturating_sub(STAMP_SLOTS as u64 - 1), done);
+        if lo > 0 && !self.visible(lo) {
+            return lo - 1;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.visible(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// Records that counters up to `last` have been handed out (caller holds `next`).
@@ -123,9 +154,10 @@ impl ChannelCore {
         self.submitted.store(last, Ordering::Release);
     }
 
-    /// Descriptors submitted and not completed: two loads, no lock.
+    /// Descriptors submitted and not completed: two loads, no lock (on emulated slow
+    /// memory, completed means visible: a few more loads while stamps lie ahead).
     pub fn queue_depth(&self) -> u64 {
-        let done = self.completed.load(Ordering::Acquire);
+        let done = self.visible_upto(self.completed.load(Ordering::Acquire));
         self.submitted.load(Ordering::Acquire).saturating_sub(done)
     }
 

@@ -65,8 +65,10 @@ fn a_copy_is_done_no_earlier_than_modelled_and_in_channel_order() {
         "the record said done before the data was there"
     );
     if durable + Duration::from_micros(200) < modelled {
-        // The worker ran ahead of the model (the usual case): durable, not yet done.
+        // The worker ran ahead of the model (the usual case): durable, not yet done,
+        // and still queued as far as read admission and channel choice can tell.
         assert!(!engine.is_done(sn_small) && !engine.is_done(sn_big));
+        assert_eq!(engine.queue_depth(0), 2);
     }
 
     // Polled without waiting in place, as a uthread does.
@@ -78,6 +80,7 @@ fn a_copy_is_done_no_earlier_than_modelled_and_in_channel_order() {
          the model gives the copy ahead of it and itself"
     );
     assert!(engine.is_done(sn_big));
+    assert_eq!(engine.queue_depth(0), 0);
     let mut back = vec![0u8; big.len()];
     pm.read(DATA, &mut back);
     assert!(back == big);
@@ -136,6 +139,34 @@ fn a_napping_worker_serves_a_poller_within_a_nap_and_a_waiter_at_once() {
         took < nap / 2,
         "a waiting caller took {took:?}, as if the worker finished its {nap:?} nap"
     );
+}
+
+#[test]
+fn queue_depth_counts_copies_until_they_are_visible() {
+    let pm = slow(region(8, 1));
+    let engine = Engine::software(pm.clone(), &config(1)).unwrap();
+    // Forty copies of 64 KiB: 2.6 ms of the model, copied far faster.
+    let data = pattern(64 << 10, 5);
+    let mut sns = Vec::new();
+    for i in 0..40u64 {
+        // SAFETY: `data` outlives the waits below.
+        sns.push(
+            unsafe { engine.submit(0, &[Desc::write(&data, DATA + i * (64 << 10))]) }.unwrap(),
+        );
+    }
+    let last = *sns.last().unwrap();
+    let mut depth = engine.queue_depth(0);
+    assert!(depth <= 40);
+    spin_until("the last copy", || {
+        let d = engine.queue_depth(0);
+        assert!(d <= depth, "queue depth rose from {depth} to {d}");
+        depth = d;
+        // What queue depth says done is done.
+        let visible = 40 - d as usize;
+        assert!(visible == 0 || engine.is_done(sns[visible - 1]));
+        engine.is_done(last)
+    });
+    assert_eq!(engine.queue_depth(0), 0);
 }
 
 #[test]

@@ -187,8 +187,10 @@ impl SlowMem {
         let all_start = push(&lane.busy, now, transfer);
         // Behind other CPU copies' pieces in full; behind transfers an engine has queued
         // for at most one piece of them, since those enter the medium at its pace,
-        // interleaved with the CPU's stores (they are not pushed back in turn: the
-        // overlap is bounded by one piece per CPU piece).
+        // interleaved with the CPU's stores. The engine's transfers already reserved
+        // are not pushed back in turn, so while an engine runs ahead of the model the
+        // medium briefly delivers more than its bandwidth (up to twice, for as long as
+        // the engine's lead); the CPU's bytes still delay every later reservation.
         let start = cpu_start.max(all_start.min(now + lane.chunk_ns));
         // A core's own copy may be slower than its share of the medium.
         let core_end = match self.model.cpu_write_bw {
