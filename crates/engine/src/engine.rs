@@ -289,6 +289,10 @@ impl Engine {
             // Reap first, so that the channel's statistics and queue depth follow.
             self.core(channel)?;
             dsa.reap(channel)?;
+            if self.is_done(sn) {
+                dsa.settle(channel, sn.counter());
+                return Ok(true);
+            }
         }
         if self.is_done(sn) {
             return Ok(true);

@@ -13,13 +13,17 @@ use engine::{record, record_is_done, Desc, Engine, Error};
 use pmem::{Pmem, Region};
 
 fn engine_on_model(region: &Arc<Region>) -> (DeviceModel, Engine) {
+    engine_on_model_with(region, ModelConfig::default())
+}
+
+fn engine_on_model_with(region: &Arc<Region>, cfg: ModelConfig) -> (DeviceModel, Engine) {
     if !ModelPortal::uses_movdir64b() {
         println!(
             "note: this CPU has no MOVDIR64B; the model's portal is written with eight \
              8-byte stores instead of the real submission instruction"
         );
     }
-    let (model, portal) = DeviceModel::start(ModelConfig::default());
+    let (model, portal) = DeviceModel::start(cfg);
     let portals: Vec<Box<dyn Portal>> = vec![Box::new(portal)];
     let engine = Engine::dsa_with_portals(region.clone(), &config(1), portals).unwrap();
     (model, engine)
@@ -44,6 +48,26 @@ fn memmove_both_ways_and_counter_published_by_the_device() {
     assert_eq!(model.descriptors(), 6);
     let stats = engine.stats(0).unwrap();
     assert_eq!((stats.descriptors, stats.queue_depth), (2, 0));
+}
+
+#[test]
+fn statistics_include_a_batch_once_its_wait_returns() {
+    // The counter fill is the batch's last member: the record says done before the
+    // device writes the batch's own record. A waiter that returns then must still find
+    // the batch in the statistics and not in the queue depth.
+    let region = region(8, 1);
+    let cfg = ModelConfig {
+        batch_record_delay: std::time::Duration::from_millis(5),
+        ..ModelConfig::default()
+    };
+    let (_model, engine) = engine_on_model_with(&region, cfg);
+    let src = pattern(8192, 3);
+    for i in 1..=3u64 {
+        engine.write_sync(0, &src, DATA).unwrap();
+        let stats = engine.stats(0).unwrap();
+        assert_eq!((stats.descriptors, stats.queue_depth), (i, 0));
+        assert_eq!(stats.bytes, i * 8192);
+    }
 }
 
 #[test]

@@ -358,6 +358,30 @@ impl Dsa {
         self.reap_locked(ch, &mut st)
     }
 
+    /// Called once the record of `channel` says `counter` is done: the batch that
+    /// carried it wrote its counter fill, its last member, so the batch's own record
+    /// follows within moments. Reaps until it has, so that statistics and queue depth
+    /// include the batch by the time its waiter returns. Gives up after 100 ms (the
+    /// device's thread, or the model's, descheduled that long) and leaves the batch to
+    /// the next reap.
+    pub fn settle(&self, channel: u16, counter: u64) {
+        let ch = &self.chans[channel as usize];
+        let give_up = Instant::now() + std::time::Duration::from_millis(100);
+        let pause = crossbeam_utils::Backoff::new();
+        loop {
+            let mut st = ch.state.lock();
+            let pending = st.inflight.as_ref().is_some_and(|inf| inf.last <= counter);
+            if !pending || self.reap_locked(ch, &mut st).is_err() || st.inflight.is_none() {
+                return;
+            }
+            drop(st);
+            if Instant::now() >= give_up {
+                return;
+            }
+            pause.snooze();
+        }
+    }
+
     fn reap_locked(&self, ch: &DsaChannel, st: &mut ChanState) -> Result<()> {
         let channel = ch.core.index;
         if let Some(err) = &st.failed {

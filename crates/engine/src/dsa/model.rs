@@ -39,6 +39,9 @@ pub struct ModelConfig {
     pub max_batch: usize,
     /// Largest transfer.
     pub max_transfer: u64,
+    /// Pause between a batch's last member and the batch's own completion record (a
+    /// real device writes it a little after the members' effects are visible).
+    pub batch_record_delay: std::time::Duration,
 }
 
 impl Default for ModelConfig {
@@ -47,6 +50,7 @@ impl Default for ModelConfig {
             wq_size: 16,
             max_batch: 32,
             max_transfer: 2 << 20,
+            batch_record_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -373,6 +377,9 @@ fn batch(dev: &Shared, d: &HwDesc) -> Outcome {
         } else {
             failed = true;
         }
+    }
+    if !dev.cfg.batch_record_delay.is_zero() {
+        std::thread::sleep(dev.cfg.batch_record_delay);
     }
     Outcome {
         status: if failed {
