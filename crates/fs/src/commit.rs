@@ -47,6 +47,28 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
+        let staged = self.stage_unfenced(ino, st, entries)?;
+        self.close_stage();
+        Ok(staged)
+    }
+
+    /// The fence that ends staging: entries written by [`Self::stage_unfenced`], and data
+    /// this thread copied unfenced, are durable once it returns.
+    pub(crate) fn close_stage(&self) {
+        if !crate::fault::active(crate::fault::Fault::StageWithoutFence) {
+            self.pm.fence();
+        }
+    }
+
+    /// [`Self::stage`] without its closing fence: the entries' stores are issued, not
+    /// yet durable; the caller calls [`Self::close_stage`] before committing. Lets a
+    /// write issue its entries before its data so that one fence waits for both.
+    pub(crate) fn stage_unfenced(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        entries: Vec<Entry>,
+    ) -> Result<Staged> {
         let pm = &*self.pm;
         let log = &mut st.log;
         // Where the next entry goes: (index into log.pages, slot within that page).
@@ -137,9 +159,6 @@ impl FileSystem {
             // Whole slots, slot-aligned: non-temporal stores skip reading the line in.
             pm.copy_nt(at, &bytes);
             new_tail = at + bytes.len() as u64;
-        }
-        if !crate::fault::active(crate::fault::Fault::StageWithoutFence) {
-            pm.fence();
         }
         Ok(Staged {
             ino,

@@ -506,6 +506,23 @@ impl FileSystem {
         let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
+        // A mover that copies before returning needs no SN in the entries, so they are
+        // issued first: the entry line is fetched and written back while the data is
+        // copied, instead of queueing behind the data's stores as they drain; the one
+        // fence after the copy covers both.
+        let early = if self.mover.completes_on_return() {
+            match self.stage_write_entries(ino, st, p0, &extents, end, now, Pending::Done) {
+                Ok(staged) => Some(staged),
+                Err(e) => {
+                    for x in extents {
+                        self.blocks.free(x);
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let pending = {
             let mut pieces: SmallVec<[WritePiece<'_>; 4]> = SmallVec::new();
             let mut p = p0;
@@ -549,7 +566,15 @@ impl FileSystem {
             unsafe { self.mover.start_write_unfenced(client, &pieces) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
-        match self.stage_write_entries(ino, st, p0, &extents, end, now, pending) {
+        let staged = match early {
+            Some(staged) => {
+                debug_assert_eq!(pending, Pending::Done);
+                Ok(staged)
+            }
+            None => self.stage_write_entries(ino, st, p0, &extents, end, now, pending),
+        };
+        self.close_stage();
+        match staged {
             Ok(mut staged) => {
                 staged.new_data = extents;
                 Ok((staged, pending, pages))
@@ -584,9 +609,10 @@ impl FileSystem {
                 at += chunk.len();
             }
         }
-        self.pm.fence();
-        match self.stage_write_entries(ino, st, 0, &extents, data.len() as u64, now, Pending::Done)
-        {
+        let staged =
+            self.stage_write_entries(ino, st, 0, &extents, data.len() as u64, now, Pending::Done);
+        self.close_stage();
+        match staged {
             Ok(mut staged) => {
                 staged.new_data = extents;
                 Ok(staged)
@@ -598,8 +624,8 @@ impl FileSystem {
         }
     }
 
-    /// Stages one write entry per extent of new blocks for pages from `p0` (the caller
-    /// records the extents as the staged data).
+    /// Stages one write entry per extent of new blocks for pages from `p0`, without the
+    /// closing fence (the caller records the extents as the staged data, and fences).
     #[allow(clippy::too_many_arguments)]
     fn stage_write_entries(
         &self,
@@ -629,7 +655,7 @@ impl FileSystem {
             });
             pg += e.len;
         }
-        self.stage(ino, st, entries)
+        self.stage_unfenced(ino, st, entries)
     }
 
     /// Gives back the data blocks of a staged write that will not be committed.

@@ -26,6 +26,10 @@ impl Mover for CpuMover {
         Mode::Cpu
     }
 
+    fn completes_on_return(&self) -> bool {
+        true
+    }
+
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
         cpu_write(&*self.pm, pieces);
         Pending::Done

@@ -132,6 +132,10 @@ impl Mover for DelegateMover {
         Mode::Delegate
     }
 
+    fn completes_on_return(&self) -> bool {
+        true
+    }
+
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
         if write_bytes(pieces) <= self.write_min {
             cpu_write(&*self.pm, pieces);

@@ -161,6 +161,13 @@ pub trait Mover: Send + Sync {
     /// else, until the returned copy is done.
     unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending;
 
+    /// Whether every `start_write*` returns [`Pending::Done`]: the copy is made (by
+    /// this thread or by helpers it waits for) before the call returns, so a caller
+    /// needs no SN to record it and may write its metadata before the data.
+    fn completes_on_return(&self) -> bool {
+        false
+    }
+
     /// Whether a started copy has finished: one load and a compare for engine copies.
     fn is_done(&self, p: Pending) -> bool {
         p == Pending::Done

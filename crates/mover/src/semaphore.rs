@@ -58,6 +58,10 @@ impl Mover for SemaphoreMover {
         Mode::Semaphore
     }
 
+    fn completes_on_return(&self) -> bool {
+        true
+    }
+
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
         let _permit = self.acquire();
         cpu_write(&*self.pm, pieces);
