@@ -133,32 +133,10 @@ impl FileSystem {
     ) -> Result<Fd> {
         let (readable, writable) = flags.validate()?;
         let follow = !flags.has(OpenFlags::NOFOLLOW);
-        let mut created = false;
-        let inode = if flags.has(OpenFlags::CREAT) {
-            let p = self.resolve_parent(path)?;
-            if p.name.is_empty() {
-                p.dir
-            } else {
-                let mut dst = p.dir.state.write();
-                if dst.kind != FileKind::Dir {
-                    return Err(Error::NotDir);
-                }
-                if dst.children.contains_key(&p.name) {
-                    if flags.has(OpenFlags::EXCL) {
-                        return Err(Error::Exists);
-                    }
-                    drop(dst);
-                    self.resolve(path, follow)?
-                } else {
-                    if p.trailing_slash {
-                        return Err(Error::IsDir);
-                    }
-                    created = true;
-                    self.create_in(&p.dir, &mut dst, &p.name, FileKind::File, mode, &[])?
-                }
-            }
+        let (inode, created) = if flags.has(OpenFlags::CREAT) {
+            self.open_or_create(path, flags, mode, follow)?
         } else {
-            self.resolve(path, follow)?
+            (self.resolve(path, follow)?, false)
         };
         {
             let st = inode.state.read();
@@ -203,6 +181,59 @@ impl FileSystem {
         });
         fds[slot] = Some(file);
         Ok(Fd(slot as u32))
+    }
+
+    /// The inode `open(O_CREAT)` opens, and whether it created it. A name that is a
+    /// symbolic link leading nowhere gets its target created, as open(2) does: the
+    /// last missing name at the end of the chain of links (without `O_NOFOLLOW`; with
+    /// `O_EXCL` the link's own name already exists).
+    fn open_or_create(
+        &self,
+        path: &str,
+        flags: OpenFlags,
+        mode: u32,
+        follow: bool,
+    ) -> Result<(Arc<Inode>, bool)> {
+        // Where the name being opened is looked up from: the path, then each link's
+        // target from the link's directory.
+        let (mut base, mut rel) = (self.inode(crate::layout::ROOT_INO)?, path.to_string());
+        let mut hops = 0;
+        let mut p = self.resolve_parent(path)?;
+        loop {
+            if p.name.is_empty() {
+                return Ok((p.dir, false));
+            }
+            let mut dst = p.dir.state.write();
+            if dst.kind != FileKind::Dir {
+                return Err(Error::NotDir);
+            }
+            if !dst.children.contains_key(&p.name) {
+                if p.trailing_slash {
+                    return Err(Error::IsDir);
+                }
+                let inode = self.create_in(&p.dir, &mut dst, &p.name, FileKind::File, mode, &[])?;
+                return Ok((inode, true));
+            }
+            if flags.has(OpenFlags::EXCL) {
+                return Err(Error::Exists);
+            }
+            drop(dst);
+            match self.resolve_from(base.clone(), &rel, follow, hops) {
+                Err(Error::NotFound) if follow && !p.trailing_slash => {
+                    let Some(target) = self.symlink_target(&p.dir, &p.name)? else {
+                        return Err(Error::NotFound);
+                    };
+                    hops += 1;
+                    if hops > crate::MAX_SYMLINK_HOPS {
+                        return Err(Error::Loop);
+                    }
+                    base = self.follow_base(&p.dir, &target)?;
+                    rel = target;
+                    p = self.walk(base.clone(), &rel, hops)?;
+                }
+                r => return r.map(|inode| (inode, false)),
+            }
+        }
     }
 
     pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
@@ -263,7 +294,11 @@ impl FileSystem {
         let mut pos = f.pos.lock();
         let at = if f.append { None } else { Some(*pos) };
         let end = self.write_inode(&f.inode, at, buf, f.client)?;
-        *pos = end;
+        // As in Linux, a write of nothing leaves the position alone, even with
+        // O_APPEND.
+        if !buf.is_empty() {
+            *pos = end;
+        }
         Ok(buf.len())
     }
 

@@ -59,7 +59,7 @@ impl FileSystem {
         self.walk(self.inode(ROOT_INO)?, path, 0)
     }
 
-    fn follow_base(&self, dir: &Arc<Inode>, target: &str) -> Result<Arc<Inode>> {
+    pub(crate) fn follow_base(&self, dir: &Arc<Inode>, target: &str) -> Result<Arc<Inode>> {
         if target.starts_with('/') {
             self.inode(ROOT_INO)
         } else {
@@ -67,7 +67,7 @@ impl FileSystem {
         }
     }
 
-    fn resolve_from(
+    pub(crate) fn resolve_from(
         &self,
         base: Arc<Inode>,
         path: &str,
@@ -98,7 +98,7 @@ impl FileSystem {
         Ok(child)
     }
 
-    fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
+    pub(crate) fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
         let trailing_slash = path.len() > 1 && path.ends_with('/');
         let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
         let dot = matches!(comps.last(), Some(&".") | Some(&".."));
@@ -338,6 +338,18 @@ impl FileSystem {
     }
 
     /// The target of the symbolic link at `path`.
+    /// The target of `name` in `dir` if it is a symbolic link; `None` if it is
+    /// something else or no longer there.
+    pub(crate) fn symlink_target(&self, dir: &Arc<Inode>, name: &str) -> Result<Option<String>> {
+        let Ok(child) = self.lookup(dir, name) else {
+            return Ok(None);
+        };
+        if child.state.read().kind != FileKind::Symlink {
+            return Ok(None);
+        }
+        self.read_link_inode(&child).map(Some)
+    }
+
     pub fn readlink(&self, path: &str) -> Result<String> {
         let inode = self.resolve(path, false)?;
         if inode.state.read().kind != FileKind::Symlink {

@@ -344,29 +344,49 @@ impl Model {
         };
         let mut created = false;
         let id = if f.creat {
-            let p = self.parent_of(path)?;
-            if p.name.is_empty() {
-                p.dir
-            } else if self.children(p.dir).contains_key(&p.name) {
+            // The name is looked up from `base`: the path, then the target of each
+            // symbolic link that leads nowhere, from the link's directory; the last
+            // missing name is created (open(2) creates a dangling link's target).
+            Self::check_path(path)?;
+            let (mut base, mut rel, mut hops) = (ROOT, path.to_string(), 0usize);
+            loop {
+                let p = self.walk(base, &rel, &mut hops.clone())?;
+                if p.name.is_empty() {
+                    break p.dir;
+                }
+                let Some(child) = self.children(p.dir).get(&p.name).copied() else {
+                    if p.slash {
+                        return Err(libc::EISDIR);
+                    }
+                    created = true;
+                    let id = self.new_node(
+                        Body::File {
+                            data: Vec::new(),
+                            pages: BTreeSet::new(),
+                        },
+                        f.mode,
+                    );
+                    self.children_mut(p.dir).insert(p.name.clone(), id);
+                    self.touch_dir(p.dir);
+                    break id;
+                };
                 if f.excl {
                     return Err(libc::EEXIST);
                 }
-                self.resolve(path, true)?
-            } else {
-                if p.slash {
-                    return Err(libc::EISDIR);
+                match self.resolve_from(base, &rel, true, &mut hops.clone()) {
+                    Err(libc::ENOENT) if !p.slash => {
+                        let Body::Sym { target } = &self.node(child).body else {
+                            return Err(libc::ENOENT);
+                        };
+                        hops += 1;
+                        if hops > MAX_HOPS {
+                            return Err(libc::ELOOP);
+                        }
+                        base = if target.starts_with('/') { ROOT } else { p.dir };
+                        rel = target.clone();
+                    }
+                    r => break r?,
                 }
-                created = true;
-                let id = self.new_node(
-                    Body::File {
-                        data: Vec::new(),
-                        pages: BTreeSet::new(),
-                    },
-                    f.mode,
-                );
-                self.children_mut(p.dir).insert(p.name.clone(), id);
-                self.touch_dir(p.dir);
-                id
             }
         } else {
             self.resolve(path, true)?
