@@ -629,16 +629,18 @@ impl FileSystem {
             return Err(Error::Invalid("cannot move a directory into itself".into()));
         }
         let victim_ino = dst_dir_st.children.get(&to.name).copied();
-        if victim_ino.is_some_and(|v| v == from.dir.ino || from_anc.contains(&v)) {
-            // Replacing a directory the source lives in: it is not empty.
-            return Err(Error::NotEmpty);
-        }
         let src = self.inode(src_ino)?;
         let src_kind = src.state.read().kind;
         let src_is_dir = src_kind == FileKind::Dir;
-        // Before the same-inode shortcut: `rename("f", "f/")` is ENOTDIR, not a no-op.
+        // First, as in Linux: a trailing slash on either name of a non-directory is
+        // ENOTDIR, before the same-inode shortcut (`rename("f", "f/")` is no no-op)
+        // and before the check below (`rename("d/f", "d/")`).
         if (from.trailing_slash || to.trailing_slash) && !src_is_dir {
             return Err(Error::NotDir);
+        }
+        if victim_ino.is_some_and(|v| v == from.dir.ino || from_anc.contains(&v)) {
+            // Replacing a directory the source lives in: it is not empty.
+            return Err(Error::NotEmpty);
         }
         if victim_ino == Some(src_ino) {
             return Ok(());

@@ -20,6 +20,8 @@ enum Step {
     /// Open with flags (libc bits), write the bytes, write nothing, read one byte at the
     /// position, close. The result is what the open gave, then what the read saw.
     OpenWriteRead(&'static str, i32, &'static [u8]),
+    /// Rename; the result is the errno, or an empty read.
+    Rename(&'static str, &'static str),
 }
 
 /// What a step gave: an errno, or the bytes its read saw.
@@ -77,6 +79,18 @@ fn on_host(root: &Path, steps: &[Step]) -> (Vec<Outcome>, Tree) {
         match s {
             Step::Mkdir(p) => std::fs::create_dir(path(p)).unwrap(),
             Step::Symlink(t, p) => std::os::unix::fs::symlink(t, path(p)).unwrap(),
+            Step::Rename(a, b) => {
+                // `Path::join` drops a trailing slash: keep it, it changes the answer.
+                let slashed = |p: &str| {
+                    let mut s = path(p).into_os_string();
+                    if p.ends_with('/') {
+                        s.push("/");
+                    }
+                    s
+                };
+                let r = std::fs::rename(slashed(a), slashed(b));
+                outcomes.push(r.map(|_| Vec::new()).map_err(|e| e.raw_os_error().unwrap()));
+            }
             Step::OpenWriteRead(p, flags, data) => {
                 let mut c = path(p).as_os_str().as_bytes().to_vec();
                 if p.ends_with('/') {
@@ -118,6 +132,9 @@ fn on_easyio(steps: &[Step]) -> (Vec<Outcome>, Tree) {
         match s {
             Step::Mkdir(p) => fs.mkdir(p, 0o755).unwrap(),
             Step::Symlink(t, p) => fs.symlink(t, p).unwrap(),
+            Step::Rename(a, b) => {
+                outcomes.push(fs.rename(a, b).map(|_| Vec::new()).map_err(|e| e.errno()))
+            }
             Step::OpenWriteRead(p, flags, data) => {
                 let fd = match fs.open(p, OpenFlags(flags), 0o644) {
                     Ok(fd) => fd,
@@ -230,6 +247,31 @@ fn a_write_of_nothing_leaves_the_position_alone_even_with_o_append() {
         &[
             OpenWriteRead("/f", RW_CREAT, b"abc"),
             OpenWriteRead("/f", libc::O_RDWR | libc::O_APPEND, b""),
+        ],
+    );
+}
+
+#[test]
+fn rename_onto_an_ancestor_agrees_with_the_kernel() {
+    use Step::*;
+    let file = OpenWriteRead("/d/a", RW_CREAT, b"x");
+    agree("file-to-parent", &[Mkdir("/d"), file, Rename("/d/a", "/d")]);
+    agree(
+        "file-to-parent-slash",
+        &[Mkdir("/d"), file, Rename("/d/a", "/d/")],
+    );
+    agree("file-slash", &[Mkdir("/d"), file, Rename("/d/a/", "/d/b")]);
+    agree(
+        "dir-to-parent-slash",
+        &[Mkdir("/d"), Mkdir("/d/s"), Rename("/d/s", "/d/")],
+    );
+    agree(
+        "dir-to-grandparent",
+        &[
+            Mkdir("/d"),
+            Mkdir("/d/s"),
+            Mkdir("/d/s/t"),
+            Rename("/d/s/t", "/d"),
         ],
     );
 }
