@@ -286,27 +286,25 @@ impl Engine {
     pub fn poll(&self, sn: Sn) -> Result<bool> {
         let channel = sn.channel();
         if let Backend::Dsa(dsa) = &self.backend {
-            // Reap first, so that the channel's statistics and queue depth follow.
+            // Reap first, so that a failed channel is reported; a done SN's batch is
+            // counted in the statistics and queue depth before the caller hears of it.
             self.core(channel)?;
             dsa.reap(channel)?;
-            if self.is_done(sn) {
+            let done = self.is_done(sn);
+            if done {
                 dsa.settle(channel, sn.counter());
-                return Ok(true);
             }
+            return Ok(done);
         }
         if self.is_done(sn) {
             return Ok(true);
         }
         self.core(channel)?;
-        match &self.backend {
-            Backend::Cpu => {}
-            Backend::Software(sw) => {
-                // Published but not yet visible is still going to be done.
-                if sw.exited(channel) && !record::record_is_done(&*self.pmem, self.area_off, sn) {
-                    return Err(Error::ShutDown { channel });
-                }
+        if let Backend::Software(sw) = &self.backend {
+            // Published but not yet visible is still going to be done.
+            if sw.exited(channel) && !record::record_is_done(&*self.pmem, self.area_off, sn) {
+                return Err(Error::ShutDown { channel });
             }
-            Backend::Dsa(dsa) => dsa.reap(channel)?,
         }
         Ok(self.is_done(sn))
     }

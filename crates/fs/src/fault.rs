@@ -14,7 +14,8 @@ pub enum Fault {
     /// tail's line back: a returned operation can be lost.
     CommitWithoutFlush = 1,
     /// Staging writes entries back but issues no fence before the tail is committed:
-    /// the tail can reach the region before the entries it covers.
+    /// the tail can reach the region before the entries it covers, and before the data
+    /// the writer copied for them (that fence covers both).
     StageWithoutFence = 2,
     /// An orderless write commits its entries with SN 0 ("copy done") while the
     /// engine's copy may still be running: recovery keeps an entry whose data never

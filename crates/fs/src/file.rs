@@ -199,6 +199,10 @@ impl FileSystem {
         let (mut base, mut rel) = (self.inode(crate::layout::ROOT_INO)?, path.to_string());
         let mut hops = 0;
         let mut p = self.resolve_parent(path)?;
+        // As in Linux, O_CREAT with a trailing slash is EISDIR, whatever the name is.
+        if p.trailing_slash && !p.name.is_empty() {
+            return Err(Error::IsDir);
+        }
         loop {
             if p.name.is_empty() {
                 return Ok((p.dir, false));
@@ -603,7 +607,14 @@ impl FileSystem {
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
         let staged = match early {
             Some(staged) => {
-                debug_assert_eq!(pending, Pending::Done);
+                // The entries say "copy done": a mover that broke its promise would
+                // have them committed over a copy still running.
+                assert_eq!(
+                    pending,
+                    Pending::Done,
+                    "{:?} left a copy pending",
+                    self.mode()
+                );
                 Ok(staged)
             }
             None => self.stage_write_entries(ino, st, p0, &extents, end, now, pending),

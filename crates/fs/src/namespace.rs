@@ -337,7 +337,6 @@ impl FileSystem {
         Ok(())
     }
 
-    /// The target of the symbolic link at `path`.
     /// The target of `name` in `dir` if it is a symbolic link; `None` if it is
     /// something else or no longer there.
     pub(crate) fn symlink_target(&self, dir: &Arc<Inode>, name: &str) -> Result<Option<String>> {
@@ -350,6 +349,7 @@ impl FileSystem {
         self.read_link_inode(&child).map(Some)
     }
 
+    /// The target of the symbolic link at `path`.
     pub fn readlink(&self, path: &str) -> Result<String> {
         let inode = self.resolve(path, false)?;
         if inode.state.read().kind != FileKind::Symlink {

@@ -229,6 +229,25 @@ fn open_creat_through_symbolic_links_agrees_with_the_kernel() {
         "loop",
         &[Symlink("l", "/l"), OpenWriteRead("/l", RW_CREAT, b"x")],
     );
+    agree("slash-new", &[OpenWriteRead("/t/", RW_CREAT, b"x")]);
+    agree(
+        "slash-dangling",
+        &[Symlink("t", "/l"), OpenWriteRead("/l/", RW_CREAT, b"x")],
+    );
+    agree(
+        "slash-file",
+        &[
+            OpenWriteRead("/f", RW_CREAT, b"x"),
+            OpenWriteRead("/f/", RW_CREAT, b"y"),
+        ],
+    );
+    agree(
+        "slash-dir-excl",
+        &[
+            Mkdir("/d"),
+            OpenWriteRead("/d/", RW_CREAT | libc::O_EXCL, b"x"),
+        ],
+    );
     agree(
         "existing-target",
         &[

@@ -349,6 +349,10 @@ impl Model {
             // missing name is created (open(2) creates a dangling link's target).
             Self::check_path(path)?;
             let (mut base, mut rel, mut hops) = (ROOT, path.to_string(), 0usize);
+            let first = self.parent_of(path)?;
+            if first.slash && !first.name.is_empty() {
+                return Err(libc::EISDIR);
+            }
             loop {
                 let p = self.walk(base, &rel, &mut hops.clone())?;
                 if p.name.is_empty() {

@@ -182,6 +182,23 @@ struct InFlight {
     members: usize,
     bytes: u64,
     since: Instant,
+    /// Counted in the channel's statistics and queue depth already ([`DsaBackend::settle`]),
+    /// while the batch's own record is still to come.
+    accounted: bool,
+}
+
+impl InFlight {
+    fn account(&mut self, core: &ChannelCore) {
+        if !self.accounted {
+            self.accounted = true;
+            core.note_completed(self.last);
+            core.account(
+                self.members as u64,
+                self.bytes,
+                self.since.elapsed().as_nanos() as u64,
+            );
+        }
+    }
 }
 
 struct ChanState {
@@ -347,6 +364,7 @@ impl Dsa {
             members: descs.len(),
             bytes,
             since: Instant::now(),
+            accounted: false,
         });
         Ok(Sn::new(channel, last).expect("counter checked by advance"))
     }
@@ -358,27 +376,17 @@ impl Dsa {
         self.reap_locked(ch, &mut st)
     }
 
-    /// Called once the record of `channel` says `counter` is done: the batch that
-    /// carried it wrote its counter fill, its last member, so the batch's own record
-    /// follows within moments. Reaps until it has, so that statistics and queue depth
-    /// include the batch by the time its waiter returns. Gives up after 100 ms (the
-    /// device's thread, or the model's, descheduled that long) and leaves the batch to
-    /// the next reap.
+    /// Called once the record of `channel` says `counter` is done. The batch that
+    /// carried it wrote its counter fill, its last member, which runs only after every
+    /// copy before it succeeded; the batch's own record comes a moment later. Counts the
+    /// batch in the channel's statistics and queue depth now, so that they include it
+    /// by the time its waiter returns; the batch stays in flight (its buffers are not
+    /// reused) until a reap sees its record.
     pub fn settle(&self, channel: u16, counter: u64) {
         let ch = &self.chans[channel as usize];
-        let give_up = Instant::now() + std::time::Duration::from_millis(100);
-        let pause = crossbeam_utils::Backoff::new();
-        loop {
-            let mut st = ch.state.lock();
-            let pending = st.inflight.as_ref().is_some_and(|inf| inf.last <= counter);
-            if !pending || self.reap_locked(ch, &mut st).is_err() || st.inflight.is_none() {
-                return;
-            }
-            drop(st);
-            if Instant::now() >= give_up {
-                return;
-            }
-            pause.snooze();
+        let mut st = ch.state.lock();
+        if let Some(inf) = st.inflight.as_mut().filter(|inf| inf.last <= counter) {
+            inf.account(&ch.core);
         }
     }
 
@@ -404,13 +412,9 @@ impl Dsa {
                 Some(code) => self.first_member_error(st, inf.members + 1, Some(code)),
             },
             status::SUCCESS => {
-                ch.core.note_completed(inf.last);
-                ch.core.account(
-                    inf.members as u64,
-                    inf.bytes,
-                    inf.since.elapsed().as_nanos() as u64,
-                );
-                st.inflight = None;
+                if let Some(mut inf) = st.inflight.take() {
+                    inf.account(&ch.core);
+                }
                 return Ok(());
             }
             status::BATCH_FAIL => {
