@@ -120,6 +120,8 @@ pub struct Engine {
     area_off: u64,
     cores: Vec<Arc<ChannelCore>>,
     backend: Backend,
+    /// Test-only submission faults ([`Testing::refuse_after`], [`Testing::cap_batch`]).
+    faults: crate::fault::SubmitFaults,
 }
 
 impl Engine {
@@ -142,6 +144,7 @@ impl Engine {
             pmem,
             area_off: cfg.area_off,
             cores,
+            faults: Default::default(),
             backend: Backend::Cpu,
         })
     }
@@ -158,6 +161,7 @@ impl Engine {
             pmem,
             area_off: cfg.area_off,
             cores,
+            faults: Default::default(),
             backend: Backend::Software(sw),
         })
     }
@@ -186,6 +190,7 @@ impl Engine {
             pmem,
             area_off: cfg.area_off,
             cores,
+            faults: Default::default(),
             backend: Backend::Dsa(dsa),
         })
     }
@@ -207,11 +212,12 @@ impl Engine {
 
     /// Most descriptors one batch may hold on this engine.
     pub fn max_batch(&self) -> usize {
-        match &self.backend {
+        let max = match &self.backend {
             Backend::Cpu => usize::MAX,
             Backend::Software(sw) => sw.ring_capacity(),
             Backend::Dsa(dsa) => dsa.max_batch(),
-        }
+        };
+        self.faults.capped(max)
     }
 
     /// Submits a batch of descriptors to `channel` and returns the SN of its last
@@ -226,13 +232,18 @@ impl Engine {
     /// submitted descriptor, except behind a channel frozen through [`Testing`].
     pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
         self.validate(channel, descs)?;
-        match &self.backend {
+        if self.faults.refuses() {
+            return Err(Error::ShutDown { channel });
+        }
+        let sn = match &self.backend {
             Backend::Cpu => Ok(self.run_inline(channel, descs)),
             // SAFETY: forwarded contract; validated above.
             Backend::Software(sw) => unsafe { sw.try_submit(channel, descs) },
             // SAFETY: forwarded contract; validated above.
             Backend::Dsa(dsa) => unsafe { dsa.try_submit(channel, descs) },
-        }
+        }?;
+        self.faults.accepted();
+        Ok(sn)
     }
 
     /// [`Engine::try_submit`], waiting for room while the channel is busy.
@@ -539,6 +550,21 @@ impl Testing<'_> {
                 backend: self.engine.kind.name(),
             }),
         }
+    }
+
+    /// Test-only fault: `Some(n)` accepts the next `n` submissions and refuses every
+    /// later one with [`Error::ShutDown`], as an engine shut down between the batches of
+    /// a request would; `None` accepts again. Refused batches are never queued;
+    /// accepted ones run as usual.
+    pub fn refuse_after(&self, accepted: Option<u64>) {
+        self.engine.faults.refuse_after(accepted);
+    }
+
+    /// Test-only fault: `Some(n)` makes [`Engine::max_batch`] at most `n`, so that a
+    /// request is submitted as several batches which all fit a channel's ring at once;
+    /// `None` undoes it.
+    pub fn cap_batch(&self, max: Option<usize>) {
+        self.engine.faults.cap_batch(max);
     }
 
     fn software(&self, op: &'static str) -> Result<&Software> {

@@ -28,3 +28,57 @@ pub fn inject(fault: Fault) {
 pub(crate) fn active(fault: Fault) -> bool {
     ACTIVE.load(Ordering::Relaxed) == fault as u8
 }
+
+/// Test-only, per engine: submissions refused after a count, and batches capped
+/// smaller than the backend takes, so that a test can make a request that spans
+/// several batches fail at the batch it chooses ([`crate::Testing::refuse_after`],
+/// [`crate::Testing::cap_batch`]). Off unless a test turns it on.
+#[derive(Debug)]
+pub(crate) struct SubmitFaults {
+    /// Submissions still accepted; `u64::MAX`: no limit.
+    accept_left: std::sync::atomic::AtomicU64,
+    /// Most descriptors per batch; 0: as the backend says.
+    batch_cap: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for SubmitFaults {
+    fn default() -> SubmitFaults {
+        SubmitFaults {
+            accept_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+            batch_cap: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+impl SubmitFaults {
+    pub(crate) fn refuse_after(&self, accepted: Option<u64>) {
+        self.accept_left
+            .store(accepted.unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// Whether the next submission is refused.
+    pub(crate) fn refuses(&self) -> bool {
+        self.accept_left.load(Ordering::SeqCst) == 0
+    }
+
+    /// Counts an accepted submission.
+    pub(crate) fn accepted(&self) {
+        let _ = self
+            .accept_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n != u64::MAX && n > 0).then(|| n - 1)
+            });
+    }
+
+    pub(crate) fn cap_batch(&self, max: Option<usize>) {
+        self.batch_cap.store(max.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// `max` capped by [`SubmitFaults::cap_batch`].
+    pub(crate) fn capped(&self, max: usize) -> usize {
+        match self.batch_cap.load(Ordering::Relaxed) {
+            0 => max,
+            cap => max.min(cap),
+        }
+    }
+}
