@@ -353,6 +353,11 @@ pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(),
 /// while the channel is full; returns the SN of the last batch, which covers all of them
 /// (a channel completes in order).
 ///
+/// A request completes as a whole: if a batch is refused after earlier ones were
+/// accepted, those are waited out before the error is returned, so that on `Err` no
+/// engine copy of the request touches its buffers any more and the caller may copy by
+/// CPU instead or give the buffers back.
+///
 /// # Safety
 /// As for [`engine::Engine::try_submit`]: every buffer must live until the SN is done.
 pub(crate) unsafe fn submit_all(
@@ -370,11 +375,25 @@ pub(crate) unsafe fn submit_all(
                     break;
                 }
                 Err(engine::Error::Busy { .. }) => rt::yield_now(),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if let Some(sn) = last {
+                        settle(engine, sn);
+                    }
+                    return Err(e);
+                }
             }
         }
     }
     last.ok_or(engine::Error::BadBatch("empty request".into()))
+}
+
+/// Waits until the engine no longer touches the buffers of `sn` and of every batch
+/// before it on its channel: `sn` is done, or its channel reports that it never will
+/// be — a software worker that has exited, a DSA batch whose record says it failed
+/// (the device has finished with it either way).
+pub(crate) fn settle(engine: &engine::Engine, sn: engine::Sn) {
+    // Whether it failed is the caller's concern; only that it is over matters here.
+    let _ = wait_engine(engine, sn);
 }
 
 /// Total bytes of a request.

@@ -338,7 +338,7 @@ impl ChannelManager {
 
     /// Submits a copy for `client`: on its class's channel, split first if bulk. Yields
     /// (in a uthread) or retries while the channel is full. Returns the SN covering all
-    /// of it.
+    /// of it; on `Err`, no engine copy of the request touches its buffers any more.
     ///
     /// # Safety
     /// As for [`Engine::try_submit`]: every buffer must live until the SN is done.
@@ -352,7 +352,17 @@ impl ChannelManager {
             for d in split.chunks(1) {
                 // SAFETY: forwarded from the caller; the split descriptors cover the same
                 // memory as the caller's.
-                last = Some(unsafe { crate::submit_all(&self.engine, channel, d)? });
+                match unsafe { crate::submit_all(&self.engine, channel, d) } {
+                    Ok(sn) => last = Some(sn),
+                    Err(e) => {
+                        // The request completes as a whole: what was accepted is waited
+                        // out before the caller hears of the failure.
+                        if let Some(sn) = last {
+                            crate::settle(&self.engine, sn);
+                        }
+                        return Err(e);
+                    }
+                }
             }
             last.ok_or(engine::Error::BadBatch("empty request".into()))
         } else {
