@@ -5,12 +5,18 @@
 //!
 //! Policy (OdinFS §3.5): writes larger than 256 B and reads larger than one 32 KiB
 //! stripe are delegated; smaller ones are copied by the caller.
+//!
+//! A delegation thread that dies (a panic) fails the requests it held stripes of: each
+//! stripe it took is given up as its thread unwinds, and the stripes still queued for it
+//! are taken out of its queue by the waiting callers, so a caller hears
+//! [`Pending::Failed`] only once no stripe of its request can be copied any more. Later
+//! requests go to the threads still alive, or are copied by the caller when none is.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use pmem::Pmem;
 
 use crate::{
@@ -21,7 +27,16 @@ use crate::{
 /// Stripes queued per delegation thread before callers wait for room.
 const QUEUE_PER_THREAD: usize = 256;
 
-/// One stripe of a request.
+/// What is left of one request.
+struct Request {
+    /// Stripes not yet copied or given up.
+    left: AtomicUsize,
+    /// Whether a stripe was given up.
+    failed: AtomicBool,
+}
+
+/// One stripe of a request. A stripe dropped without being copied (its thread died, or
+/// a caller took it out of a dead thread's queue) counts as given up.
 struct Job {
     write: bool,
     /// Region byte offset.
@@ -29,14 +44,63 @@ struct Job {
     /// DRAM address: the source of a write, the destination of a read.
     mem: *mut u8,
     len: usize,
-    /// Stripes of the request not yet copied.
-    left: Arc<AtomicUsize>,
+    request: Arc<Request>,
+    copied: bool,
 }
 
 // SAFETY: a Job carries a DRAM address across threads; the caller that made it waits
-// until `left` reaches zero before its buffer borrow ends, and each stripe's memory is
-// touched by exactly one delegation thread.
+// until every stripe of the request is copied or dropped (`Request::left` at zero)
+// before its buffer borrow ends, and each stripe's memory is touched by exactly one
+// delegation thread.
 unsafe impl Send for Job {}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.copied {
+            self.request.failed.store(true, Ordering::Release);
+        }
+        self.request.left.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A test-only fault in a delegation thread ([`DelegateMover::inject`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DelegateFault {
+    None = 0,
+    /// The thread panics when it takes its next stripe, before copying it.
+    Panic = 1,
+    /// The thread returns when it takes its next stripe, dropping it and its queue's
+    /// receiving end.
+    Exit = 2,
+}
+
+/// One delegation thread as the callers see it.
+struct Worker {
+    tx: Sender<Job>,
+    /// The queue's receiving end, kept so that callers can take back the stripes of a
+    /// thread that died.
+    rx: Receiver<Job>,
+    /// Cleared as the thread exits, by return or by panic.
+    alive: Arc<AtomicBool>,
+    /// Test-only: a [`DelegateFault`] to trip on the next stripe.
+    fault: Arc<AtomicU8>,
+}
+
+impl Worker {
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Takes the stripes out of a dead thread's queue, giving them up.
+    fn drain_if_dead(&self) {
+        if !self.alive() {
+            while let Ok(job) = self.rx.try_recv() {
+                drop(job);
+            }
+        }
+    }
+}
 
 /// A pool of delegation threads.
 pub struct DelegateMover {
@@ -44,40 +108,87 @@ pub struct DelegateMover {
     write_min: usize,
     read_min: usize,
     stripe: usize,
-    queues: Vec<Sender<Job>>,
+    workers: Vec<Worker>,
     next: AtomicUsize,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// Clears a thread's `alive` flag however it leaves `serve`.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 impl DelegateMover {
     pub fn new(pm: Arc<dyn Pmem>, cfg: &Config) -> DelegateMover {
-        let mut queues = Vec::new();
+        let mut workers = Vec::new();
         let mut threads = Vec::new();
         for i in 0..cfg.delegation_threads {
             let (tx, rx) = crossbeam_channel::bounded(QUEUE_PER_THREAD);
-            let pm = pm.clone();
+            let alive = Arc::new(AtomicBool::new(true));
+            let fault = Arc::new(AtomicU8::new(DelegateFault::None as u8));
+            let (pm, thread_rx, guard, thread_fault) = (
+                pm.clone(),
+                rx.clone(),
+                AliveGuard(alive.clone()),
+                fault.clone(),
+            );
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("easyio-delegate-{i}"))
-                    .spawn(move || serve(&*pm, rx))
+                    .spawn(move || {
+                        let _guard = guard;
+                        serve(&*pm, thread_rx, &thread_fault)
+                    })
                     .expect("spawning a delegation thread"),
             );
-            queues.push(tx);
+            workers.push(Worker {
+                tx,
+                rx,
+                alive,
+                fault,
+            });
         }
         DelegateMover {
             pm,
             write_min: cfg.delegate_write_min,
             read_min: cfg.delegate_read_min,
             stripe: cfg.stripe,
-            queues,
+            workers,
             next: AtomicUsize::new(0),
             threads,
         }
     }
 
-    /// Splits into stripes, queues them round-robin, waits for all.
-    fn delegate(&self, spans: impl Iterator<Item = (bool, u64, *mut u8, usize)>) {
-        let left = Arc::new(AtomicUsize::new(0));
+    /// Test-only fault injection: delegation thread `thread` trips `fault` when it takes
+    /// its next stripe.
+    pub fn inject(&self, thread: usize, fault: DelegateFault) {
+        self.workers[thread]
+            .fault
+            .store(fault as u8, Ordering::SeqCst);
+    }
+
+    /// Whether every delegation thread is alive.
+    pub fn healthy(&self) -> bool {
+        self.workers.iter().all(Worker::alive)
+    }
+
+    /// Whether some delegation thread is alive to take stripes.
+    fn any_alive(&self) -> bool {
+        self.workers.iter().any(Worker::alive)
+    }
+
+    /// Splits into stripes, queues them round-robin on the threads alive, waits for all.
+    /// Returns false if a stripe was given up (its thread died, or none is alive), once
+    /// no stripe of the request can be copied any more.
+    fn delegate(&self, spans: impl Iterator<Item = (bool, u64, *mut u8, usize)>) -> bool {
+        let request = Arc::new(Request {
+            left: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+        });
         let mut jobs = Vec::new();
         for (write, off, mem, len) in spans {
             let mut done = 0;
@@ -89,32 +200,70 @@ impl DelegateMover {
                     // SAFETY: `done + n <= len`, inside the caller's buffer.
                     mem: unsafe { mem.add(done) },
                     len: n,
-                    left: left.clone(),
+                    request: request.clone(),
+                    copied: false,
                 });
                 done += n;
             }
         }
-        left.store(jobs.len(), Ordering::Release);
+        request.left.store(jobs.len(), Ordering::Release);
         for job in jobs {
-            let q = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
-            self.queues[q].send(job).expect("delegation thread gone");
+            self.queue(job);
         }
-        let done = || left.load(Ordering::Acquire) == 0;
+        let settled = || {
+            self.workers.iter().for_each(Worker::drain_if_dead);
+            request.left.load(Ordering::Acquire) == 0
+        };
         if !rt::in_uthread() {
             let start = std::time::Instant::now();
-            while !done() && start.elapsed() < crate::THREAD_SPIN {
+            while !settled() && start.elapsed() < crate::THREAD_SPIN {
                 std::hint::spin_loop();
             }
         }
-        rt::wait_until(done);
+        rt::wait_until(settled);
+        !request.failed.load(Ordering::Acquire)
+    }
+
+    /// Queues `job` on the next thread alive, waiting while its queue is full; drops it
+    /// (giving it up) if no thread is alive.
+    fn queue(&self, mut job: Job) {
+        loop {
+            let alive = self.workers.iter().filter(|w| w.alive()).count();
+            if alive == 0 {
+                return;
+            }
+            let mut full = 0;
+            for _ in 0..self.workers.len() {
+                let w =
+                    &self.workers[self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len()];
+                if !w.alive() {
+                    continue;
+                }
+                match w.tx.try_send(job) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => {
+                        job = j;
+                        full += 1;
+                    }
+                }
+            }
+            if full > 0 {
+                rt::yield_now();
+            }
+        }
     }
 }
 
-fn serve(pm: &dyn Pmem, rx: Receiver<Job>) {
-    for job in rx {
+fn serve(pm: &dyn Pmem, rx: Receiver<Job>, fault: &AtomicU8) {
+    for mut job in rx {
+        match fault.swap(DelegateFault::None as u8, Ordering::SeqCst) {
+            f if f == DelegateFault::Panic as u8 => panic!("delegation thread: injected panic"),
+            f if f == DelegateFault::Exit as u8 => return,
+            _ => {}
+        }
         if job.write {
             // SAFETY: the submitter keeps `mem..mem+len` alive and unmodified until
-            // `left` reaches zero (see `Job`).
+            // every stripe of the request is copied or dropped (see `Job`).
             let src = unsafe { std::slice::from_raw_parts(job.mem, job.len) };
             pm.copy_nt(job.off, src);
             pm.fence();
@@ -123,7 +272,7 @@ fn serve(pm: &dyn Pmem, rx: Receiver<Job>) {
             let dst = unsafe { std::slice::from_raw_parts_mut(job.mem, job.len) };
             pm.read(job.off, dst);
         }
-        job.left.fetch_sub(1, Ordering::AcqRel);
+        job.copied = true;
     }
 }
 
@@ -137,27 +286,27 @@ impl Mover for DelegateMover {
     }
 
     unsafe fn start_write(&self, pieces: &[WritePiece<'_>]) -> Pending {
-        if write_bytes(pieces) <= self.write_min {
+        if write_bytes(pieces) <= self.write_min || !self.any_alive() {
             cpu_write(&*self.pm, pieces);
-        } else {
-            self.delegate(
-                pieces
-                    .iter()
-                    .map(|p| (true, p.dst, p.src.as_ptr() as *mut u8, p.src.len())),
-            );
+        } else if !self.delegate(
+            pieces
+                .iter()
+                .map(|p| (true, p.dst, p.src.as_ptr() as *mut u8, p.src.len())),
+        ) {
+            return Pending::Failed;
         }
         Pending::Done
     }
 
     unsafe fn start_read(&self, pieces: &mut [ReadPiece<'_>]) -> Pending {
-        if read_bytes(pieces) <= self.read_min {
+        if read_bytes(pieces) <= self.read_min || !self.any_alive() {
             cpu_read(&*self.pm, pieces);
-        } else {
-            self.delegate(
-                pieces
-                    .iter_mut()
-                    .map(|p| (false, p.src, p.dst.as_mut_ptr(), p.dst.len())),
-            );
+        } else if !self.delegate(
+            pieces
+                .iter_mut()
+                .map(|p| (false, p.src, p.dst.as_mut_ptr(), p.dst.len())),
+        ) {
+            return Pending::Failed;
         }
         Pending::Done
     }
@@ -165,7 +314,9 @@ impl Mover for DelegateMover {
 
 impl Drop for DelegateMover {
     fn drop(&mut self) {
-        self.queues.clear();
+        // The threads end when every sending end is gone; the receiving ends kept here
+        // do not hold them.
+        self.workers.clear();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 pub use config::Config;
 pub use cpu::CpuMover;
-pub use delegate::DelegateMover;
+pub use delegate::{DelegateFault, DelegateMover};
 pub use dma_sync::DmaSyncMover;
 pub use offload::AsyncMover;
 pub use qos::{ChannelManager, Class, Client, QosConfig};
@@ -54,13 +54,17 @@ pub enum Pending {
     Done,
     /// Running on an engine channel; finished once the SN is done.
     Sn(engine::Sn),
+    /// Failed: nothing touches the request's buffers any more, and its destination
+    /// holds unspecified bytes ([`Mover::wait`] reports [`Error::CopyFailed`]). Never
+    /// recorded in a log entry.
+    Failed,
 }
 
 impl Pending {
     /// The SN as stored in a log entry: 0 for a finished copy.
     pub fn raw(self) -> u64 {
         match self {
-            Pending::Done => 0,
+            Pending::Done | Pending::Failed => 0,
             Pending::Sn(sn) => sn.to_raw(),
         }
     }
@@ -75,6 +79,10 @@ pub enum Error {
     Engine(#[from] engine::Error),
     #[error("{0}")]
     Config(String),
+    /// A copy could not be made (a delegation thread died under it); nothing touches
+    /// its buffers any more, and its destination holds unspecified bytes.
+    #[error("the copy failed: a delegation thread died while it held part of the request")]
+    CopyFailed,
 }
 
 impl Error {
@@ -83,6 +91,7 @@ impl Error {
         match self {
             Error::UnknownMode(_) | Error::Config(_) => libc::EINVAL,
             Error::Engine(e) => e.errno(),
+            Error::CopyFailed => libc::EIO,
         }
     }
 }
@@ -168,21 +177,21 @@ pub trait Mover: Send + Sync {
         false
     }
 
-    /// Whether a started copy has finished: one load and a compare for engine copies.
+    /// Whether a started copy has finished (or failed): one load and a compare for
+    /// engine copies.
     fn is_done(&self, p: Pending) -> bool {
-        p == Pending::Done
+        matches!(p, Pending::Done | Pending::Failed)
     }
 
     /// Waits for a started copy: inside a uthread the uthread yields (it waits in its
     /// worker's wait set); on an ordinary thread the caller spins, then backs off.
     /// Fails if the engine channel failed before completing it.
     fn wait(&self, p: Pending) -> Result<(), Error> {
-        debug_assert_eq!(
-            p,
-            Pending::Done,
-            "a mover that returns SNs must override wait"
-        );
-        Ok(())
+        match p {
+            Pending::Done => Ok(()),
+            Pending::Failed => Err(Error::CopyFailed),
+            Pending::Sn(_) => unreachable!("a mover that returns SNs must override wait"),
+        }
     }
 
     /// Copies into the region and returns once everything is durable.

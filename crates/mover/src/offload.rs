@@ -180,7 +180,7 @@ impl Mover for AsyncMover {
 
     fn is_done(&self, p: Pending) -> bool {
         match p {
-            Pending::Done => true,
+            Pending::Done | Pending::Failed => true,
             Pending::Sn(sn) => self.engine.is_done(sn),
         }
     }
@@ -188,6 +188,7 @@ impl Mover for AsyncMover {
     fn wait(&self, p: Pending) -> Result<(), crate::Error> {
         match p {
             Pending::Done => Ok(()),
+            Pending::Failed => Err(Error::CopyFailed),
             Pending::Sn(sn) => wait_engine(&self.engine, sn),
         }
     }

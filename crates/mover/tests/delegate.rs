@@ -1,0 +1,126 @@
+//! A delegation thread that dies under a request — by panicking, or by returning and so
+//! leaving its queue without a reader — fails that request with an error instead of
+//! panicking or hanging the caller, and only once no stripe of it can be copied any
+//! more: after the call returns the test poisons the caller's buffer, stops every
+//! delegation thread, and finds no poison in the region (writes) and only poison in
+//! the buffer (reads). The mover keeps working on the threads left, and on the caller
+//! when none is left.
+
+use std::sync::Arc;
+
+use mover::{Config, DelegateFault, DelegateMover, Error, Mover, Pending, ReadPiece, WritePiece};
+use pmem::{Pmem, Region};
+
+const REGION: u64 = 8 << 20;
+const DATA: u64 = 1 << 20;
+const STRIPE: usize = 32 * 1024;
+/// Stripes per request: several per delegation thread.
+const STRIPES: usize = 8;
+/// Odd, so never a byte of [`pattern`].
+const POISON: u8 = 0xA5;
+const FAULTS: [DelegateFault; 2] = [DelegateFault::Panic, DelegateFault::Exit];
+
+fn setup() -> (Arc<dyn Pmem>, DelegateMover) {
+    let pm: Arc<dyn Pmem> = Arc::new(Region::create_temp(REGION).unwrap());
+    let cfg = Config {
+        delegation_threads: 2,
+        stripe: STRIPE,
+        ..Config::default()
+    };
+    let m = DelegateMover::new(pm.clone(), &cfg);
+    (pm, m)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) & 0xFE)
+        .collect()
+}
+
+fn write(m: &DelegateMover, off: u64, src: &[u8]) -> Pending {
+    // SAFETY: `src` outlives the call, and a delegate copy is over when it returns.
+    unsafe { m.start_write(&[WritePiece { dst: off, src }]) }
+}
+
+fn read(m: &DelegateMover, off: u64, dst: &mut [u8]) -> Pending {
+    // SAFETY: as for `write`.
+    unsafe { m.start_read(&mut [ReadPiece { src: off, dst }]) }
+}
+
+#[test]
+fn a_write_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
+    for fault in FAULTS {
+        let (pm, m) = setup();
+        let mut src = pattern(3, STRIPES * STRIPE);
+        m.inject(0, fault);
+        let p = write(&m, DATA, &src);
+        assert_eq!(p, Pending::Failed, "{fault:?}: the write did not fail");
+        assert!(matches!(m.wait(p), Err(Error::CopyFailed)));
+        assert_eq!(Error::CopyFailed.errno(), libc::EIO);
+        src.fill(POISON);
+        assert!(!m.healthy(), "{fault:?}: thread 0 still alive");
+        // The mover goes on with the thread left.
+        let next = pattern(9, STRIPES * STRIPE);
+        m.write(&[WritePiece {
+            dst: DATA + (STRIPES * STRIPE) as u64,
+            src: &next,
+        }])
+        .unwrap();
+        drop(m); // joins every delegation thread
+        let mut image = vec![0u8; 2 * STRIPES * STRIPE];
+        pm.read(DATA, &mut image);
+        assert!(
+            !image.contains(&POISON),
+            "{fault:?}: a stripe was copied after the write returned"
+        );
+        assert!(
+            image[STRIPES * STRIPE..] == next[..],
+            "{fault:?}: the later write"
+        );
+    }
+}
+
+#[test]
+fn a_read_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
+    for fault in FAULTS {
+        let (pm, m) = setup();
+        let data = pattern(5, STRIPES * STRIPE);
+        pm.copy_persist(DATA, &data);
+        let mut dst = vec![0u8; STRIPES * STRIPE];
+        m.inject(1, fault);
+        let p = read(&m, DATA, &mut dst);
+        assert_eq!(p, Pending::Failed, "{fault:?}: the read did not fail");
+        dst.fill(POISON);
+        let mut again = vec![0u8; STRIPES * STRIPE];
+        m.read(&mut [ReadPiece {
+            src: DATA,
+            dst: &mut again,
+        }])
+        .unwrap();
+        assert!(again == data, "{fault:?}: the later read");
+        drop(m);
+        assert!(
+            dst.iter().all(|&b| b == POISON),
+            "{fault:?}: a stripe was copied into the buffer after the read returned"
+        );
+    }
+}
+
+#[test]
+fn with_every_delegation_thread_dead_the_caller_copies() {
+    let (pm, m) = setup();
+    for t in 0..2 {
+        m.inject(t, DelegateFault::Exit);
+    }
+    let first = pattern(1, STRIPES * STRIPE);
+    // Both threads die under this one (each holds stripes of it).
+    assert_eq!(write(&m, DATA, &first), Pending::Failed);
+    let data = pattern(2, STRIPES * STRIPE);
+    assert_eq!(write(&m, DATA, &data), Pending::Done);
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(read(&m, DATA, &mut back), Pending::Done);
+    assert!(back == data);
+    let mut image = vec![0u8; data.len()];
+    pm.read(DATA, &mut image);
+    assert!(image == data);
+}
