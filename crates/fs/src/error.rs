@@ -38,8 +38,27 @@ pub enum Error {
     Corrupt(String),
     #[error(transparent)]
     Region(#[from] pmem::Error),
+    /// The data mover or copy engine could not be set up (mount, format, options).
     #[error("data mover: {0}")]
-    Mover(#[from] mover::Error),
+    Mover(#[source] mover::Error),
+    /// Moving file data failed: the copy engine failed, or a delegation thread died
+    /// under the copy. The operation changed nothing a reader can see; no copy of it
+    /// runs any more.
+    #[error("I/O error moving file data")]
+    Io {
+        #[source]
+        source: mover::Error,
+    },
+}
+
+impl From<mover::Error> for Error {
+    /// A failed copy is an I/O error; anything else is a setup error of the mover.
+    fn from(e: mover::Error) -> Error {
+        match e {
+            mover::Error::Engine(_) | mover::Error::CopyFailed => Error::Io { source: e },
+            mover::Error::UnknownMode(_) | mover::Error::Config(_) => Error::Mover(e),
+        }
+    }
 }
 
 impl Error {
@@ -61,8 +80,8 @@ impl Error {
             Error::FileTooBig => libc::EFBIG,
             Error::Corrupt(_) => libc::EUCLEAN,
             Error::Region(e) => e.errno(),
-            Error::Mover(mover::Error::Engine(_)) => libc::EIO,
             Error::Mover(e) => e.errno(),
+            Error::Io { .. } => libc::EIO,
         }
     }
 }

@@ -605,6 +605,17 @@ impl FileSystem {
             unsafe { self.mover.start_write_unfenced(client, &pieces) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
+        if pending == Pending::Failed {
+            // Nothing copies into the new blocks any more and nothing was committed: the
+            // file keeps its old content. Entries staged early lie past the tail, where
+            // the next staging overwrites them.
+            for x in extents {
+                self.blocks.free(x);
+            }
+            return Err(Error::Io {
+                source: mover::Error::CopyFailed,
+            });
+        }
         let staged = match early {
             Some(staged) => {
                 // The entries say "copy done": a mover that broke its promise would

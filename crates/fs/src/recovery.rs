@@ -86,7 +86,7 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
     }
     pm.fence();
     engine::format_records(pm, geo.records_off(), geo.channels as usize)
-        .map_err(|e| Error::Invalid(format!("completion records: {e}")))?;
+        .map_err(|e| Error::Mover(e.into()))?;
     let now = crate::now_ns();
     let root = InodeRecord {
         ino: ROOT_INO,
@@ -192,7 +192,8 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
             opts.mover.engine_channels, geo.channels
         )));
     }
-    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)?;
+    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)
+        .map_err(Error::Mover)?;
     let fs = FileSystem {
         pm,
         geo,

@@ -12,13 +12,14 @@
 //! [`Pending::Failed`] only once no stripe of its request can be copied any more. Later
 //! requests go to the threads still alive, or are copied by the caller when none is.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use pmem::Pmem;
 
+use crate::fault::{self, Fault};
 use crate::{
     cpu_read, cpu_write, read_bytes, write_bytes, Config, Mode, Mover, Pending, ReadPiece,
     WritePiece,
@@ -63,18 +64,6 @@ impl Drop for Job {
     }
 }
 
-/// A test-only fault in a delegation thread ([`DelegateMover::inject`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DelegateFault {
-    None = 0,
-    /// The thread panics when it takes its next stripe, before copying it.
-    Panic = 1,
-    /// The thread returns when it takes its next stripe, dropping it and its queue's
-    /// receiving end.
-    Exit = 2,
-}
-
 /// One delegation thread as the callers see it.
 struct Worker {
     tx: Sender<Job>,
@@ -83,8 +72,6 @@ struct Worker {
     rx: Receiver<Job>,
     /// Cleared as the thread exits, by return or by panic.
     alive: Arc<AtomicBool>,
-    /// Test-only: a [`DelegateFault`] to trip on the next stripe.
-    fault: Arc<AtomicU8>,
 }
 
 impl Worker {
@@ -129,28 +116,17 @@ impl DelegateMover {
         for i in 0..cfg.delegation_threads {
             let (tx, rx) = crossbeam_channel::bounded(QUEUE_PER_THREAD);
             let alive = Arc::new(AtomicBool::new(true));
-            let fault = Arc::new(AtomicU8::new(DelegateFault::None as u8));
-            let (pm, thread_rx, guard, thread_fault) = (
-                pm.clone(),
-                rx.clone(),
-                AliveGuard(alive.clone()),
-                fault.clone(),
-            );
+            let (pm, thread_rx, guard) = (pm.clone(), rx.clone(), AliveGuard(alive.clone()));
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("easyio-delegate-{i}"))
                     .spawn(move || {
                         let _guard = guard;
-                        serve(&*pm, thread_rx, &thread_fault)
+                        serve(&*pm, thread_rx)
                     })
                     .expect("spawning a delegation thread"),
             );
-            workers.push(Worker {
-                tx,
-                rx,
-                alive,
-                fault,
-            });
+            workers.push(Worker { tx, rx, alive });
         }
         DelegateMover {
             pm,
@@ -161,14 +137,6 @@ impl DelegateMover {
             next: AtomicUsize::new(0),
             threads,
         }
-    }
-
-    /// Test-only fault injection: delegation thread `thread` trips `fault` when it takes
-    /// its next stripe.
-    pub fn inject(&self, thread: usize, fault: DelegateFault) {
-        self.workers[thread]
-            .fault
-            .store(fault as u8, Ordering::SeqCst);
     }
 
     /// Whether every delegation thread is alive.
@@ -254,11 +222,12 @@ impl DelegateMover {
     }
 }
 
-fn serve(pm: &dyn Pmem, rx: Receiver<Job>, fault: &AtomicU8) {
+fn serve(pm: &dyn Pmem, rx: Receiver<Job>) {
     for mut job in rx {
-        match fault.swap(DelegateFault::None as u8, Ordering::SeqCst) {
-            f if f == DelegateFault::Panic as u8 => panic!("delegation thread: injected panic"),
-            f if f == DelegateFault::Exit as u8 => return,
+        // Test-only fault injection.
+        match fault::take(&[Fault::DelegatePanic, Fault::DelegateExit]) {
+            Fault::DelegatePanic => panic!("delegation thread: injected panic"),
+            Fault::DelegateExit => return,
             _ => {}
         }
         if job.write {

@@ -18,6 +18,7 @@ mod config;
 mod cpu;
 mod delegate;
 mod dma_sync;
+pub mod fault;
 mod offload;
 pub mod profile;
 pub mod qos;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 pub use config::Config;
 pub use cpu::CpuMover;
-pub use delegate::{DelegateFault, DelegateMover};
+pub use delegate::DelegateMover;
 pub use dma_sync::DmaSyncMover;
 pub use offload::AsyncMover;
 pub use qos::{ChannelManager, Class, Client, QosConfig};

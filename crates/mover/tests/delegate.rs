@@ -5,10 +5,13 @@
 //! delegation thread, and finds no poison in the region (writes) and only poison in
 //! the buffer (reads). The mover keeps working on the threads left, and on the caller
 //! when none is left.
+//!
+//! The fault hook is global to the process: the tests here take [`SERIAL`] in turn.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use mover::{Config, DelegateFault, DelegateMover, Error, Mover, Pending, ReadPiece, WritePiece};
+use mover::fault::{self, Fault};
+use mover::{Config, DelegateMover, Error, Mover, Pending, ReadPiece, WritePiece};
 use pmem::{Pmem, Region};
 
 const REGION: u64 = 8 << 20;
@@ -18,7 +21,17 @@ const STRIPE: usize = 32 * 1024;
 const STRIPES: usize = 8;
 /// Odd, so never a byte of [`pattern`].
 const POISON: u8 = 0xA5;
-const FAULTS: [DelegateFault; 2] = [DelegateFault::Panic, DelegateFault::Exit];
+const FAULTS: [Fault; 2] = [Fault::DelegatePanic, Fault::DelegateExit];
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Serialises the tests of this process (the hook is global); a test that failed
+/// while holding it does not fail the others.
+fn serial() -> MutexGuard<'static, ()> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    fault::inject(Fault::None);
+    guard
+}
 
 fn setup() -> (Arc<dyn Pmem>, DelegateMover) {
     let pm: Arc<dyn Pmem> = Arc::new(Region::create_temp(REGION).unwrap());
@@ -49,10 +62,11 @@ fn read(m: &DelegateMover, off: u64, dst: &mut [u8]) -> Pending {
 
 #[test]
 fn a_write_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
+    let _serial = serial();
     for fault in FAULTS {
         let (pm, m) = setup();
         let mut src = pattern(3, STRIPES * STRIPE);
-        m.inject(0, fault);
+        fault::inject(fault);
         let p = write(&m, DATA, &src);
         assert_eq!(p, Pending::Failed, "{fault:?}: the write did not fail");
         assert!(matches!(m.wait(p), Err(Error::CopyFailed)));
@@ -82,12 +96,13 @@ fn a_write_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
 
 #[test]
 fn a_read_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
+    let _serial = serial();
     for fault in FAULTS {
         let (pm, m) = setup();
         let data = pattern(5, STRIPES * STRIPE);
         pm.copy_persist(DATA, &data);
         let mut dst = vec![0u8; STRIPES * STRIPE];
-        m.inject(1, fault);
+        fault::inject(fault);
         let p = read(&m, DATA, &mut dst);
         assert_eq!(p, Pending::Failed, "{fault:?}: the read did not fail");
         dst.fill(POISON);
@@ -108,13 +123,14 @@ fn a_read_whose_delegation_thread_dies_fails_and_leaves_no_copy_running() {
 
 #[test]
 fn with_every_delegation_thread_dead_the_caller_copies() {
+    let _serial = serial();
     let (pm, m) = setup();
-    for t in 0..2 {
-        m.inject(t, DelegateFault::Exit);
-    }
     let first = pattern(1, STRIPES * STRIPE);
-    // Both threads die under this one (each holds stripes of it).
-    assert_eq!(write(&m, DATA, &first), Pending::Failed);
+    for dead in 1..=2 {
+        fault::inject(Fault::DelegateExit);
+        assert_eq!(write(&m, DATA, &first), Pending::Failed);
+        assert!(!m.healthy(), "{dead} thread(s) dead");
+    }
     let data = pattern(2, STRIPES * STRIPE);
     assert_eq!(write(&m, DATA, &data), Pending::Done);
     let mut back = vec![0u8; data.len()];
