@@ -145,7 +145,10 @@ impl Setup {
                                     Dir::Write => Desc::write(&buf, off),
                                     Dir::Read => Desc::read(off, &mut buf),
                                 };
-                                // SAFETY: `buf` outlives the wait right after.
+                                // SAFETY: `buf` is neither touched nor dropped before
+                                // the wait right after returns, `Ok` or `Err`, when the
+                                // engine no longer uses it; a failed submit started
+                                // nothing.
                                 let r = unsafe { self.engine.submit(k as u16, &[d]) }
                                     .and_then(|sn| self.engine.wait(sn));
                                 if r.is_err() {

@@ -230,6 +230,9 @@ impl Engine {
     /// copy to the region, writable and neither read nor written by anyone else for a
     /// copy from the region. Dropping or shutting down the engine waits for every
     /// submitted descriptor, except behind a channel frozen through [`Testing`].
+    /// Test-only: while [`crate::fault::Fault::PublishBeforeData`] is injected, a software
+    /// channel says an SN is done before copying it, so the ranges must then stay valid
+    /// until the engine is dropped.
     pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
         self.validate(channel, descs)?;
         if self.faults.refuses() {
@@ -264,8 +267,9 @@ impl Engine {
     /// Copies `src` to region offset `off` through `channel` and waits until it is
     /// durable. Safe: the borrow outlives the copy.
     pub fn write_sync(&self, channel: u16, src: &[u8], off: u64) -> Result<()> {
-        // SAFETY: `src` stays borrowed until `wait` returns, and `wait` returns only
-        // once the copy is done or the channel has stopped touching it.
+        // SAFETY: `src` stays borrowed until `wait` returns, and `wait` returns, `Ok` or
+        // `Err`, only once the channel no longer touches it; nothing between the two
+        // can fail or panic.
         let sn = unsafe { self.submit(channel, &[Desc::write(src, off)])? };
         self.wait(sn)
     }
@@ -321,7 +325,10 @@ impl Engine {
     }
 
     /// Waits on the calling thread until `sn` is done (spinning, then yielding, then
-    /// sleeping in short steps).
+    /// sleeping in short steps). An error means the channel will never complete `sn`;
+    /// it comes only once the channel no longer touches the DRAM ranges of `sn`'s batch
+    /// or of any batch before it (a software worker that has exited, a DSA batch whose
+    /// own record is written), so either way the caller may then reuse or free them.
     pub fn wait(&self, sn: Sn) -> Result<()> {
         self.hurry(sn);
         let mut pause = Pause::new();

@@ -389,7 +389,8 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
             ch.core.publish(pmem, job.counter);
         }
         // SAFETY: the submitter promised (submit contract) that the DRAM range stays
-        // valid until the SN is done, which cannot happen before we publish below; the
+        // valid until the SN is done, which cannot happen before we publish below (with
+        // the test-only fault above, until the engine is dropped, which joins us); the
         // region range was checked at submission.
         unsafe { perform_on_cpu(pmem, &job.desc) };
         // Stamps do not decrease: a copy is visible no earlier than the one before it.

@@ -249,6 +249,57 @@ fn misaligned_completion_record_is_a_typed_error() {
     assert!(!engine.is_done(sn));
 }
 
+/// A member the device cannot report on raises a software error before the batch's
+/// record is written, while the other members still copy: the wait must not return
+/// (handing the buffers back) before the record says the device is done.
+#[test]
+fn a_software_error_is_reported_only_once_the_batch_is_over() {
+    const MEMBERS: usize = 8;
+    const LEN: usize = 1 << 20;
+    let delay = std::time::Duration::from_millis(50);
+    let region = region(8, 1);
+    let (_model, engine) = engine_on_model_with(
+        &region,
+        ModelConfig {
+            batch_record_delay: delay,
+            ..ModelConfig::default()
+        },
+    );
+    region.write(DATA, &pattern(LEN, 6));
+    let mut dst = vec![0u8; MEMBERS * LEN];
+    let descs: Vec<Desc> = dst.chunks_mut(LEN).map(|d| Desc::read(DATA, d)).collect();
+    engine
+        .testing()
+        .corrupt_next(0, Corruption::MisalignedCompletion)
+        .unwrap();
+    let start = std::time::Instant::now();
+    // SAFETY: `dst` is neither touched nor freed until the wait returns, when the engine
+    // is done with it, failed or not (the poison check below tests that promise).
+    let sn = unsafe { engine.submit(0, &descs).unwrap() };
+    let err = engine.wait(sn).unwrap_err();
+    assert!(
+        start.elapsed() >= delay,
+        "the wait returned before the batch's record"
+    );
+    assert!(
+        matches!(
+            err,
+            Error::Device {
+                error: DsaError::CompletionRecordAlign { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Nothing may write into the buffer once the wait has returned.
+    dst.fill(0xEE);
+    std::thread::sleep(delay * 2);
+    assert!(
+        dst.iter().all(|&b| b == 0xEE),
+        "the device wrote after the wait"
+    );
+}
+
 #[test]
 fn selecting_dsa_without_a_device_says_what_was_looked_for() {
     if std::path::Path::new(engine::dsa::SYSFS_DSA).exists() {

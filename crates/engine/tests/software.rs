@@ -315,7 +315,7 @@ fn frozen_channel_leaves_data_durable_and_counter_unpublished() {
     engine.write_sync(0, &a, DATA).unwrap();
     engine.testing().freeze_before_publish(0).unwrap();
     let b = pattern(70_000, 2);
-    // SAFETY: `b` outlives the engine.
+    // SAFETY: `b` outlives the engine, dropped explicitly below.
     let sn = unsafe { engine.submit(0, &[Desc::write(&b, DATA + 65536)]).unwrap() };
     assert_eq!(engine.testing().wait_frozen(0).unwrap(), sn.counter());
     assert_eq!(
@@ -482,7 +482,8 @@ fn shutdown_completes_everything_in_flight() {
     let src = pattern(64 << 10, 7);
     let mut sns = Vec::new();
     for i in 0..160u64 {
-        // SAFETY: `src` outlives the engine.
+        // SAFETY: `src` outlives the engine's use of it: the shutdown below completes
+        // every copy.
         sns.push(unsafe {
             engine
                 .submit((i % 2) as u16, &[Desc::write(&src, DATA + i * (64 << 10))])

@@ -441,7 +441,8 @@ impl FileSystem {
             .wants_latency(client)
             .then(std::time::Instant::now);
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
-        // SAFETY: `buf` and the returned page buffers live until the wait below.
+        // SAFETY: `buf` and the returned page buffers live until the wait right after,
+        // which returns, `Ok` or `Err`, only once the copy is over.
         let started = unsafe { self.start_write_inode(inode, at, buf, client)? };
         self.mover.wait(started.pending)?;
         if let Some(t0) = t0 {
@@ -480,13 +481,15 @@ impl FileSystem {
         // SAFETY: forwarded from our caller.
         let (staged, pending, pages) =
             unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns(), client)? };
+        // Declared after `pages`: a panic below waits for the copy before freeing them.
+        let running = Unwaited::new(&*self.mover, pending);
         let displaced = self.commit_one(&mut st, staged);
         st.last_write = pending;
         self.retire(displaced);
         self.maybe_clean(inode, &mut st);
         Ok(StartedWrite {
             end: off + buf.len() as u64,
-            pending,
+            pending: running.hand_on(),
             _pages: pages,
         })
     }
@@ -600,11 +603,14 @@ impl FileSystem {
                 p = q;
             }
             // SAFETY: `buf` per our caller; the merged pages are returned to the caller,
-            // who keeps them until the copy is done (moving a Vec keeps its heap buffer).
+            // who keeps them until the copy is done (moving a Vec keeps its heap buffer),
+            // and until then a panic waits for the copy before they are freed (`running`).
             // The fence that closes staging (below) also covers the CPU's copies.
             unsafe { self.mover.start_write_unfenced(client, &pieces) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
+        // Declared after `pages`, so dropped (waiting) before them on a panic.
+        let running = Unwaited::new(&*self.mover, pending);
         if pending == Pending::Failed {
             // Nothing copies into the new blocks any more and nothing was committed: the
             // file keeps its old content. Entries staged early lie past the tail, where
@@ -619,7 +625,8 @@ impl FileSystem {
         let staged = match early {
             Some(staged) => {
                 // The entries say "copy done": a mover that broke its promise would
-                // have them committed over a copy still running.
+                // have them committed over a copy still running (the panic waits for it
+                // before the buffers go: `running`).
                 assert_eq!(
                     pending,
                     Pending::Done,
@@ -634,11 +641,11 @@ impl FileSystem {
         match staged {
             Ok(mut staged) => {
                 staged.new_data = extents;
-                Ok((staged, pending, pages))
+                Ok((staged, running.hand_on(), pages))
             }
             Err(e) => {
                 // The copy may still be running into these blocks: let it finish first.
-                let _ = self.mover.wait(pending);
+                drop(running);
                 for x in extents {
                     self.blocks.free(x);
                 }
@@ -750,7 +757,8 @@ impl FileSystem {
             .wants_latency(client)
             .then(std::time::Instant::now);
         let _naive = self.lock_across_wait.then(|| inode.io_lock.lock());
-        // SAFETY: `buf` stays borrowed until the wait below.
+        // SAFETY: `buf` stays borrowed, and the guard kept, until the wait right after,
+        // which returns, `Ok` or `Err`, only once the copy is over.
         let (n, pending, guard) = unsafe { self.start_read_inode(inode, off, buf, client)? };
         let r = self.mover.wait(pending);
         drop(guard);
@@ -886,6 +894,36 @@ impl FileSystem {
 }
 
 /// A write whose entry is committed and whose copy may still be running.
+/// A started copy that nobody waits for yet: waited out if dropped, so that an early
+/// return or a panic cannot free the buffers it reads while it runs.
+struct Unwaited<'a> {
+    mover: &'a dyn mover::Mover,
+    pending: Option<Pending>,
+}
+
+impl<'a> Unwaited<'a> {
+    fn new(mover: &'a dyn mover::Mover, pending: Pending) -> Unwaited<'a> {
+        Unwaited {
+            mover,
+            pending: Some(pending),
+        }
+    }
+
+    /// Hands the copy on to a caller that will wait for it.
+    fn hand_on(mut self) -> Pending {
+        self.pending.take().expect("handed on once")
+    }
+}
+
+impl Drop for Unwaited<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            // Whether it failed is reported elsewhere; only that it is over matters.
+            let _ = self.mover.wait(p);
+        }
+    }
+}
+
 pub(crate) struct StartedWrite {
     /// Offset just past the data written.
     pub end: u64,

@@ -14,7 +14,7 @@ use pmem::Pmem;
 
 use crate::{
     cpu_read, cpu_write, read_bytes, submit_all, wait_engine, write_bytes, Config, Mode, Mover,
-    Pending, ReadPiece, WritePiece,
+    Pending, ReadPiece, Submitted, WritePiece,
 };
 
 /// Weight of a new bandwidth sample in the moving averages (1/8, as TCP's SRTT).
@@ -116,7 +116,9 @@ impl Mover for DmaSyncMover {
         if let Some(_slot) = slot {
             let descs: Vec<Desc> = pieces.iter().map(|p| Desc::write(p.src, p.dst)).collect();
             let t0 = Instant::now();
-            // SAFETY: we wait for the SN before returning, so `pieces` outlive the copy.
+            // SAFETY: `pieces` stay borrowed until the wait right after returns, `Ok` or
+            // `Err`, when the engine no longer reads them; a refused request has no batch
+            // left running (`submit_all`).
             let done = unsafe { submit_all(&self.engine, self.channel(), &descs) }
                 .map_err(crate::Error::from)
                 .and_then(|sn| wait_engine(&self.engine, sn));
@@ -166,18 +168,22 @@ impl Mover for DmaSyncMover {
             assigned += take;
         }
         let t0 = Instant::now();
-        let sn = if descs.is_empty() {
+        let submitted = if descs.is_empty() {
             None
         } else {
-            // SAFETY: we wait for the SN below, before the borrows of `pieces` end.
-            unsafe { submit_all(&self.engine, self.channel(), &descs) }.ok()
+            // SAFETY: the engine's part of `pieces` is disjoint from the CPU's, and stays
+            // borrowed until the copy is waited out: below, or by the guard's drop if the
+            // CPU's share panics first. A refused request has no batch left running.
+            unsafe { submit_all(&self.engine, self.channel(), &descs) }
+                .ok()
+                .map(|sn| Submitted::new(&self.engine, sn))
         };
-        if descs.is_empty() || sn.is_some() {
+        if descs.is_empty() || submitted.is_some() {
             let tc = Instant::now();
             cpu_read(&*self.pm, &mut cpu_part);
             self.bw_cpu.add(bytes - assigned, tc);
         }
-        match sn.map(|sn| wait_engine(&self.engine, sn)) {
+        match submitted.map(Submitted::wait) {
             Some(Ok(())) => self.bw_dma.add(assigned, t0),
             Some(Err(_)) | None if !descs.is_empty() => {
                 // Submission or the channel failed: the CPU copies everything.

@@ -186,7 +186,8 @@ pub trait Mover: Send + Sync {
 
     /// Waits for a started copy: inside a uthread the uthread yields (it waits in its
     /// worker's wait set); on an ordinary thread the caller spins, then backs off.
-    /// Fails if the engine channel failed before completing it.
+    /// Fails if the engine channel failed before completing it. Returns, `Ok` or `Err`,
+    /// only once nothing copies into or out of the request's buffers any more.
     fn wait(&self, p: Pending) -> Result<(), Error> {
         match p {
             Pending::Done => Ok(()),
@@ -197,14 +198,15 @@ pub trait Mover: Send + Sync {
 
     /// Copies into the region and returns once everything is durable.
     fn write(&self, pieces: &[WritePiece<'_>]) -> Result<(), Error> {
-        // SAFETY: we wait for the copy before the borrow of `pieces` ends.
+        // SAFETY: `pieces` stay borrowed until the wait right after returns, `Ok` or `Err`,
+        // when nothing copies them any more.
         let p = unsafe { self.start_write(pieces) };
         self.wait(p)
     }
 
     /// Copies out of the region and returns once every byte is in place.
     fn read(&self, pieces: &mut [ReadPiece<'_>]) -> Result<(), Error> {
-        // SAFETY: we wait for the copy before the borrow of `pieces` ends.
+        // SAFETY: as in `write`.
         let p = unsafe { self.start_read(pieces) };
         self.wait(p)
     }
@@ -404,6 +406,40 @@ pub(crate) unsafe fn submit_all(
 pub(crate) fn settle(engine: &engine::Engine, sn: engine::Sn) {
     // Whether it failed is the caller's concern; only that it is over matters here.
     let _ = wait_engine(engine, sn);
+}
+
+/// An engine copy whose buffers the caller borrows: waited out ([`settle`]) if dropped
+/// before [`Submitted::wait`], so that a panic between the submission and the wait (in
+/// the CPU's share of the same request, say) cannot unwind past the borrow and hand the
+/// buffers back while the engine still copies.
+pub(crate) struct Submitted<'e> {
+    engine: &'e engine::Engine,
+    sn: Option<engine::Sn>,
+}
+
+impl<'e> Submitted<'e> {
+    pub(crate) fn new(engine: &'e engine::Engine, sn: engine::Sn) -> Submitted<'e> {
+        Submitted {
+            engine,
+            sn: Some(sn),
+        }
+    }
+
+    /// Waits for the copy ([`wait_engine`]).
+    pub(crate) fn wait(mut self) -> Result<(), Error> {
+        match self.sn.take() {
+            Some(sn) => wait_engine(self.engine, sn),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Submitted<'_> {
+    fn drop(&mut self) {
+        if let Some(sn) = self.sn.take() {
+            settle(self.engine, sn);
+        }
+    }
 }
 
 /// Total bytes of a request.

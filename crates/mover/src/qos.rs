@@ -622,9 +622,10 @@ pub fn split_descs(descs: &[Desc], max: usize) -> Vec<Desc> {
         let mut done = 0;
         while done < d.len() || (d.is_empty() && done == 0) {
             let len = (d.len() - done).min(max);
-            // SAFETY: pointer arithmetic within the descriptor's own DRAM range, which its
-            // creator vouched for; no memory is touched here.
-            let dram = unsafe { d.dram().add(done) };
+            // Wrapping: a descriptor is only a description, and this safe function may be
+            // given one whose address is no allocation at all; only its submitter vouches
+            // for the range, and the pieces cover exactly that range.
+            let dram = d.dram().wrapping_add(done);
             let off = d.region_off() + done as u64;
             out.push(match d.direction() {
                 engine::Direction::ToRegion => Desc::to_region(dram, off, len),

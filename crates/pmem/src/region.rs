@@ -365,7 +365,8 @@ impl Region {
     #[inline]
     fn at(&self, off: u64) -> *mut u8 {
         // SAFETY: callers bounds-check `off` against len(), so the pointer stays inside
-        // the mapping (HEADER_LEN + off < map_len).
+        // the mapping or one past its end (HEADER_LEN + off <= map_len), for an empty
+        // access at the end.
         unsafe { self.map.add((HEADER_LEN + off) as usize) }
     }
 

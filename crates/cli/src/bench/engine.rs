@@ -141,14 +141,20 @@ impl Bench {
         AREA_BYTES.next_multiple_of(bytes) + (i % n) * bytes
     }
 
-    fn descs(&mut self, case: &Case, i: u64) -> Vec<Desc> {
+    /// The descriptors of batch `i` on channel `ch`. Reads land in the channel's own
+    /// slots of `dst` (the address of `self.dst`, taken once per round so that no
+    /// reference to it is made while engines write into it).
+    fn descs(&self, case: &Case, i: u64, ch: usize, dst: *mut u8) -> Vec<Desc> {
         let b = case.bytes as usize;
         (0..case.batch)
             .map(|k| {
                 let off = self.off(i * case.batch as u64 + k as u64, case.bytes);
                 match case.dir {
                     Dir::ToRegion => Desc::write(&self.src[..b], off),
-                    Dir::FromRegion => Desc::read(off, &mut self.dst[k * b..(k + 1) * b]),
+                    Dir::FromRegion => {
+                        let slot = ch * case.batch + k;
+                        Desc::from_region(off, dst.wrapping_add(slot * b), b)
+                    }
                 }
             })
             .collect()
@@ -156,24 +162,30 @@ impl Bench {
 
     /// Runs `case` on `engine` for one round; returns ns per batch.
     fn engine_round(&mut self, engine: &Engine, case: &Case) -> anyhow::Result<f64> {
-        let mut last: Vec<Option<Sn>> = vec![None; case.channels];
+        assert!(case.channels * case.batch * case.bytes as usize <= self.dst.len());
+        let dst = self.dst.as_mut_ptr();
+        let mut last = Outstanding {
+            engine,
+            sns: vec![None; case.channels],
+        };
         let start = Instant::now();
         let mut i = 0u64;
         while start.elapsed() < self.round {
-            let descs = self.descs(case, i);
             let ch = (i % case.channels as u64) as usize;
-            // SAFETY: the source and destination buffers live in `self` for the whole
-            // run, and every SN is waited for before this function returns.
+            let descs = self.descs(case, i, ch, dst);
+            // SAFETY: `src` is only read, by anyone, during the round. Each channel reads
+            // into slots of `dst` of its own (sized above), which its batches fill one
+            // after another (a channel runs its batches in order), and nothing else
+            // touches `dst` until every SN is over: `last` waits for them, on `?` too.
             let sn = unsafe { engine.submit(ch as u16, &descs)? };
-            match case.metric {
-                Metric::Latency => engine.wait(sn)?,
-                Metric::Bandwidth => last[ch] = Some(sn),
+            // A channel's later SN covers its earlier ones.
+            last.sns[ch] = Some(sn);
+            if case.metric == Metric::Latency {
+                last.wait_all()?;
             }
             i += 1;
         }
-        for sn in last.into_iter().flatten() {
-            engine.wait(sn)?;
-        }
+        last.wait_all()?;
         Ok(start.elapsed().as_nanos() as f64 / i as f64)
     }
 
@@ -193,6 +205,35 @@ impl Bench {
     }
 }
 
+/// The last SN submitted to each channel of a round, waited for when dropped: a round
+/// that returns early (an error) leaves no copy running into the buffers.
+struct Outstanding<'e> {
+    engine: &'e Engine,
+    sns: Vec<Option<Sn>>,
+}
+
+impl Outstanding<'_> {
+    /// Waits for every SN; on an error the SNs not yet waited for stay, for `drop`.
+    fn wait_all(&mut self) -> engine::Result<()> {
+        for slot in &mut self.sns {
+            if let Some(sn) = *slot {
+                // `Ok` or `Err`, the channel is then done with the SN's buffers.
+                *slot = None;
+                self.engine.wait(sn)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        for sn in self.sns.iter_mut().filter_map(Option::take) {
+            let _ = self.engine.wait(sn);
+        }
+    }
+}
+
 pub fn run(args: EngineArgs) -> anyhow::Result<()> {
     let region = Arc::new(open_region(args.image.as_deref())?);
     let max = *SIZES.last().unwrap();
@@ -200,7 +241,11 @@ pub fn run(args: EngineArgs) -> anyhow::Result<()> {
         slots: region.len() - AREA_BYTES.next_multiple_of(max),
         region: region.clone(),
         src: (0..max).map(|i| (i * 7) as u8).collect(),
-        dst: vec![0u8; max as usize * BATCHES.iter().max().unwrap()],
+        // A slot of the largest copy per descriptor of a batch, per channel.
+        dst: vec![
+            0u8;
+            max as usize * BATCHES.iter().max().unwrap() * CHANNELS.iter().max().unwrap()
+        ],
         round: Duration::from_millis(args.round_ms),
     };
     let (kinds, skipped) = select_backends(args.backends.as_deref())?;

@@ -285,25 +285,17 @@ fn measure_os(op: Op, round: Duration) -> f64 {
 
 /// The first CPU this process may run on.
 fn first_allowed_cpu() -> usize {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return 0;
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .find(|&c| libc::CPU_ISSET(c, &set))
+    rustix::thread::sched_getaffinity(None).map_or(0, |set| {
+        (0..rustix::thread::CpuSet::MAX_CPU)
+            .find(|&c| set.is_set(c))
             .unwrap_or(0)
-    }
+    })
 }
 
 /// Pins the calling thread to `cpu` (best effort: unpinned, the measurement is only less
 /// faithful).
 fn pin_to(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; pid 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
 }

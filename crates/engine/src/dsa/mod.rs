@@ -14,8 +14,10 @@
 //! parallel inside the device); a submission while one is in flight answers busy.
 //! Completion is reaped by the callers of submit, poll and wait: the batch's own
 //! completion record is polled, and on failure the copy descriptors' records name
-//! the first error as a typed [`DsaError`]. After a failure the channel completes
-//! nothing more: its counter must not pass the copy that failed.
+//! the first error as a typed [`DsaError`]. A batch counts as over, failed or not, only
+//! once its own record is written: until then the device may still run its other
+//! members, so its buffers and the callers' stay in use. After a failure the channel
+//! completes nothing more: its counter must not pass the copy that failed.
 
 mod hw;
 pub mod model;
@@ -205,6 +207,9 @@ struct ChanState {
     mem: BatchMem,
     inflight: Option<InFlight>,
     failed: Option<DsaError>,
+    /// A software error the device raised while the in-flight batch had no record yet:
+    /// kept to classify the batch's failure once its record says the device is done.
+    swerr: Option<u8>,
     corrupt: Option<Corruption>,
 }
 
@@ -260,6 +265,7 @@ impl Dsa {
                     mem: BatchMem::new(max_batch + 1),
                     inflight: None,
                     failed: None,
+                    swerr: None,
                     corrupt: None,
                 }),
                 portal,
@@ -404,21 +410,26 @@ impl Dsa {
         // SAFETY: the batch record lives in our buffers as long as the channel.
         let code = unsafe { Completion::status_at(st.mem.batch_cr()) } & status::MASK;
         let error = match code {
-            // The device may raise a software error before it writes the batch's record:
-            // classify it from the descriptors, as for a failed batch, so the error does
-            // not depend on which of the two the reaper saw first.
-            status::NONE => match ch.portal.take_software_error() {
-                None => return Ok(()),
-                Some(code) => self.first_member_error(st, inf.members + 1, Some(code)),
-            },
+            // The device may raise a software error (a member it cannot report on) before
+            // it writes the batch's record, while the batch's other members still copy
+            // into the callers' buffers and write our records. The batch stays in flight
+            // until its record comes; the error is kept to classify it then, so the error
+            // does not depend on which of the two the reaper saw first.
+            status::NONE => {
+                if let Some(code) = ch.portal.take_software_error() {
+                    st.swerr = Some(code);
+                }
+                return Ok(());
+            }
             status::SUCCESS => {
+                st.swerr = None;
                 if let Some(mut inf) = st.inflight.take() {
                     inf.account(&ch.core);
                 }
                 return Ok(());
             }
             status::BATCH_FAIL => {
-                let swerr = ch.portal.take_software_error();
+                let swerr = st.swerr.take().or_else(|| ch.portal.take_software_error());
                 self.first_member_error(st, inf.members + 1, swerr)
             }
             _ => {
@@ -426,7 +437,10 @@ impl Dsa {
                 DsaError::from_completion(&unsafe { Completion::read_at(st.mem.batch_cr()) })
             }
         };
+        // The batch's record is written: the device is done with the batch, its members'
+        // DRAM ranges and our buffers.
         st.inflight = None;
+        st.swerr = None;
         st.failed = Some(error.clone());
         Err(Error::Device { channel, error })
     }
