@@ -1,12 +1,13 @@
 //! The harness in every data-movement mode: each mode's copies are traced on the
-//! threads that make them, and the oracle accepts what is legal for the mode and no
-//! more (a committed write dropped by recovery is legal only in `async`).
+//! threads that make them, their durability rests on those threads' own fences (the
+//! caller's fence does not cover them), and the oracle accepts what is legal for the
+//! mode and no more (a committed write dropped by recovery is legal only in `async`).
 
 use std::sync::Arc;
 
 use crash::harness::record;
 use crash::oracle::check_image;
-use crash::{Mode, Workload};
+use crash::{run, Config, Mode, Workload};
 use fs::{FileSystem, MountOptions};
 use pmem::trace::EventKind;
 use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem};
@@ -80,4 +81,65 @@ fn a_dropped_committed_write_is_legal_only_in_async() {
         "no crash point before a counter store left a committed write pending ({} copies)",
         rec.copy_windows.len()
     );
+}
+
+/// Runs `mode` on a recording of generic_090 whose fences made by threads named
+/// `prefix...` are taken out (as if those threads never fenced their copies), replayed
+/// from a saved file at up to `points` crash points; returns the failures found and the
+/// fences taken out.
+fn without_fences_of(mode: Mode, prefix: &str, points: usize) -> (usize, usize) {
+    let mut rec = record(Workload::Generic090.generate_for(1, mode), mode).unwrap();
+    let gone: Vec<usize> = (0..rec.trace.len())
+        .filter(|&i| {
+            let e = &rec.trace.events[i];
+            e.kind == EventKind::Fence && rec.trace.thread_of(e).starts_with(prefix)
+        })
+        .collect();
+    let shift = |p: usize| p - gone.partition_point(|&g| g < p);
+    rec.spans = rec
+        .spans
+        .iter()
+        .map(|&(a, z)| (shift(a), shift(z)))
+        .collect();
+    let mut i = 0;
+    rec.trace.events.retain(|_| {
+        i += 1;
+        gone.binary_search(&(i - 1)).is_err()
+    });
+    let path = std::env::temp_dir().join(format!(
+        "easyio-crash-nofence-{}-{}.trace",
+        mode.name(),
+        std::process::id()
+    ));
+    rec.save(&path).unwrap();
+    let out = run(&Config {
+        trace: Some(path.clone()),
+        stop_at_first_failure: true,
+        points,
+        ..Config::new(Workload::Generic090, mode)
+    });
+    std::fs::remove_file(&path).unwrap();
+    (out.unwrap().failures.len(), gone.len())
+}
+
+#[test]
+fn copies_off_the_callers_thread_are_durable_only_by_their_own_fences() {
+    for (mode, prefix) in [
+        (Mode::Delegate, "easyio-delegate-"),
+        (Mode::DmaSync, "easyio-engine-"),
+    ] {
+        // The same replay with nothing taken out passes.
+        assert_eq!(
+            without_fences_of(mode, "no thread is named so", 100),
+            (0, 0)
+        );
+        let (failures, fences) = without_fences_of(mode, prefix, 1000);
+        assert!(fences > 0, "{}: no fence by {prefix}*", mode.name());
+        assert!(
+            failures > 0,
+            "{}: {fences} fences of the copying threads taken out and no crash image \
+             failed",
+            mode.name()
+        );
+    }
 }
