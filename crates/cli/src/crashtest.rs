@@ -14,9 +14,10 @@ pub struct CrashtestArgs {
     /// Workload: create_delete, generic_056, generic_090, generic_322, random, or all.
     #[arg(long, default_value = "all")]
     workload: String,
-    /// Data-movement mode: cpu, or async (the software copy engine).
-    #[arg(long, default_value = "cpu", value_parser = parse_mode)]
-    mode: Mode,
+    /// Data-movement mode: cpu, semaphore, delegate, dma-sync, async, or all (each
+    /// mode in turn, every workload in each).
+    #[arg(long, default_value = "cpu", value_parser = parse_modes)]
+    mode: Modes,
     /// Crash points per workload.
     #[arg(long, default_value_t = crash::harness::DEFAULT_POINTS)]
     points: usize,
@@ -32,13 +33,15 @@ pub struct CrashtestArgs {
     /// Replay: with --at, only this image (none, all or random:SEED).
     #[arg(long, requires = "at", value_parser = parse_state)]
     state: Option<CrashChoice>,
-    /// Replay from a recording saved by an earlier run (--save-trace, or the file an
-    /// async run saves when a crash point fails) instead of recording afresh.
+    /// Replay from a recording saved by an earlier run (--save-trace, or the file a
+    /// failing run of a mode that copies off the caller's thread saves) instead of
+    /// recording afresh.
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
-    /// Save the recording (trace and operation spans) to this file. Without it, an
-    /// async run that fails saves it to easyio-crash-WORKLOAD-async-seedS.trace, since
-    /// the engine's interleaving with the file system differs from run to run.
+    /// Save the recording (trace and operation spans) to this file. Without it, a
+    /// failing run in delegate, dma-sync or async mode saves it to
+    /// easyio-crash-WORKLOAD-MODE-seedS.trace, since the interleaving of the copying
+    /// threads with the file system's differs from run to run.
     #[arg(long)]
     save_trace: Option<std::path::PathBuf>,
     /// Machine-readable output.
@@ -46,8 +49,15 @@ pub struct CrashtestArgs {
     json: bool,
 }
 
-fn parse_mode(s: &str) -> Result<Mode, String> {
-    s.parse()
+/// The modes to run, in order.
+#[derive(Clone)]
+struct Modes(Vec<Mode>);
+
+fn parse_modes(s: &str) -> Result<Modes, String> {
+    if s == "all" {
+        return Ok(Modes(Mode::ALL.to_vec()));
+    }
+    s.parse().map(|m| Modes(vec![m]))
 }
 
 fn parse_state(s: &str) -> Result<CrashChoice, String> {
@@ -60,11 +70,18 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
     } else {
         vec![args.workload.parse().map_err(anyhow::Error::msg)?]
     };
-    if workloads.len() > 1 && (args.trace.is_some() || args.save_trace.is_some()) {
-        anyhow::bail!("--trace and --save-trace take one workload, not all");
+    let modes = args.mode.0.clone();
+    if (workloads.len() > 1 || modes.len() > 1)
+        && (args.trace.is_some() || args.save_trace.is_some())
+    {
+        anyhow::bail!("--trace and --save-trace take one workload and one mode, not all");
     }
     let mut outcomes = Vec::new();
-    for w in workloads {
+    for (mode, w) in modes
+        .iter()
+        .flat_map(|&m| workloads.iter().map(move |&w| (m, w)))
+        .collect::<Vec<_>>()
+    {
         let cfg = Config {
             points: args.points,
             seed: args.seed,
@@ -73,13 +90,19 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
             trace: args.trace.clone(),
             save_trace: match &args.save_trace {
                 Some(p) => Some((p.clone(), false)),
-                None if args.mode == Mode::Async && args.trace.is_none() => Some((
-                    format!("easyio-crash-{}-async-seed{}.trace", w.name(), args.seed).into(),
+                None if mode.copies_off_thread() && args.trace.is_none() => Some((
+                    format!(
+                        "easyio-crash-{}-{}-seed{}.trace",
+                        w.name(),
+                        mode.name(),
+                        args.seed
+                    )
+                    .into(),
                     true,
                 )),
                 None => None,
             },
-            ..Config::new(w, args.mode)
+            ..Config::new(w, mode)
         };
         outcomes.push(crash::run(&cfg).map_err(anyhow::Error::msg)?);
     }
@@ -87,6 +110,15 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
         report::print_json(&outcomes)?;
     } else {
         print_table(&outcomes);
+        let (points, passed) = outcomes
+            .iter()
+            .fold((0, 0), |(n, p), o| (n + o.points, p + o.passed));
+        let seconds: f64 = outcomes.iter().map(|o| o.seconds).sum();
+        println!(
+            "{passed} of {points} crash points passed: {} workload(s) in {} mode(s), {seconds:.1} s",
+            workloads.len(),
+            modes.len()
+        );
     }
     let failed: usize = outcomes.iter().map(|o| o.points - o.passed).sum();
     if failed > 0 {
@@ -107,8 +139,8 @@ fn print_table(outcomes: &[Outcome]) {
                 o.trace_events.to_string(),
                 o.points.to_string(),
                 o.images.to_string(),
-                o.engine_copies.to_string(),
-                o.engine_window_points.to_string(),
+                o.offloaded_copies.to_string(),
+                o.offloaded_copy_points.to_string(),
                 o.passed.to_string(),
                 format!("{:.1}", o.seconds),
             ]
@@ -125,8 +157,8 @@ fn print_table(outcomes: &[Outcome]) {
                 "trace events",
                 "crash points",
                 "images",
-                "engine copies",
-                "points copy..counter",
+                "offloaded copies",
+                "points in a copy",
                 "passed",
                 "seconds",
             ],

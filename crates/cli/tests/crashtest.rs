@@ -1,5 +1,5 @@
-//! `easyio crashtest` end to end: the Table 2 report as JSON (cpu and async), a replay
-//! of one image, and an unknown mode refused.
+//! `easyio crashtest` end to end: the Table 2 report as JSON (cpu, async, every mode),
+//! a replay of one image, and an unknown mode refused.
 
 mod common;
 
@@ -39,8 +39,41 @@ fn async_crashtest_reports_engine_copies() {
     let w = &v[0];
     assert_eq!(w["mode"], "async");
     assert_eq!(w["passed"], 12);
-    assert!(w["engine_copies"].as_u64().unwrap() > 0, "{w}");
-    assert!(w["engine_window_points"].as_u64().unwrap() > 0, "{w}");
+    assert!(w["offloaded_copies"].as_u64().unwrap() > 0, "{w}");
+    assert!(w["offloaded_copy_points"].as_u64().unwrap() > 0, "{w}");
+}
+
+#[test]
+fn every_mode_runs_with_mode_all() {
+    let v = common::json(&[
+        "crashtest",
+        "--workload",
+        "generic_090",
+        "--mode",
+        "all",
+        "--points",
+        "6",
+        "--json",
+    ]);
+    let modes: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        modes,
+        ["cpu", "semaphore", "delegate", "dma-sync", "async"],
+        "{v}"
+    );
+    for w in v.as_array().unwrap() {
+        assert_eq!(w["passed"], 6, "{w}");
+        let offloaded = w["offloaded_copies"].as_u64().unwrap();
+        match w["mode"].as_str().unwrap() {
+            "cpu" | "semaphore" => assert_eq!(offloaded, 0, "{w}"),
+            _ => assert!(offloaded > 0, "{w}"),
+        }
+    }
 }
 
 #[test]
@@ -69,5 +102,6 @@ fn one_image_replays_and_an_unknown_mode_is_refused() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("modes: cpu, async"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("modes: cpu, semaphore, delegate, dma-sync, async"));
 }

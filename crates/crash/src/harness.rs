@@ -31,12 +31,28 @@ pub const DEFAULT_RANDOM_STATES: usize = 2;
 /// Seed of a default run.
 pub const DEFAULT_SEED: u64 = 1;
 
-/// Who moves file data while the workload runs.
+/// Who moves file data while the workload runs: every data-movement mode of the file
+/// system (DESIGN.md, "Baselines as modes"), each on the tracing region with every
+/// store it makes traced, by whichever thread makes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// The calling thread copies (NOVA's data path).
+    /// The calling thread copies (NOVA's data path); the fence that makes a write's
+    /// log entry durable covers its data too.
     Cpu,
+    /// The calling thread copies, at most K callers at once; each copy has its own
+    /// fence before the entry is staged.
+    Semaphore,
+    /// Copies above 256 B go in 32 KiB stripes to delegation threads, which copy and
+    /// fence on their own threads while the caller waits; the caller's fence covers
+    /// only its own stores (the log entry), so the data is durable only by the
+    /// delegation threads' fences.
+    Delegate,
+    /// Copies of 16 KiB and more go to the software copy engine, whose worker copies,
+    /// fences and publishes its completion counter while the caller waits; the entry
+    /// is staged (with no SN) only after the counter says done.
+    #[serde(rename = "dma-sync")]
+    DmaSync,
     /// EASYIO's orderless writes: copies above 4 KiB go to the software copy engine,
     /// whose worker threads copy through the traced region and publish completion
     /// counters there; the log entry carrying the copy's SN commits before the copy
@@ -45,14 +61,28 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// Every mode the harness runs.
-    pub const ALL: [Mode; 2] = [Mode::Cpu, Mode::Async];
+    /// Every mode the harness runs, in the order of the file system's modes.
+    pub const ALL: [Mode; 5] = [
+        Mode::Cpu,
+        Mode::Semaphore,
+        Mode::Delegate,
+        Mode::DmaSync,
+        Mode::Async,
+    ];
 
-    /// Name on the command line.
+    /// Name on the command line (the file system's name for the mode).
     pub fn name(self) -> &'static str {
+        self.fs_mode().name()
+    }
+
+    /// The file system's mode.
+    pub fn fs_mode(self) -> fs::Mode {
         match self {
-            Mode::Cpu => "cpu",
-            Mode::Async => "async",
+            Mode::Cpu => fs::Mode::Cpu,
+            Mode::Semaphore => fs::Mode::Semaphore,
+            Mode::Delegate => fs::Mode::Delegate,
+            Mode::DmaSync => fs::Mode::DmaSync,
+            Mode::Async => fs::Mode::Async,
         }
     }
 
@@ -60,10 +90,22 @@ impl Mode {
     /// same mode: recovery itself needs no engine (it reads the completion records),
     /// but the writes after it then run on an engine resumed from those records.
     pub fn mount_options(self) -> MountOptions {
-        match self {
-            Mode::Cpu => MountOptions::default(),
-            Mode::Async => MountOptions::with_mode(fs::Mode::Async),
-        }
+        MountOptions::with_mode(self.fs_mode())
+    }
+
+    /// Whether copies are made by threads other than the caller's (engine workers,
+    /// delegation threads): the trace then interleaves as the scheduler decided, so a
+    /// trace position means something only in its own recording.
+    pub fn copies_off_thread(self) -> bool {
+        matches!(self, Mode::Delegate | Mode::DmaSync | Mode::Async)
+    }
+
+    /// Whether a write may return, or a crash find it committed, with its copy still
+    /// running: only in `async` may a committed entry carry an SN that recovery finds
+    /// not done. In every other mode the caller is blocked until its data is durable
+    /// and the entry says so (SN 0), so recovery must never drop a committed write.
+    pub fn commits_before_copy(self) -> bool {
+        self == Mode::Async
     }
 }
 
@@ -74,12 +116,17 @@ impl std::str::FromStr for Mode {
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode {s:?}; modes: cpu, async"))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown mode {s:?}; modes: {}", names.join(", "))
+            })
     }
 }
 
 /// Name prefix of the software engine's worker threads.
 const ENGINE_THREAD: &str = "easyio-engine-";
+/// Name prefix of the delegation threads.
+const DELEGATE_THREAD: &str = "easyio-delegate-";
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -96,9 +143,10 @@ pub struct Config {
     pub stop_at_first_failure: bool,
     /// Test only this trace position (and, if given, only this image there): replay.
     pub only: Option<(usize, Option<CrashChoice>)>,
-    /// Replay from this saved recording instead of recording afresh (in `async` mode
-    /// the engine's workers interleave with the file system's thread as the scheduler
-    /// decides, so a trace position means something only in its own recording).
+    /// Replay from this saved recording instead of recording afresh (in a mode that
+    /// copies off the caller's thread, the engine's workers or the delegation threads
+    /// interleave with the file system's thread as the scheduler decides, so a trace
+    /// position means something only in its own recording).
     pub trace: Option<PathBuf>,
     /// Save the recording here: always, or (`on_failure`) only if a crash point fails.
     pub save_trace: Option<(PathBuf, bool)>,
@@ -174,12 +222,14 @@ pub struct Outcome {
     pub passed: usize,
     /// Crash images mounted and checked.
     pub images: usize,
-    /// Engine copies in the trace: stretches from a worker's first data store to the
-    /// store of the completion counter that covers it.
-    pub engine_copies: usize,
+    /// Copies made off the caller's thread, as the trace shows them
+    /// ([`offloaded_copies`]): from an engine worker's first data store to the store
+    /// of the completion counter that covers it, or from a delegation thread's first
+    /// data store to the fence that makes its stripe durable.
+    pub offloaded_copies: usize,
     /// Crash points inside such a stretch: some of a copy's data issued, its counter
-    /// not yet advanced.
-    pub engine_window_points: usize,
+    /// not yet advanced or its fence not yet made.
+    pub offloaded_copy_points: usize,
     pub failures: Vec<Failure>,
     pub seconds: f64,
 }
@@ -193,9 +243,9 @@ pub struct Recording {
     pub spans: Vec<(usize, usize)>,
     /// Model states: `states[k]` is the namespace after the first `k` operations.
     pub states: Vec<Snapshot>,
-    /// Engine copies: trace positions of a worker's first data store and of the
-    /// counter store that publishes it (see [`Outcome::engine_copies`]).
-    pub engine_windows: Vec<(usize, usize)>,
+    /// Copies made off the caller's thread: trace positions of their first data
+    /// store and of the store or fence that ends them (see [`offloaded_copies`]).
+    pub copy_windows: Vec<(usize, usize)>,
 }
 
 /// A formatted, empty region image.
@@ -215,23 +265,31 @@ fn formatted() -> (Vec<u8>, Geometry) {
     (mem.into_image(), geo)
 }
 
-/// The engine copies of a trace: for each worker thread, from its first store after
-/// a counter store up to the next store to a completion counter (in the records area
-/// `records`).
-pub fn engine_windows(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(usize, usize)> {
+/// The copies made off the caller's thread in a trace, as (position of the first data
+/// store, position of the event that ends the copy):
+///
+/// - an engine worker's stores, from its first after a counter store up to its next
+///   store to a completion counter (in the records area `records`), which publishes
+///   them (the worker fences before it);
+/// - a delegation thread's stores, from its first after a fence up to its next fence,
+///   which makes its stripe durable (each stripe is copied, then fenced).
+pub fn offloaded_copies(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(usize, usize)> {
     let mut open: HashMap<u16, usize> = HashMap::new();
     let mut out = Vec::new();
     for (i, e) in trace.events.iter().enumerate() {
-        if !matches!(e.kind, EventKind::Store | EventKind::NtStore)
-            || !trace.thread_of(e).starts_with(ENGINE_THREAD)
-        {
+        let thread = trace.thread_of(e);
+        let ends = if thread.starts_with(ENGINE_THREAD) {
+            e.kind == EventKind::Store && records.contains(&e.off)
+        } else if thread.starts_with(DELEGATE_THREAD) {
+            e.kind == EventKind::Fence
+        } else {
             continue;
-        }
-        if e.kind == EventKind::Store && records.contains(&e.off) {
+        };
+        if ends {
             if let Some(start) = open.remove(&e.thread) {
                 out.push((start, i));
             }
-        } else {
+        } else if matches!(e.kind, EventKind::Store | EventKind::NtStore) {
             open.entry(e.thread).or_insert(i);
         }
     }
@@ -275,7 +333,7 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
         .map_err(|_| "the tracing region is still shared after unmount".to_string())?
         .into_trace();
     Ok(Recording {
-        engine_windows: engine_windows(&trace, records),
+        copy_windows: offloaded_copies(&trace, records),
         ops,
         trace,
         spans,
@@ -335,7 +393,7 @@ impl Recording {
             states.push(model.snapshot());
         }
         Ok(Recording {
-            engine_windows: engine_windows(&trace, records_area(&geo)),
+            copy_windows: offloaded_copies(&trace, records_area(&geo)),
             ops,
             trace,
             spans,
@@ -355,16 +413,16 @@ impl Recording {
     }
 
     /// Crash points for a run, sorted, drawn from `seed`: half just before a fence
-    /// (where the most stores are pending), half anywhere. With engine copies in the
-    /// trace, a third each: before a fence, inside an engine copy (its data partly
-    /// issued, its counter not yet advanced), anywhere.
+    /// (where the most stores are pending), half anywhere. With offloaded copies in
+    /// the trace, a third each: before a fence, inside such a copy (its data partly
+    /// issued, its counter not yet advanced or its fence not yet made), anywhere.
     pub fn choose_points(&self, n: usize, seed: u64) -> Vec<usize> {
         let fences: Vec<usize> = (0..self.trace.len())
             .filter(|&i| self.trace.events[i].kind == EventKind::Fence)
             .collect();
         let mut rng = SplitMix(seed ^ 0xC2B2_AE3D_27D4_EB4F);
         let len = self.trace.len() as u64;
-        let copies = &self.engine_windows;
+        let copies = &self.copy_windows;
         let kinds = if copies.is_empty() { 2 } else { 3 };
         let mut pts: Vec<usize> = (0..n)
             .map(|k| match k % kinds {
@@ -409,10 +467,10 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
         points: 0,
         passed: 0,
         images: 0,
-        engine_copies: rec.engine_windows.len(),
-        engine_window_points: points
+        offloaded_copies: rec.copy_windows.len(),
+        offloaded_copy_points: points
             .iter()
-            .filter(|&&p| rec.engine_windows.iter().any(|&(a, b)| a < p && p <= b))
+            .filter(|&&p| rec.copy_windows.iter().any(|&(a, b)| a < p && p <= b))
             .count(),
         failures: Vec::new(),
         seconds: 0.0,

@@ -6,6 +6,12 @@
 //! too (all or nothing: write data old or new, renames atomic, link counts right, no
 //! byte a file never held); the allocator hands out no block still in use (a probe
 //! file is written before unmounting); and fsck after the unmount finds nothing.
+//!
+//! What each mode may leave differs in one point: only `async` commits a write's entry
+//! before its copy is done, so only there may recovery drop a committed write whose SN
+//! the completion records do not show done. In the modes whose caller is blocked
+//! (`cpu`, `semaphore`, `delegate`, `dma-sync`) the entry is committed after the data is
+//! durable, and a dropped write means an entry committed over a copy still running.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,8 +128,16 @@ fn read_all(fs: &FileSystem, path: &str) -> Result<Vec<u8>, String> {
 /// being the state if the operation in flight did not happen).
 pub fn check_image(image: Vec<u8>, allowed: &[&Snapshot], mode: Mode) -> Result<(), Problem> {
     let pm = Arc::new(MemPmem::from_image(image));
-    let (fs, _) = FileSystem::mount(pm.clone() as Arc<dyn Pmem>, mode.mount_options())
+    let (fs, report) = FileSystem::mount(pm.clone() as Arc<dyn Pmem>, mode.mount_options())
         .map_err(|e| Problem::new(format!("mount failed: {e}")))?;
+    if report.pending_writes_dropped > 0 && !mode.commits_before_copy() {
+        return Err(Problem::new(format!(
+            "recovery dropped {} committed write(s) whose copy had not completed: in {} mode \
+             the caller waits for its data before committing, so none may be pending",
+            report.pending_writes_dropped,
+            mode.name()
+        )));
+    }
     let found = snapshot_of(&fs).map_err(|e| Problem::new(format!("reading back: {e}")))?;
     if !allowed.iter().any(|s| **s == found) {
         let diffs: Vec<Vec<String>> = allowed.iter().map(|s| s.diff(&found)).collect();

@@ -81,10 +81,12 @@ impl Workload {
         self.generate_with(seed, false)
     }
 
-    /// The operations for a run in `mode`: in modes with a copy engine a third of the
-    /// writes are bulk (16 to 64 KiB), since only copies above 4 KiB go to the engine.
+    /// The operations for a run in `mode`: in modes that copy off the caller's thread
+    /// a third of the writes are bulk (16 to 64 KiB), since only larger copies go to
+    /// the engine (above 4 KiB in `async`, from 16 KiB in `dma-sync`) and only those
+    /// above one 32 KiB stripe are split across delegation threads.
     pub fn generate_for(self, seed: u64, mode: crate::Mode) -> Vec<Op> {
-        self.generate_with(seed, mode == crate::Mode::Async)
+        self.generate_with(seed, mode.copies_off_thread())
     }
 
     fn generate_with(self, seed: u64, bulk: bool) -> Vec<Op> {
@@ -428,9 +430,25 @@ mod tests {
             Workload::Generic090.generate_for(3, crate::Mode::Cpu),
             "cpu runs keep their workloads"
         );
-        let bulk = Workload::Generic090.generate_for(3, crate::Mode::Async);
-        assert!(bulk.iter().any(
-            |op| matches!(op, Op::Write { len, .. } | Op::Append { len, .. } if *len >= 16 << 10)
-        ));
+        assert_eq!(
+            Workload::Generic090.generate_for(3, crate::Mode::Semaphore),
+            Workload::Generic090.generate_for(3, crate::Mode::Cpu),
+            "semaphore copies as cpu does"
+        );
+        for mode in [
+            crate::Mode::Delegate,
+            crate::Mode::DmaSync,
+            crate::Mode::Async,
+        ] {
+            let bulk = Workload::Generic090.generate_for(3, mode);
+            assert!(
+                bulk.iter().any(|op| matches!(
+                    op,
+                    Op::Write { len, .. } | Op::Append { len, .. } if *len > 32 << 10
+                )),
+                "{}: a write of more than one stripe",
+                mode.name()
+            );
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! The short crash test CI runs on every change: every workload, every mode, a few
-//! dozen crash points each.
+//! The short crash test CI runs on every change: every workload in every
+//! data-movement mode (cpu, semaphore, delegate, dma-sync, async), a few dozen crash
+//! points each. The long sweep is `easyio crashtest --mode all --points 200`.
 
 use crash::{run, Config, Mode, Workload};
 
@@ -14,7 +15,7 @@ fn every_workload_survives_crashes() {
                 points: CI_POINTS,
                 ..Config::new(w, mode)
             };
-            let out = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", w.name()));
+            let out = run(&cfg).unwrap_or_else(|e| panic!("{} in {}: {e}", w.name(), mode.name()));
             let shown: Vec<String> = out
                 .failures
                 .iter()
@@ -28,14 +29,23 @@ fn every_workload_survives_crashes() {
                     )
                 })
                 .collect();
-            assert_eq!(out.passed, out.points, "{}: {}", w.name(), shown.join("\n"));
+            assert_eq!(
+                out.passed,
+                out.points,
+                "{} in {}: {}",
+                w.name(),
+                mode.name(),
+                shown.join("\n")
+            );
             eprintln!(
-                "{} ops {} events {} fences {} images {} secs {}",
+                "{} {} ops {} events {} fences {} images {} copies {} secs {}",
+                mode.name(),
                 w.name(),
                 out.ops,
                 out.trace_events,
                 out.fences,
                 out.images,
+                out.offloaded_copies,
                 out.seconds
             );
             assert_eq!(out.points, CI_POINTS);
@@ -78,17 +88,17 @@ fn an_async_run_replays_from_its_saved_trace() {
             first.trace_events,
             first.points,
             first.images,
-            first.engine_copies
+            first.offloaded_copies
         ),
         (
             again.trace_events,
             again.points,
             again.images,
-            again.engine_copies
+            again.offloaded_copies
         )
     );
-    assert_eq!(first.engine_window_points, again.engine_window_points);
-    assert!(first.engine_copies > 0);
+    assert_eq!(first.offloaded_copy_points, again.offloaded_copy_points);
+    assert!(first.offloaded_copies > 0);
     assert_eq!((one.points, one.images, one.passed), (1, 1, 1));
     assert!(wrong.is_err(), "a recording of another workload is refused");
 }
