@@ -98,6 +98,11 @@ impl Output {
         })
     }
 
+    /// The path being written now: the temporary file until [`Output::commit`].
+    pub fn path(&self) -> &Path {
+        self.temp.as_deref().unwrap_or(&self.target)
+    }
+
     /// Makes the written data durable and puts it in place of the target.
     pub fn commit(mut self) -> anyhow::Result<()> {
         let context = || self.target.display().to_string();
@@ -128,6 +133,14 @@ impl Output {
         }
         Ok(())
     }
+
+    /// Writes `data` and commits.
+    pub fn write_all(mut self, data: &[u8]) -> anyhow::Result<()> {
+        self.file
+            .write_all(data)
+            .with_context(|| self.target.display().to_string())?;
+        self.commit()
+    }
 }
 
 impl Write for Output {
@@ -145,4 +158,9 @@ impl Drop for Output {
             let _ = std::fs::remove_file(temp);
         }
     }
+}
+
+/// An output path given on the command line, prepared up front when given.
+pub fn prepare(target: Option<&Path>) -> anyhow::Result<Option<Output>> {
+    target.map(|t| Output::create(t, None)).transpose()
 }

@@ -72,6 +72,11 @@ pub fn check() -> Result<(), Interrupted> {
     }
 }
 
+/// Whether a stopping signal arrived (for loops that end early rather than fail).
+pub fn stopping() -> bool {
+    received().is_some()
+}
+
 /// Ends the process with `sig`'s default action, after the command has unwound.
 pub fn die_by(sig: i32) -> ! {
     let _ = signal_hook::low_level::emulate_default_handler(sig);

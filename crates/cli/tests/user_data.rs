@@ -373,9 +373,26 @@ fn rm_r_root_refuses_without_no_preserve_root() {
 }
 
 #[test]
-fn bad_arguments_are_usage_errors_before_any_work() {
+fn bad_numbers_are_usage_errors_before_any_work() {
     let s = Scratch::new("args");
     let cases: &[&[&str]] = &[
+        &["bench", "app", "--scale", "inf"],
+        &["bench", "app", "--scale", "nan"],
+        &["bench", "app", "--scale", "0"],
+        &["bench", "app", "--duration=-1"],
+        &["bench", "app", "--threads", "0"],
+        &["bench", "qos", "--rate", "0"],
+        &["bench", "qos", "--seconds", "nan"],
+        &["bench", "qos", "--seconds", "inf"],
+        &["bench", "qos", "--window-ms", "0"],
+        &["bench", "micro", "--duration", "inf"],
+        &["bench", "micro", "--compute-us", "nan"],
+        &["bench", "micro", "--io-size", "0"],
+        &["bench", "raw", "--round-ms", "0"],
+        &["bench", "engine", "--round-ms", "0"],
+        &["bench", "rt", "--round-ms", "0"],
+        &["calibrate", "--round-ms", "0"],
+        &["crashtest", "--points", "0"],
         &["mkfs", "--inodes", "0"],
         &["mkfs", "--size", "12Q"],
         &["no-such-command"],
@@ -395,6 +412,46 @@ fn bad_arguments_are_usage_errors_before_any_work() {
     let help = s.ok(&["--help"]);
     assert!(help.contains("Exit status"), "{help}");
     assert!(help.contains("64"), "{help}");
+}
+
+#[test]
+fn output_paths_are_checked_before_any_work() {
+    let s = Scratch::new("outpaths");
+    let before = Instant::now();
+    for args in [
+        &["bench", "app", "--plot", "no-such-dir/x.svg"][..],
+        &["bench", "qos", "--svg", "no-such-dir/x.svg"],
+        &["demo", "--plot", "no-such-dir/x.svg"],
+        &["calibrate", "--out", "no-such-dir/p.toml"],
+    ] {
+        let err = s.fails(args, libc::ENOENT);
+        assert!(err.contains("no-such-dir"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    // Refused up front, not after minutes of measuring.
+    assert!(before.elapsed() < LIMIT);
+}
+
+#[test]
+fn json_runs_write_no_files_unasked() {
+    let s = Scratch::new("json-files");
+    let before = s.outside();
+    let out = s.run(&[
+        "bench",
+        "qos",
+        "--seconds",
+        "0.05",
+        "--medium",
+        "none",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+    assert_eq!(s.outside(), before);
 }
 
 #[test]
@@ -458,4 +515,44 @@ fn ls_of_a_file_lists_it_and_mv_moves_into_a_directory() {
     s.ok(&["rm", "-r", "/sub"]);
     s.files.remove("/sub/b");
     s.intact();
+}
+
+/// Runs `easyio ARGS` with its stdout and stderr on a terminal, through script(1);
+/// `None` (the test skips) where script(1) is missing.
+fn on_terminal(s: &Scratch, args: &[&str]) -> Option<String> {
+    let line = format!("{} {}", env!("CARGO_BIN_EXE_easyio"), args.join(" "));
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("EASYIO_IMAGE", &s.image)
+        .current_dir(&s.dir)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    assert!(out.status.success(), "{line}: {out:?}");
+    Some(String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n"))
+}
+
+#[test]
+fn progress_shows_on_a_terminal_and_nowhere_else() {
+    let s = Scratch::new("progress");
+    let crash = ["crashtest", "--workload", "generic_056", "--points", "8"];
+    let qos = ["bench", "qos", "--seconds", "0.05", "--medium", "none"];
+    let Some(text) = on_terminal(&s, &crash) else {
+        eprintln!("SKIP: script(1) is not installed");
+        return;
+    };
+    assert!(text.contains("0/1 generic_056"), "{text}");
+    let text = on_terminal(&s, &[&qos[..], &["--svg", "q.svg"]].concat()).unwrap();
+    assert!(text.contains("0/5 L alone"), "{text}");
+    // With --json the terminal gets the JSON only.
+    for args in [&crash[..], &qos[..]] {
+        let text = on_terminal(&s, &[args, &["--json"]].concat()).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    }
+    // stderr is a pipe here: no bar or spinner reaches it.
+    for args in [&crash[..], &["fsck"]] {
+        let out = s.run(args);
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    }
 }

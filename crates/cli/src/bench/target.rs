@@ -210,10 +210,14 @@ pub struct ThreadResult {
     pub hist: Histogram<u64>,
 }
 
+/// Operations of a timed loop between two looks at whether a signal arrived (a load of
+/// one atomic: nothing beside even the smallest operation).
+const SIGNAL_CHECK_OPS: u64 = 64;
+
 /// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
 /// untimed upkeep (restarting a file, clearing or refilling a directory) and says
 /// whether it did any: its time counts in no latency and is left out of the thread's
-/// active time.
+/// active time. A signal ends it with [`crate::signals::Interrupted`].
 pub fn timed_loop(
     deadline: Instant,
     mut op: impl FnMut(u64) -> anyhow::Result<u64>,
@@ -236,6 +240,10 @@ pub fn timed_loop(
         bytes += n;
         i += 1;
         now = t1;
+        // A signal ends the run early, through the same unwinding as an error.
+        if i.is_multiple_of(SIGNAL_CHECK_OPS) {
+            crate::signals::check()?;
+        }
         if maintain(i)? {
             now = Instant::now();
             upkeep += now - t1;
