@@ -88,7 +88,41 @@ fn main() {
             std::process::exit(if e.use_stderr() { args::USAGE } else { 0 });
         }
     };
-    let result = match cli.command {
+    // Tables and reports are printed with `println!`, which panics when stdout is a
+    // pipe closed early (`easyio bench raw | head -1`): such a panic is the SIGPIPE
+    // already recorded, not a bug, so it is not reported and ends the command below.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if signals::received() != Some(libc::SIGPIPE) {
+            report_panic(info);
+        }
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command)));
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) if signals::received() == Some(libc::SIGPIPE) => {
+            drop(panic);
+            signals::die_by(libc::SIGPIPE)
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    // Everything the command held (the mounted image, temporary files) is dropped by
+    // now: a signal ends the process only after that clean unwind.
+    if let Some(sig) = signals::received().or_else(|| result.as_ref().err().and_then(pipe)) {
+        if sig != libc::SIGPIPE {
+            eprintln!("easyio: {}", signals::Interrupted(sig));
+        }
+        signals::die_by(sig);
+    }
+    if let Err(err) = result {
+        eprintln!("easyio: {}", message(&err));
+        std::process::exit(exit_code(&err));
+    }
+}
+
+/// Runs one command.
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Demo(a) => demo::run(a),
         Command::Mkfs(a) => files::mkfs(a),
         Command::Fsck(a) => files::fsck(a),
@@ -105,18 +139,6 @@ fn main() {
         Command::Engines(args) => engines::run(args),
         Command::Crashtest(args) => crashtest::run(args),
         Command::Calibrate(args) => calibrate::run(args),
-    };
-    // Everything the command held (the mounted image, temporary files) is dropped by
-    // now: a signal ends the process only after that clean unwind.
-    if let Some(sig) = signals::received().or_else(|| result.as_ref().err().and_then(pipe)) {
-        if sig != libc::SIGPIPE {
-            eprintln!("easyio: {}", signals::Interrupted(sig));
-        }
-        signals::die_by(sig);
-    }
-    if let Err(err) = result {
-        eprintln!("easyio: {}", message(&err));
-        std::process::exit(exit_code(&err));
     }
 }
 

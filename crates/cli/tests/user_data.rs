@@ -277,6 +277,24 @@ fn sigpipe_ends_cat_with_a_clean_unmount() {
         "{status:?}"
     );
     s.intact();
+    // A table printed to a closed pipe ends the same way, without a panic message.
+    let mut engines = s
+        .cmd(&["engines"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(engines.stdout.take());
+    let status = wait_bounded(&mut engines);
+    let mut err = String::new();
+    engines
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {err}");
+    assert_eq!(err, "");
 }
 
 /// A `put - DEST` fed from a thread that writes 1 MiB chunks until the pipe closes or
@@ -358,6 +376,50 @@ fn a_second_sigint_exits_at_once_and_the_next_open_recovers() {
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
     assert!(!mount_was_clean(&s));
     s.intact();
+}
+
+/// Files in /dev/shm a process `pid` made: its temporary regions and kernel-mode
+/// directories.
+fn shm_files_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.starts_with(&format!("easyio-{pid}-")) || n.ends_with(&format!("-kernel-{pid}"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_signal_ends_a_benchmark_and_removes_its_temporary_region() {
+    let s = Scratch::new("sig-bench");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut bench = s
+            .cmd(&[
+                "bench",
+                "micro",
+                "--duration",
+                "600",
+                "--workload",
+                "DWAL",
+                "--mode",
+                "cpu",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while shm_files_of(bench.id()).is_empty() {
+            assert!(start.elapsed() < LIMIT, "no temporary region appeared");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(&bench, sig);
+        let status = wait_bounded(&mut bench);
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        assert_eq!(shm_files_of(bench.id()), Vec::<String>::new());
+    }
 }
 
 #[test]

@@ -82,7 +82,17 @@ impl Slowmem {
 /// Where a workload runs.
 pub enum Target {
     Easyio(Box<FileSystem>),
-    Kernel(PathBuf),
+    Kernel(KernelDir),
+}
+
+/// The host directory of the `kernel` mode, removed when dropped: also when a run
+/// ends early (an error, a signal) without [`Target::tear_down`].
+pub struct KernelDir(PathBuf);
+
+impl Drop for KernelDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 pub enum Handle {
@@ -93,7 +103,7 @@ pub enum Handle {
 impl Target {
     pub fn path(&self, p: &str) -> PathBuf {
         match self {
-            Target::Kernel(root) => root.join(p.trim_start_matches('/')),
+            Target::Kernel(root) => root.0.join(p.trim_start_matches('/')),
             Target::Easyio(_) => PathBuf::from(p),
         }
     }
@@ -406,7 +416,7 @@ impl Target {
             None => {
                 let _ = std::fs::remove_dir_all(kernel_dir);
                 std::fs::create_dir_all(kernel_dir)?;
-                Target::Kernel(kernel_dir.to_path_buf())
+                Target::Kernel(KernelDir(kernel_dir.to_path_buf()))
             }
         })
     }
@@ -415,9 +425,7 @@ impl Target {
     pub fn tear_down(self) -> anyhow::Result<()> {
         match self {
             Target::Easyio(fs) => fs.unmount()?,
-            Target::Kernel(dir) => {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            Target::Kernel(dir) => drop(dir),
         }
         Ok(())
     }
