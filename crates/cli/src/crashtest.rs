@@ -109,11 +109,18 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
                 .map(|(out, on_failure)| (out.path().to_path_buf(), *on_failure)),
             ..Config::new(w, args.mode)
         };
-        let outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
+        let mut outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
         if let Some((out, _)) = trace {
-            // Written by the harness (always, or on a failure): put it in place.
+            // Written by the harness (always, or on a failure): put it in place, and
+            // name that place in the replay commands.
             if std::fs::metadata(out.path()).is_ok_and(|m| m.len() > 0) {
+                let target = out.target().display().to_string();
                 out.commit()?;
+                for f in &mut outcome.failures {
+                    if f.trace_file.is_some() {
+                        f.trace_file = Some(target.clone());
+                    }
+                }
             }
         }
         outcomes.push(outcome);

@@ -98,6 +98,11 @@ impl Output {
         })
     }
 
+    /// The path the output is put at by [`Output::commit`].
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
     /// The path being written now: the temporary file until [`Output::commit`].
     pub fn path(&self) -> &Path {
         self.temp.as_deref().unwrap_or(&self.target)

@@ -495,6 +495,16 @@ fn output_paths_are_checked_before_any_work() {
 }
 
 #[test]
+fn a_saved_trace_is_put_in_place_whole() {
+    let s = Scratch::new("trace");
+    let crash = ["crashtest", "--workload", "generic_056", "--points", "4"];
+    s.ok(&[&crash[..], &["--save-trace", "t.trace", "--json"]].concat());
+    let names: Vec<_> = s.outside().into_keys().collect();
+    assert_eq!(names, ["t.trace"]);
+    s.ok(&[&crash[..], &["--trace", "t.trace", "--json"]].concat());
+}
+
+#[test]
 fn json_runs_write_no_files_unasked() {
     let s = Scratch::new("json-files");
     let before = s.outside();
