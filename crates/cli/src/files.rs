@@ -18,7 +18,7 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::args::{self, usage};
-use crate::output::Output;
+use crate::output::{self, Output};
 use crate::{progress, report, signals};
 
 /// Chunk size for copying files in and out.
@@ -640,6 +640,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
         return Err(fs::Error::IsDir).context(a.src);
     }
     if a.local.as_os_str() == "-" {
+        output::refuse_image_stdout(&a.image.image)?;
         copy_out(&m.fs, &a.src, &mut std::io::stdout().lock())?;
     } else {
         let target = if a.local.is_dir() {
@@ -656,6 +657,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 }
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
+    output::refuse_image_stdout(&a.image.image)?;
     let m = mount(&a.image.image)?;
     copy_out(&m.fs, &a.path, &mut std::io::stdout().lock())?;
     m.fs.unmount()?;

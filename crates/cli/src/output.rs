@@ -165,6 +165,21 @@ impl Drop for Output {
     }
 }
 
+/// Refuses standard output when it is the open image (`easyio cat /f >> IMAGE`):
+/// appending to a mapped image would change its size under the file system.
+pub fn refuse_image_stdout(image: &Path) -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    let out = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let meta = File::from(out).metadata()?;
+    if identity(image) == Some((meta.dev(), meta.ino())) {
+        bail!(
+            "standard output is the image {}: refusing to write over it",
+            image.display()
+        );
+    }
+    Ok(())
+}
+
 /// An output path given on the command line, prepared up front when given.
 pub fn prepare(target: Option<&Path>) -> anyhow::Result<Option<Output>> {
     target.map(|t| Output::create(t, None)).transpose()

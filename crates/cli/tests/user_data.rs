@@ -168,6 +168,18 @@ fn get_never_writes_onto_the_image() {
     let link = s.dir.join("link");
     std::fs::hard_link(&s.image, &link).unwrap();
     s.fails(&["get", "/b", link.to_str().unwrap()], 1);
+    // Nor through standard output appending to it.
+    for args in [&["cat", "/b"][..], &["get", "/b", "-"]] {
+        let before = std::fs::metadata(&s.image).unwrap().len();
+        let append = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&s.image)
+            .unwrap();
+        let out = s.cmd(args).stdout(append).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(std::fs::metadata(&s.image).unwrap().len(), before);
+        s.intact();
+    }
 }
 
 #[test]
