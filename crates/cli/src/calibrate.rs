@@ -19,7 +19,9 @@ use serde::Serialize;
 
 use crate::bench::median;
 use crate::bench::raw::open_region;
+use crate::output::Output;
 use crate::report::{self, size_label, Machine};
+use crate::{args, progress, signals};
 
 /// Copy sizes measured (Fastmove sweeps 16–256 KB; the issue asks 4 KiB–2 MiB).
 const SIZES: [usize; 10] = [
@@ -57,14 +59,15 @@ pub struct CalibrateArgs {
     /// Where to create the temporary measurement region (as for `bench raw`).
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Where to write the profile.
-    #[arg(long, default_value = "easyio-profile.toml")]
-    out: PathBuf,
-    /// Milliseconds per measured point.
-    #[arg(long, default_value_t = 10)]
+    /// Where to write the profile (default: easyio-profile.toml; with --json, the
+    /// profile is in the output and written to a file only if this is given).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Milliseconds per measured point (1 to 60000).
+    #[arg(long, default_value_t = 10, value_parser = args::millis())]
     round_ms: u64,
     /// Emulate slow memory (`optane`, `cxl`); the results are labelled so.
-    #[arg(long)]
+    #[arg(long, value_parser = ["optane", "cxl"])]
     slowmem: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -110,7 +113,7 @@ struct Report {
     turning_points: Vec<Turning>,
     saturation_callers: usize,
     profile: Profile,
-    written_to: String,
+    written_to: Option<String>,
 }
 
 struct Setup {
@@ -189,6 +192,15 @@ fn turning_point(points: &[&Point]) -> Option<usize> {
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    let out_path = match (&args.out, args.json) {
+        (Some(p), _) => Some(p.clone()),
+        (None, false) => Some(PathBuf::from("easyio-profile.toml")),
+        (None, true) => None,
+    };
+    let out = out_path
+        .as_deref()
+        .map(|p| Output::create(p, None))
+        .transpose()?;
     let region = Arc::new(open_region(args.image.as_deref())?);
     let (pm, medium): (Arc<dyn Pmem>, String) = match &args.slowmem {
         None => (region.clone(), "region (no emulation)".into()),
@@ -218,12 +230,26 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let setup = Setup {
         pm,
         engine,
-        round: Duration::from_millis(args.round_ms.max(1)),
+        round: Duration::from_millis(args.round_ms),
     };
     let mut points = Vec::new();
+    let progress = progress::bar(2 * (CALLERS.len() * SIZES.len()) as u64, args.json);
     for dir in [Dir::Write, Dir::Read] {
         for &callers in &CALLERS {
             for &bytes in &SIZES {
+                if let Err(e) = signals::check() {
+                    setup.engine.shutdown();
+                    return Err(e.into());
+                }
+                progress.set_message(format!(
+                    "{} {} by {callers} caller(s)",
+                    match dir {
+                        Dir::Write => "write",
+                        Dir::Read => "read",
+                    },
+                    size_label(bytes as u64)
+                ));
+                progress.inc(1);
                 let (mut cpu, mut eng) = (Vec::new(), Vec::new());
                 for _ in 0..ROUNDS {
                     cpu.push(setup.measure(dir, bytes, callers, false));
@@ -244,6 +270,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         }
     }
     setup.engine.shutdown();
+    progress.finish_and_clear();
 
     let mut turning_points = Vec::new();
     for dir in [Dir::Write, Dir::Read] {
@@ -319,7 +346,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             dma_concurrency: saturation_callers,
         },
     };
-    profile.save(&args.out)?;
+    if let Some(out) = out {
+        out.write_all(profile.to_toml().as_bytes())?;
+    }
     let report = Report {
         machine: Machine::this(),
         medium,
@@ -329,7 +358,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         turning_points,
         saturation_callers,
         profile,
-        written_to: args.out.display().to_string(),
+        written_to: out_path.map(|p| p.display().to_string()),
     };
     if args.json {
         return report::print_json(&report);
@@ -404,7 +433,7 @@ fn print_table(r: &Report) {
     );
     println!(
         "profile {}: cpu_max {}, dma_write_min {}, dma_read_min {}, dma_concurrency {} ({:.1} s)",
-        r.written_to,
+        r.written_to.as_deref().unwrap_or("(not written)"),
         size_label(th.cpu_max as u64),
         size_label(th.dma_write_min as u64),
         size_label(th.dma_read_min as u64),

@@ -4,7 +4,13 @@ use clap::Args;
 use crash::{Config, Mode, Outcome, Workload};
 use pmem::CrashChoice;
 
-use crate::report;
+use crate::args::usage;
+use crate::output::Output;
+use crate::{progress, report, signals};
+
+/// Most crash points per workload, and random images per point, a run accepts.
+const MAX_POINTS: u64 = 1_000_000;
+const MAX_RANDOM_STATES: u64 = 10_000;
 
 /// Failures printed in full per workload; the rest are counted.
 const SHOWN_FAILURES: usize = 5;
@@ -18,14 +24,22 @@ pub struct CrashtestArgs {
     /// mode in turn, every workload in each).
     #[arg(long, default_value = "cpu", value_parser = parse_modes)]
     mode: Modes,
-    /// Crash points per workload.
-    #[arg(long, default_value_t = crash::harness::DEFAULT_POINTS)]
+    /// Crash points per workload (1 to 1000000).
+    #[arg(
+        long,
+        default_value_t = crash::harness::DEFAULT_POINTS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_POINTS)
+    )]
     points: usize,
     /// Seed of the workload, the crash points and the sampled images.
     #[arg(long, default_value_t = crash::harness::DEFAULT_SEED)]
     seed: u64,
-    /// Random images per crash point besides "none" and "all".
-    #[arg(long, default_value_t = crash::harness::DEFAULT_RANDOM_STATES)]
+    /// Random images per crash point besides "none" and "all" (0 to 10000).
+    #[arg(
+        long,
+        default_value_t = crash::harness::DEFAULT_RANDOM_STATES,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_RANDOM_STATES)
+    )]
     random_states: usize,
     /// Replay: test only this trace position (as printed for a failure).
     #[arg(long)]
@@ -41,7 +55,8 @@ pub struct CrashtestArgs {
     /// Save the recording (trace and operation spans) to this file. Without it, a
     /// failing run in delegate, dma-sync or async mode saves it to
     /// easyio-crash-WORKLOAD-MODE-seedS.trace, since the interleaving of the copying
-    /// threads with the file system's differs from run to run.
+    /// threads with the file system's differs from run to run (not with --json, which
+    /// writes no file unasked).
     #[arg(long)]
     save_trace: Option<std::path::PathBuf>,
     /// Machine-readable output.
@@ -68,44 +83,72 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
     let workloads: Vec<Workload> = if args.workload == "all" {
         Workload::ALL.to_vec()
     } else {
-        vec![args.workload.parse().map_err(anyhow::Error::msg)?]
+        match args.workload.parse() {
+            Ok(w) => vec![w],
+            Err(e) => usage!("--workload: {e}"),
+        }
     };
     let modes = args.mode.0.clone();
     if (workloads.len() > 1 || modes.len() > 1)
         && (args.trace.is_some() || args.save_trace.is_some())
     {
-        anyhow::bail!("--trace and --save-trace take one workload and one mode, not all");
+        usage!("--trace and --save-trace take one workload and one mode, not all");
     }
-    let mut outcomes = Vec::new();
-    for (mode, w) in modes
+    let runs: Vec<(Mode, Workload)> = modes
         .iter()
         .flat_map(|&m| workloads.iter().map(move |&w| (m, w)))
-        .collect::<Vec<_>>()
-    {
+        .collect();
+    // Each trace file is prepared before any work and put in place when written.
+    let mut traces = Vec::new();
+    for &(mode, w) in &runs {
+        traces.push(match &args.save_trace {
+            Some(p) => Some((Output::create(p, None)?, false)),
+            None if mode.copies_off_thread() && args.trace.is_none() && !args.json => {
+                let p = format!(
+                    "easyio-crash-{}-{}-seed{}.trace",
+                    w.name(),
+                    mode.name(),
+                    args.seed
+                );
+                Some((Output::create(p.as_ref(), None)?, true))
+            }
+            None => None,
+        });
+    }
+    let progress = progress::bar(runs.len() as u64, args.json);
+    let mut outcomes = Vec::new();
+    for ((mode, w), trace) in runs.into_iter().zip(traces) {
+        signals::check()?;
+        progress.set_message(format!("{} {}", mode.name(), w.name()));
         let cfg = Config {
             points: args.points,
             seed: args.seed,
             random_states: args.random_states,
             only: args.at.map(|pos| (pos, args.state)),
             trace: args.trace.clone(),
-            save_trace: match &args.save_trace {
-                Some(p) => Some((p.clone(), false)),
-                None if mode.copies_off_thread() && args.trace.is_none() => Some((
-                    format!(
-                        "easyio-crash-{}-{}-seed{}.trace",
-                        w.name(),
-                        mode.name(),
-                        args.seed
-                    )
-                    .into(),
-                    true,
-                )),
-                None => None,
-            },
+            save_trace: trace
+                .as_ref()
+                .map(|(out, on_failure)| (out.path().to_path_buf(), *on_failure)),
             ..Config::new(w, mode)
         };
-        outcomes.push(crash::run(&cfg).map_err(anyhow::Error::msg)?);
+        let mut outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
+        if let Some((out, _)) = trace {
+            // Written by the harness (always, or on a failure): put it in place, and
+            // name that place in the replay commands.
+            if std::fs::metadata(out.path()).is_ok_and(|m| m.len() > 0) {
+                let target = out.target().display().to_string();
+                out.commit()?;
+                for f in &mut outcome.failures {
+                    if f.trace_file.is_some() {
+                        f.trace_file = Some(target.clone());
+                    }
+                }
+            }
+        }
+        outcomes.push(outcome);
+        progress.inc(1);
     }
+    progress.finish_and_clear();
     if args.json {
         report::print_json(&outcomes)?;
     } else {

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::bench::app::{self, AppReport, AppSpec};
 use crate::bench::target::{Mode, Slowmem};
+use crate::output::Output;
 use crate::report::{self, Machine};
 
 /// What the demo compares: an I/O-and-computation-balanced application and an
@@ -34,17 +35,18 @@ pub struct DemoArgs {
     /// A few seconds' smoke run: tiny files, very short runs (figures meaningless).
     #[arg(long)]
     quick: bool,
-    /// Where to write the plot (default: easyio-demo.svg in the temporary directory).
+    /// Where to write the plot (default: easyio-demo.svg in the temporary directory;
+    /// with --json, no plot unless this is given).
     #[arg(long)]
     plot: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
 
-/// The demo's JSON: the application report plus where the plot went.
+/// The demo's JSON: the application report plus where the plot went, if anywhere.
 #[derive(Serialize)]
 struct DemoReport {
-    plot: PathBuf,
+    plot: Option<PathBuf>,
     seconds: f64,
     #[serde(flatten)]
     report: AppReport,
@@ -57,9 +59,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     } else {
         (DURATION_S, SCALE)
     };
-    let plot = a
-        .plot
-        .unwrap_or_else(|| std::env::temp_dir().join("easyio-demo.svg"));
+    let plot = match (a.plot, a.json) {
+        (Some(p), _) => Some(p),
+        (None, false) => Some(std::env::temp_dir().join("easyio-demo.svg")),
+        (None, true) => None,
+    };
+    let plot_out = plot
+        .as_deref()
+        .map(|p| Output::create(p, None))
+        .transpose()?;
     let mut specs = Vec::new();
     for app in APPS {
         for slowmem in SLOWMEM {
@@ -99,12 +107,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "{duration} s per run, sizes ×{scale} of EASYIO Table 1, async: {UTHREADS_PER_CORE} \
          uthreads per worker; cxl = EMULATED slow memory; region: volatile DRAM in /dev/shm"
     );
-    app::write_plot(
-        &plot,
-        "easyio demo — throughput against threads (cf. EASYIO Fig. 10)",
-        &[format!("machine: {}", machine.describe()), settings.clone()],
-        &results,
-    )?;
+    if let Some(out) = plot_out {
+        app::write_plot(
+            out,
+            "easyio demo — throughput against threads (cf. EASYIO Fig. 10)",
+            &[format!("machine: {}", machine.describe()), settings.clone()],
+            &results,
+        )?;
+    }
     let report = AppReport {
         machine,
         duration_s: duration,
@@ -123,7 +133,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     println!("{}", app::table(&report.results));
     println!("note:    {}", app::NOTE);
-    println!("plot:    {}", plot.display());
+    if let Some(p) = &plot {
+        println!("plot:    {}", p.display());
+    }
     println!("took:    {seconds:.1} s");
     Ok(())
 }

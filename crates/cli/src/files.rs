@@ -2,23 +2,31 @@
 //!
 //! Each command opens the region (held exclusively while it runs), mounts — recovering
 //! if the last user crashed, and saying so on stderr —, does its work, and unmounts.
+//! Every failure path unmounts too (the mount is dropped), and no failure destroys data:
+//! `put` writes a new file in the image and renames it over the old one only when it is
+//! complete; `get` does the same outside the image (see [`crate::output`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use clap::builder::RangedU64ValueParser;
 use clap::Args;
 use fs::{FileKind, FileSystem, FormatOptions, MountOptions, MountReport, OpenFlags};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::report;
+use crate::args::{self, usage};
+use crate::output::{self, Output};
+use crate::{progress, report, signals};
 
 /// Chunk size for copying files in and out.
 const COPY_CHUNK: usize = 1 << 20;
 /// Region size `mkfs` creates when none is given.
-pub const DEFAULT_IMAGE_SIZE: &str = "1G";
+pub const DEFAULT_IMAGE_SIZE: u64 = 1 << 30;
+/// Channels `mkfs` formats (the file system's default).
+const CHANNELS: u64 = 8;
 
 /// The image to work on.
 #[derive(Args, Clone)]
@@ -32,11 +40,12 @@ pub struct ImageArg {
 pub struct MkfsArgs {
     #[command(flatten)]
     image: ImageArg,
-    /// Size of a new region file (K, M, G suffixes; whole 4 KiB pages).
-    #[arg(long, default_value = DEFAULT_IMAGE_SIZE)]
-    size: String,
+    /// Size of a new region file (K, M, G suffixes; whole 4 KiB pages; default 1G).
+    /// With --force, an image file of another size is replaced by one of this size.
+    #[arg(long, value_parser = args::size)]
+    size: Option<u64>,
     /// Number of inodes (default: one per 16 KiB).
-    #[arg(long)]
+    #[arg(long, value_parser = RangedU64ValueParser::<u64>::new().range(1..))]
     inodes: Option<u64>,
     /// Reformat an existing region, destroying its contents.
     #[arg(long)]
@@ -63,7 +72,7 @@ pub struct InfoArgs {
 pub struct LsArgs {
     #[command(flatten)]
     image: ImageArg,
-    /// Directory to list.
+    /// Directory to list (a file is listed by itself).
     #[arg(default_value = "/")]
     path: String,
     /// Long listing: kind, mode, links, size.
@@ -88,7 +97,8 @@ pub struct PutArgs {
     image: ImageArg,
     /// Local file to copy in ("-" for standard input).
     local: PathBuf,
-    /// Destination path in the image.
+    /// Destination path in the image (an existing directory: the file goes into it).
+    /// An existing file is replaced only once the copy is complete.
     dest: String,
 }
 
@@ -98,7 +108,8 @@ pub struct GetArgs {
     image: ImageArg,
     /// Path in the image.
     src: String,
-    /// Local file to write ("-" for standard output).
+    /// Local file to write ("-" for standard output; an existing directory: the file
+    /// goes into it). Written beside the target and renamed over it when complete.
     local: PathBuf,
 }
 
@@ -117,6 +128,9 @@ pub struct RmArgs {
     /// Remove directories and their contents.
     #[arg(short, long)]
     recursive: bool,
+    /// With -r, allow removing everything in / (refused without it, as coreutils does).
+    #[arg(long)]
+    no_preserve_root: bool,
 }
 
 #[derive(Args)]
@@ -134,6 +148,7 @@ pub struct MvArgs {
     #[command(flatten)]
     image: ImageArg,
     from: String,
+    /// New path, or an existing directory to move into.
     to: String,
 }
 
@@ -182,30 +197,56 @@ pub fn mount(image: &Path) -> anyhow::Result<Mounted> {
             report.pending_writes_dropped,
             report.orphans_freed
         );
+        for name in remove_put_leftovers(&fs)? {
+            eprintln!("easyio: removed {name}, left by a put that did not finish");
+        }
     }
     Ok(Mounted { fs, report })
 }
 
 pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     let path = &a.image.image;
-    let region = if path.exists() {
-        if !a.force {
-            bail!(
-                "{} exists; pass --force to reformat it (its contents are lost)",
-                path.display()
-            );
-        }
-        Region::open(path)?
-    } else {
-        Region::create(path, parse_size(&a.size)?)?
+    let opts = FormatOptions {
+        inodes: a.inodes,
+        channels: None,
     };
-    let geo = FileSystem::format(
-        &region,
-        &FormatOptions {
-            inodes: a.inodes,
-            channels: None,
-        },
-    )?;
+    let existing = std::fs::metadata(path).ok();
+    if existing.is_some() && !a.force {
+        bail!(
+            "{} exists; pass --force to reformat it (its contents are lost)",
+            path.display()
+        );
+    }
+    let (region, geo) = match existing {
+        None => {
+            let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
+            check_geometry(size, &opts)?;
+            let region = Region::create(path, size)?;
+            match FileSystem::format(&region, &opts) {
+                Ok(geo) => (region, geo),
+                Err(e) => {
+                    drop(region);
+                    let _ = std::fs::remove_file(path);
+                    return Err(e.into());
+                }
+            }
+        }
+        Some(m) if m.is_file() && a.size.is_some_and(|s| s != m.len()) => {
+            let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
+            check_geometry(size, &opts)?;
+            replace_image(path, &m, size, &opts)?
+        }
+        Some(m) => {
+            let region = match a.size {
+                // A device DAX region takes the whole device: `create` checks the size.
+                Some(size) if !m.is_file() => Region::create(path, size)?,
+                _ => Region::open(path)?,
+            };
+            check_geometry(region.len(), &opts)?;
+            let geo = FileSystem::format(&region, &opts)?;
+            (region, geo)
+        }
+    };
     println!(
         "formatted {}: {} blocks of 4 KiB ({} in the data pool), {} inodes; {}",
         path.display(),
@@ -217,13 +258,62 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses, as a usage error, a size and inode count that make no file system.
+fn check_geometry(size: u64, opts: &FormatOptions) -> anyhow::Result<()> {
+    if let Err(e) = fs::Geometry::new(size, opts.inodes, opts.channels.unwrap_or(CHANNELS)) {
+        usage!("{e}");
+    }
+    Ok(())
+}
+
+/// `mkfs --force --size` of an image file of another size: a new image is made and
+/// formatted beside it, then renamed over it; the old one stays whole if that fails.
+/// The old image is locked meanwhile, so one in use is refused.
+fn replace_image(
+    path: &Path,
+    old: &std::fs::Metadata,
+    size: u64,
+    opts: &FormatOptions,
+) -> anyhow::Result<(Region, fs::Geometry)> {
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| path.display().to_string())?;
+    if held.try_lock().is_err() {
+        return Err(std::io::Error::from_raw_os_error(libc::EBUSY))
+            .with_context(|| format!("{} is in use", path.display()));
+    }
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".easyio-mkfs-{}", std::process::id()));
+    let temp = path.with_file_name(name);
+    let made = Region::create(&temp, size)
+        .map_err(anyhow::Error::from)
+        .and_then(|region| {
+            let geo = FileSystem::format(&region, opts)?;
+            std::fs::set_permissions(&temp, old.permissions())?;
+            std::fs::rename(&temp, path)?;
+            Ok((region, geo))
+        });
+    if made.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    made
+}
+
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
     let region = Region::open(&a.image.image)?;
-    let r = fs::fsck::check(&region)?;
+    let spin = progress::spinner("checking the image", a.json);
+    let r = fs::fsck::check(&region);
+    spin.finish_and_clear();
+    let r = r?;
+    let out = &mut std::io::stdout().lock();
     if a.json {
         report::print_json(&r)?;
     } else {
-        println!(
+        writeln!(
+            out,
             "{}: {} inodes, {} log entries, {} of {} pool blocks in use, {}",
             a.image.image.display(),
             r.inodes,
@@ -235,21 +325,22 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
             } else {
                 "not cleanly unmounted"
             }
-        );
+        )?;
         for n in &r.notes {
-            println!("note: {n}");
+            writeln!(out, "note: {n}")?;
         }
         for p in &r.problems {
-            println!("PROBLEM: {p}");
+            writeln!(out, "PROBLEM: {p}")?;
         }
-        println!(
+        writeln!(
+            out,
             "{}",
             if r.ok() {
                 "no problems found".to_string()
             } else {
                 format!("{} problem(s) found", r.problems.len())
             }
-        );
+        )?;
     }
     if !r.ok() {
         std::process::exit(4);
@@ -294,16 +385,19 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     if a.json {
         report::print_json(&info)?;
     } else {
+        let out = &mut std::io::stdout().lock();
         let u = info.usage;
-        println!("image:      {} ({})", info.image, info.durability);
-        println!(
+        writeln!(out, "image:      {} ({})", info.image, info.durability)?;
+        writeln!(
+            out,
             "blocks:     {} free of {} ({} MiB free)",
             u.free_blocks,
             u.total_blocks,
             (u.free_blocks * 4096) >> 20
-        );
-        println!("inodes:     {} used of {}", u.inodes_used, u.inodes);
-        println!(
+        )?;
+        writeln!(out, "inodes:     {} used of {}", u.inodes_used, u.inodes)?;
+        writeln!(
+            out,
             "mount:      {} µs, {}",
             info.mount.mount_us,
             if info.mount.clean {
@@ -311,7 +405,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
             } else {
                 "recovered (allocators rebuilt from the logs)"
             }
-        );
+        )?;
     }
     m.fs.unmount()?;
     Ok(())
@@ -325,8 +419,39 @@ fn kind_char(k: FileKind) -> char {
     }
 }
 
+/// One line of `ls -l`.
+fn long_line(st: &fs::Stat, name: &str) -> String {
+    format!(
+        "{}{:04o} {:>3} {:>12} {}",
+        kind_char(st.kind),
+        st.mode & 0o7777,
+        st.nlink,
+        st.size,
+        name
+    )
+}
+
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     let m = mount(&a.image.image)?;
+    let st = m.fs.stat(&a.path).with_context(|| a.path.clone())?;
+    let out = &mut std::io::stdout().lock();
+    if st.kind != FileKind::Dir {
+        // A file lists itself, by the name it was given, as `ls FILE` does.
+        let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
+        if a.json {
+            report::print_json(&[fs::DirEntry {
+                name: a.path.clone(),
+                ino: st.ino,
+                kind: st.kind,
+            }])?;
+        } else if a.long {
+            writeln!(out, "{}", long_line(&st, &a.path))?;
+        } else {
+            writeln!(out, "{}", a.path)?;
+        }
+        m.fs.unmount()?;
+        return Ok(());
+    }
     let entries = m.fs.readdir(&a.path).with_context(|| a.path.clone())?;
     if a.json {
         report::print_json(&entries)?;
@@ -335,16 +460,9 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
             if a.long {
                 let full = join(&a.path, &e.name);
                 let st = m.fs.lstat(&full)?;
-                println!(
-                    "{}{:04o} {:>3} {:>12} {}",
-                    kind_char(st.kind),
-                    st.mode & 0o7777,
-                    st.nlink,
-                    st.size,
-                    e.name
-                );
+                writeln!(out, "{}", long_line(&st, &e.name))?;
             } else {
-                println!("{}", e.name);
+                writeln!(out, "{}", e.name)?;
             }
         }
     }
@@ -356,53 +474,140 @@ fn join(dir: &str, name: &str) -> String {
     format!("{}/{}", dir.trim_end_matches('/'), name)
 }
 
+/// The last component of a path (of the image or local), for copying into a directory.
+fn base_name(path: &str) -> &str {
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or("")
+}
+
 pub fn stat(a: PathArgs) -> anyhow::Result<()> {
     let m = mount(&a.image.image)?;
     let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
     if a.json {
         report::print_json(&st)?;
     } else {
-        println!("  path: {}", a.path);
-        println!(
+        let out = &mut std::io::stdout().lock();
+        writeln!(out, "  path: {}", a.path)?;
+        writeln!(
+            out,
             "  kind: {:?}  inode: {}  links: {}",
             st.kind, st.ino, st.nlink
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "  size: {}  blocks: {}  mode: {:04o}",
             st.size,
             st.blocks,
             st.mode & 0o7777
-        );
-        println!("  uid: {}  gid: {}", st.uid, st.gid);
-        println!("  mtime: {} ns  ctime: {} ns", st.mtime_ns, st.ctime_ns);
+        )?;
+        writeln!(out, "  uid: {}  gid: {}", st.uid, st.gid)?;
+        writeln!(
+            out,
+            "  mtime: {} ns  ctime: {} ns",
+            st.mtime_ns, st.ctime_ns
+        )?;
     }
     m.fs.unmount()?;
     Ok(())
 }
 
+/// Names of the new file a `put` writes before renaming it into place: in the root
+/// directory, so that one left by a `put` that was killed (SIGKILL, a second Ctrl-C, a
+/// crash) is found and removed by the next mount that recovers, without a search.
+const PUT_TEMP_PREFIX: &str = ".easyio-put-";
+
+fn put_temp() -> String {
+    format!("/{PUT_TEMP_PREFIX}{}", std::process::id())
+}
+
+/// Removes what interrupted `put`s left in the root directory; returns their names.
+fn remove_put_leftovers(fs: &FileSystem) -> anyhow::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for e in fs.readdir("/")? {
+        if e.kind == FileKind::File && e.name.starts_with(PUT_TEMP_PREFIX) {
+            let path = format!("/{}", e.name);
+            fs.unlink(&path).with_context(|| path.clone())?;
+            removed.push(path);
+        }
+    }
+    Ok(removed)
+}
+
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    let local_name = a.local.display().to_string();
     let mut input: Box<dyn Read> = if a.local.as_os_str() == "-" {
         Box::new(std::io::stdin())
     } else {
-        Box::new(
-            std::fs::File::open(&a.local)
-                .with_context(|| format!("opening {}", a.local.display()))?,
-        )
+        let f = std::fs::File::open(&a.local).with_context(|| local_name.clone())?;
+        if f.metadata().with_context(|| local_name.clone())?.is_dir() {
+            return Err(std::io::Error::from_raw_os_error(libc::EISDIR)).context(local_name);
+        }
+        Box::new(f)
     };
     let m = mount(&a.image.image)?;
-    let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::TRUNC;
-    let fd =
-        m.fs.open(&a.dest, flags, 0o644)
-            .with_context(|| a.dest.clone())?;
-    let mut buf = vec![0u8; COPY_CHUNK];
-    loop {
-        let n = input.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let mut dest = a.dest.clone();
+    let old = match m.fs.stat(&dest) {
+        Ok(st) if st.kind == FileKind::Dir => {
+            if a.local.as_os_str() == "-" {
+                return Err(fs::Error::IsDir).context(dest);
+            }
+            let name = a.local.file_name().unwrap_or_default().to_string_lossy();
+            dest = join(&dest, &name);
+            m.fs.stat(&dest).ok()
         }
-        m.fs.write(fd, &buf[..n]).with_context(|| a.dest.clone())?;
+        Ok(st) => Some(st),
+        Err(_) => None,
+    };
+    if old.as_ref().is_some_and(|st| st.kind == FileKind::Dir) {
+        return Err(fs::Error::IsDir).context(dest);
     }
-    m.fs.close(fd)?;
+    if old.is_none() {
+        // What the final rename would refuse, refused before the copy.
+        let parent = match dest.trim_end_matches('/').rfind('/') {
+            Some(0) | None => "/",
+            Some(i) => &dest[..i],
+        };
+        match m.fs.stat(parent) {
+            Ok(st) if st.kind == FileKind::Dir => {}
+            Ok(_) => return Err(fs::Error::NotDir).context(dest),
+            Err(e) => return Err(e).context(dest),
+        }
+        if base_name(&dest).len() > fs::MAX_NAME {
+            return Err(fs::Error::NameTooLong).context(dest);
+        }
+    }
+    // The new content goes to a file of its own, renamed over the old one only when
+    // complete: a put that fails (no space, a read error, a signal) leaves the old
+    // file as it was.
+    let temp = put_temp();
+    let _ = m.fs.unlink(&temp);
+    let mode = old.as_ref().map_or(0o644, |st| st.mode & 0o7777);
+    let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::EXCL;
+    let fd =
+        m.fs.open(&temp, flags, mode)
+            .with_context(|| dest.clone())?;
+    let copied = (|| -> anyhow::Result<()> {
+        let mut buf = vec![0u8; COPY_CHUNK];
+        loop {
+            signals::check()?;
+            let n = match input.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context(local_name.clone()),
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            m.fs.write(fd, &buf[..n]).with_context(|| dest.clone())?;
+        }
+    })();
+    let closed = m.fs.close(fd);
+    let placed = copied
+        .and_then(|()| Ok(closed?))
+        .and_then(|()| m.fs.rename(&temp, &dest).with_context(|| dest.clone()));
+    if placed.is_err() {
+        let _ = m.fs.unlink(&temp);
+    }
+    placed?;
     m.fs.unmount()?;
     Ok(())
 }
@@ -412,48 +617,72 @@ fn copy_out(fs: &FileSystem, path: &str, out: &mut dyn Write) -> anyhow::Result<
         .open(path, OpenFlags::RDONLY, 0)
         .with_context(|| path.to_string())?;
     let mut buf = vec![0u8; COPY_CHUNK];
-    loop {
-        let n = fs.read(fd, &mut buf).with_context(|| path.to_string())?;
-        if n == 0 {
-            break;
+    let copied = (|| -> anyhow::Result<()> {
+        loop {
+            signals::check()?;
+            let n = fs.read(fd, &mut buf).with_context(|| path.to_string())?;
+            if n == 0 {
+                return Ok(());
+            }
+            out.write_all(&buf[..n])?;
         }
-        out.write_all(&buf[..n])?;
-    }
-    fs.close(fd)?;
-    Ok(())
+    })();
+    let closed = fs.close(fd);
+    copied?;
+    out.flush()?;
+    Ok(closed?)
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
     let m = mount(&a.image.image)?;
+    let st = m.fs.stat(&a.src).with_context(|| a.src.clone())?;
+    if st.kind == FileKind::Dir {
+        return Err(fs::Error::IsDir).context(a.src);
+    }
     if a.local.as_os_str() == "-" {
+        output::refuse_image_stdout(&a.image.image)?;
         copy_out(&m.fs, &a.src, &mut std::io::stdout().lock())?;
     } else {
-        let mut f = std::fs::File::create(&a.local)
-            .with_context(|| format!("creating {}", a.local.display()))?;
-        copy_out(&m.fs, &a.src, &mut f)?;
+        let target = if a.local.is_dir() {
+            a.local.join(base_name(&a.src))
+        } else {
+            a.local.clone()
+        };
+        let mut out = Output::create(&target, Some(&a.image.image))?;
+        copy_out(&m.fs, &a.src, &mut out)?;
+        out.commit()?;
     }
     m.fs.unmount()?;
     Ok(())
 }
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
+    output::refuse_image_stdout(&a.image.image)?;
     let m = mount(&a.image.image)?;
     copy_out(&m.fs, &a.path, &mut std::io::stdout().lock())?;
     m.fs.unmount()?;
     Ok(())
 }
 
-fn remove_tree(fs: &FileSystem, path: &str) -> anyhow::Result<()> {
-    for e in fs.readdir(path)? {
+/// Removes everything in the directory `path`, then (unless `keep`) the directory;
+/// returns the number of entries removed.
+fn remove_tree(fs: &FileSystem, path: &str, keep: bool) -> anyhow::Result<u64> {
+    let mut removed = 0;
+    for e in fs.readdir(path).with_context(|| path.to_string())? {
+        signals::check()?;
         let child = join(path, &e.name);
         if e.kind == FileKind::Dir {
-            remove_tree(fs, &child)?;
+            removed += remove_tree(fs, &child, false)?;
         } else {
             fs.unlink(&child).with_context(|| child.clone())?;
+            removed += 1;
         }
     }
-    fs.rmdir(path).with_context(|| path.to_string())?;
-    Ok(())
+    if !keep {
+        fs.rmdir(path).with_context(|| path.to_string())?;
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 pub fn rm(a: RmArgs) -> anyhow::Result<()> {
@@ -463,7 +692,19 @@ pub fn rm(a: RmArgs) -> anyhow::Result<()> {
         if !a.recursive {
             bail!("{}: is a directory (use -r)", a.path);
         }
-        remove_tree(&m.fs, &a.path)?;
+        if st.ino == fs::ROOT_INO {
+            if !a.no_preserve_root {
+                bail!(
+                    "{}: refusing to remove / recursively (every file of the image); \
+                     pass --no-preserve-root to remove everything in it",
+                    a.path
+                );
+            }
+            let n = remove_tree(&m.fs, "/", true)?;
+            println!("removed everything in / ({n} entries); / itself stays");
+        } else {
+            remove_tree(&m.fs, &a.path, false)?;
+        }
     } else {
         m.fs.unlink(&a.path).with_context(|| a.path.clone())?;
     }
@@ -478,8 +719,14 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
         for c in a.path.split('/').filter(|c| !c.is_empty()) {
             at = format!("{at}/{c}");
             match m.fs.mkdir(&at, 0o755) {
-                Ok(()) | Err(fs::Error::Exists) => {}
-                Err(e) => return Err(anyhow::Error::new(e).context(at)),
+                Ok(()) => {}
+                // What is there must be a directory (or lead to one).
+                Err(fs::Error::Exists) => match m.fs.stat(&at) {
+                    Ok(st) if st.kind == FileKind::Dir => {}
+                    Ok(_) => return Err(fs::Error::NotDir).context(at),
+                    Err(e) => return Err(e).context(at),
+                },
+                Err(e) => return Err(e).context(at),
             }
         }
     } else {
@@ -491,8 +738,15 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
 
 pub fn mv(a: MvArgs) -> anyhow::Result<()> {
     let m = mount(&a.image.image)?;
-    m.fs.rename(&a.from, &a.to)
-        .with_context(|| format!("{} -> {}", a.from, a.to))?;
+    // Onto an existing directory (or a name ending in '/'): into it, as mv(1) does.
+    let to = match m.fs.stat(&a.to) {
+        Ok(st) if st.kind == FileKind::Dir && !base_name(&a.from).is_empty() => {
+            join(&a.to, base_name(&a.from))
+        }
+        _ => a.to.clone(),
+    };
+    m.fs.rename(&a.from, &to)
+        .with_context(|| format!("{} -> {}", a.from, to))?;
     m.fs.unmount()?;
     Ok(())
 }

@@ -1,18 +1,36 @@
 //! The `easyio` command.
 
+mod args;
 mod bench;
 mod calibrate;
 mod crashtest;
 mod demo;
 mod engines;
 mod files;
+mod output;
+mod progress;
 mod report;
+mod signals;
 
 use clap::{Parser, Subcommand};
 
+/// The exit statuses, shown at the end of `--help`.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    success
+  1    failure with no errno of its own (e.g. a refusal: rm -r /, writing over the image)
+  4    fsck found problems
+  64   usage error: an unknown command, or a bad or missing argument (nothing was done)
+  N    otherwise the errno of what failed, e.g. 2 ENOENT (no such file or image),
+       5 EIO, 16 EBUSY (image in use), 17 EEXIST, 20 ENOTDIR, 21 EISDIR, 28 ENOSPC,
+       36 ENAMETOOLONG, 39 ENOTEMPTY, 117 EUCLEAN (damaged image)
+  A command stopped by SIGINT, SIGTERM or SIGPIPE unmounts cleanly, then ends by that
+  signal (a shell shows 128 + N: 130, 143, 141); a second SIGINT ends it at once and
+  the next command recovers the image as after a crash.";
+
 /// easyio: an asynchronous file system for slow memory.
 #[derive(Parser)]
-#[command(name = "easyio", version, about)]
+#[command(name = "easyio", version, about, after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,12 +77,52 @@ enum Command {
 }
 
 fn main() {
-    // Die quietly on a closed pipe (`easyio ls | head`), as other command-line tools do,
-    // instead of panicking on the failed write.
-    // SAFETY: resetting a signal disposition to its default before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
-    let result = match cli.command {
+    if let Err(e) = signals::install() {
+        eprintln!("easyio: installing signal handlers: {e}");
+        std::process::exit(1);
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { args::USAGE } else { 0 });
+        }
+    };
+    // Tables and reports are printed with `println!`, which panics when stdout is a
+    // pipe closed early (`easyio bench raw | head -1`): such a panic is the SIGPIPE
+    // already recorded, not a bug, so it is not reported and ends the command below.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if signals::received() != Some(libc::SIGPIPE) {
+            report_panic(info);
+        }
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command)));
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) if signals::received() == Some(libc::SIGPIPE) => {
+            drop(panic);
+            signals::die_by(libc::SIGPIPE)
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    // Everything the command held (the mounted image, temporary files) is dropped by
+    // now: a signal ends the process only after that clean unwind.
+    if let Some(sig) = signals::received().or_else(|| result.as_ref().err().and_then(pipe)) {
+        if sig != libc::SIGPIPE {
+            eprintln!("easyio: {}", signals::Interrupted(sig));
+        }
+        signals::die_by(sig);
+    }
+    if let Err(err) = result {
+        eprintln!("easyio: {}", message(&err));
+        std::process::exit(exit_code(&err));
+    }
+}
+
+/// Runs one command.
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Demo(a) => demo::run(a),
         Command::Mkfs(a) => files::mkfs(a),
         Command::Fsck(a) => files::fsck(a),
@@ -81,22 +139,50 @@ fn main() {
         Command::Engines(args) => engines::run(args),
         Command::Crashtest(args) => crashtest::run(args),
         Command::Calibrate(args) => calibrate::run(args),
-    };
-    if let Err(err) = result {
-        eprintln!("easyio: {err:#}");
-        std::process::exit(exit_code(&err));
     }
 }
 
-/// Exit with the errno of the underlying error where there is one, so scripts can tell
-/// "in use" (EBUSY) from "no such region" (ENOENT); 1 otherwise.
+/// SIGPIPE, if the command failed writing to a closed pipe.
+fn pipe(err: &anyhow::Error) -> Option<i32> {
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        .then_some(libc::SIGPIPE)
+}
+
+/// The error and its causes on one line, each said once: a cause whose text its
+/// context already shows is not repeated.
+fn message(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+/// The exit status of a failed command (see [`EXIT_STATUS`]): a usage error, else the
+/// errno of the underlying error where there is one, so scripts can tell "in use"
+/// (EBUSY) from "no such region" (ENOENT); 1 otherwise.
 fn exit_code(err: &anyhow::Error) -> i32 {
+    if err.chain().any(|e| e.is::<args::UsageError>()) {
+        return args::USAGE;
+    }
     err.chain()
         .find_map(|e| {
             e.downcast_ref::<pmem::Error>()
                 .map(pmem::Error::errno)
                 .or_else(|| e.downcast_ref::<fs::Error>().map(fs::Error::errno))
                 .or_else(|| e.downcast_ref::<engine::Error>().map(engine::Error::errno))
+                .or_else(|| {
+                    e.downcast_ref::<std::io::Error>()
+                        .and_then(std::io::Error::raw_os_error)
+                })
         })
         .map(|errno| errno.clamp(1, 125))
         .unwrap_or(1)

@@ -59,10 +59,12 @@ impl Machine {
     }
 }
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout (a closed pipe is an error, not a panic).
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    Ok(out.flush()?)
 }
 
 /// Human-readable byte count for sizes that are powers of two (4 KiB, 2 MiB).

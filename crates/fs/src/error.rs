@@ -18,6 +18,10 @@ pub enum Error {
     NotEmpty,
     #[error("file name too long (the limit is {} bytes)", crate::MAX_NAME)]
     NameTooLong,
+    /// A whole path (or a symbolic link's target) over [`crate::MAX_PATH`]: the same
+    /// errno as a long name, but the message names the limit that was hit.
+    #[error("path too long (the limit is {} bytes)", crate::MAX_PATH)]
+    PathTooLong,
     #[error("no space left in the region")]
     NoSpace,
     #[error("no free inodes left")]
@@ -70,7 +74,7 @@ impl Error {
             Error::NotDir => libc::ENOTDIR,
             Error::IsDir => libc::EISDIR,
             Error::NotEmpty => libc::ENOTEMPTY,
-            Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::NameTooLong | Error::PathTooLong => libc::ENAMETOOLONG,
             Error::NoSpace | Error::NoInodes => libc::ENOSPC,
             Error::BadFd => libc::EBADF,
             Error::Invalid(_) => libc::EINVAL,

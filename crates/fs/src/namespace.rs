@@ -29,7 +29,7 @@ pub(crate) struct Parent {
 
 fn check_path(path: &str) -> Result<()> {
     if path.len() > MAX_PATH {
-        return Err(Error::NameTooLong);
+        return Err(Error::PathTooLong);
     }
     if path.is_empty() {
         return Err(Error::NotFound);
@@ -311,7 +311,7 @@ impl FileSystem {
             return Err(Error::NotFound);
         }
         if target.len() >= MAX_PATH {
-            return Err(Error::NameTooLong);
+            return Err(Error::PathTooLong);
         }
         let p = self.resolve_parent(path)?;
         if p.name.is_empty() {

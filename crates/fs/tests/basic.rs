@@ -155,7 +155,7 @@ fn namespace_errors_follow_posix() {
     fs.mkdir(&format!("/{}", "n".repeat(255)), 0o755).unwrap();
     assert!(matches!(
         fs.stat(&"/a".repeat(3000)),
-        Err(Error::NameTooLong)
+        Err(Error::PathTooLong)
     ));
     assert!(matches!(fs.link("/d", "/d2"), Err(Error::NotPermitted(_))));
     assert!(matches!(fs.rename("/d", "/d/sub"), Err(Error::Invalid(_))));

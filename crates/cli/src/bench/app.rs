@@ -35,8 +35,10 @@ pub use super::applications::App;
 use super::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
 use super::plot;
 use super::target::{run_clients, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult};
-use crate::files::parse_size;
+use crate::args;
+use crate::output;
 use crate::report::{self, Machine};
+use crate::{progress, signals};
 
 /// Files a fileserver client cycles its created files through.
 const FILESERVER_SET: u64 = 8;
@@ -53,24 +55,24 @@ pub struct AppArgs {
         default_value = "cpu,semaphore,delegate,dma-sync,async,kernel"
     )]
     mode: Vec<Mode>,
-    /// Worker thread counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    /// Worker thread counts, comma-separated (1 to 1024 each).
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = args::threads())]
     threads: Vec<usize>,
-    /// Uthreads per worker in async modes.
-    #[arg(long, default_value_t = 4)]
+    /// Uthreads per worker in async modes (1 to 1024).
+    #[arg(long, default_value_t = 4, value_parser = args::threads())]
     uthreads_per_core: usize,
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
     slowmem: Slowmem,
-    /// Seconds per run.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds per run (more than 0, at most 3600).
+    #[arg(long, default_value_t = 1.0, value_parser = args::seconds)]
     duration: f64,
-    /// File sizes as a multiple of EASYIO Table 1's.
-    #[arg(long, default_value_t = 1.0)]
+    /// File sizes as a multiple of EASYIO Table 1's (more than 0, at most 16).
+    #[arg(long, default_value_t = 1.0, value_parser = args::scale)]
     scale: f64,
     /// Size of the easyio region (a temporary file in /dev/shm).
-    #[arg(long, default_value = "1G")]
-    region_size: String,
+    #[arg(long, default_value = "1G", value_parser = args::size)]
+    region_size: u64,
     /// Write an SVG plot of throughput against threads, one line per mode.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -324,15 +326,8 @@ pub fn run_all(
     region: &Arc<dyn Pmem>,
     quiet: bool,
 ) -> anyhow::Result<Vec<AppRow>> {
-    let progress = indicatif::ProgressBar::new(specs.len() as u64);
     let total: f64 = specs.iter().map(|s| s.duration.as_secs_f64()).sum();
-    if quiet || total <= 3.0 {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let progress = progress::bar(specs.len() as u64, quiet || total <= 3.0);
     let mut sets: std::collections::HashMap<App, Arc<Dataset>> = Default::default();
     let mut rows = Vec::new();
     for spec in specs {
@@ -345,6 +340,7 @@ pub fn run_all(
                 .model()
                 .map_or(String::new(), |m| format!(" {}", m.name))
         );
+        signals::check()?;
         progress.set_message(name.clone());
         let set = match sets.get(&spec.app) {
             Some(s) => s.clone(),
@@ -415,9 +411,9 @@ pub fn table(rows: &[AppRow]) -> String {
     )
 }
 
-/// Writes the Fig. 10-style plot of `rows` to `path`.
+/// Writes the Fig. 10-style plot of `rows` to `out`.
 pub fn write_plot(
-    path: &std::path::Path,
+    out: output::Output,
     title: &str,
     caption: &[String],
     rows: &[AppRow],
@@ -452,30 +448,11 @@ pub fn write_plot(
         series.points.push((r.threads as f64, r.tasks_per_s));
     }
     let svg = plot::svg(title, "threads", "tasks/s", caption, &panels);
-    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Checks the common arguments of application runs.
-pub fn check_args(
-    threads: &[usize],
-    uthreads_per_core: usize,
-    duration: f64,
-    scale: f64,
-) -> anyhow::Result<()> {
-    if threads.contains(&0) || uthreads_per_core == 0 {
-        anyhow::bail!("--threads and --uthreads-per-core must be at least 1");
-    }
-    if duration.is_nan() || duration <= 0.0 {
-        anyhow::bail!("--duration must be positive");
-    }
-    if scale.is_nan() || scale <= 0.0 {
-        anyhow::bail!("--scale must be positive");
-    }
-    Ok(())
+    out.write_all(svg.as_bytes())
 }
 
 pub fn run(a: AppArgs) -> anyhow::Result<()> {
-    check_args(&a.threads, a.uthreads_per_core, a.duration, a.scale)?;
+    let plot = output::prepare(a.plot.as_deref())?;
     let apps: Vec<App> = if a.app.contains(&App::All) {
         App::EVERY.to_vec()
     } else {
@@ -497,7 +474,7 @@ pub fn run(a: AppArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(parse_size(&a.region_size)?)?);
+    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(a.region_size)?);
     let results = run_all(&specs, a.scale, &region, a.json)?;
     let report = AppReport {
         machine: Machine::this(),
@@ -516,9 +493,9 @@ pub fn run(a: AppArgs) -> anyhow::Result<()> {
             .model()
             .map_or("none".to_string(), |m| format!("{} (EMULATED)", m.name))
     );
-    if let Some(path) = &a.plot {
+    if let Some(plot) = plot {
         write_plot(
-            path,
+            plot,
             "easyio bench app — throughput against threads (EASYIO Fig. 10)",
             &[
                 format!("machine: {}", report.machine.describe()),

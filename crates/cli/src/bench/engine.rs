@@ -37,8 +37,8 @@ pub struct EngineArgs {
     /// region in /dev/shm.
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Milliseconds per measurement round.
-    #[arg(long, default_value_t = 60)]
+    /// Milliseconds per measurement round (1 to 60000).
+    #[arg(long, default_value_t = 60, value_parser = crate::args::millis())]
     round_ms: u64,
     /// Backends to measure, comma separated (default: every backend available here).
     #[arg(long, value_delimiter = ',')]

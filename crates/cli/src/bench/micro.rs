@@ -38,8 +38,8 @@ use super::target::{
     ThreadResult,
 };
 use super::{gib_per_s, raw};
-use crate::files::parse_size;
 use crate::report::{self, Machine};
+use crate::{args, progress, signals};
 
 /// Private files grow to at most this many bytes (and at most a quarter of the region
 /// shared among the threads) before DWAL starts them over.
@@ -88,31 +88,31 @@ pub struct MicroArgs {
     /// Modes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "cpu,async,kernel")]
     mode: Vec<Mode>,
-    /// Thread counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    /// Thread counts, comma-separated (1 to 1024 each).
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = args::threads())]
     threads: Vec<usize>,
-    /// Bytes per read or write (K, M suffixes), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "4K")]
-    io_size: Vec<String>,
+    /// Bytes per read or write (K, M suffixes; 1 byte to 1G), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4K", value_parser = args::io_size)]
+    io_size: Vec<u64>,
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
     slowmem: Slowmem,
-    /// Uthreads per worker in async modes.
-    #[arg(long, default_value_t = 1)]
+    /// Uthreads per worker in async modes (1 to 1024).
+    #[arg(long, default_value_t = 1, value_parser = args::threads())]
     uthreads_per_core: usize,
     /// Microseconds of computation before each I/O of CIOW/CIOR; in DWOM with
-    /// `--compute-uthread`, the length of each compute burst.
-    #[arg(long, default_value_t = 10.0)]
+    /// `--compute-uthread`, the length of each compute burst (0 to 1e7).
+    #[arg(long, default_value_t = 10.0, value_parser = args::micros)]
     compute_us: f64,
     /// DWOM: each worker also runs a compute-only uthread (EASYIO Fig. 11 right).
     #[arg(long)]
     compute_uthread: bool,
-    /// Seconds per run.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds per run (more than 0, at most 3600).
+    #[arg(long, default_value_t = 1.0, value_parser = args::seconds)]
     duration: f64,
     /// Size of the easyio region (a temporary file in /dev/shm).
-    #[arg(long, default_value = "1G")]
-    region_size: String,
+    #[arg(long, default_value = "1G", value_parser = args::size)]
+    region_size: u64,
     #[arg(long)]
     json: bool,
 }
@@ -504,25 +504,9 @@ fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
 }
 
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {
-    let sizes: Vec<u64> = a
-        .io_size
-        .iter()
-        .map(|s| parse_size(s))
-        .collect::<anyhow::Result<_>>()?;
-    if sizes.contains(&0) {
-        anyhow::bail!("--io-size must be at least one byte");
-    }
-    if a.threads.contains(&0) || a.uthreads_per_core == 0 {
-        anyhow::bail!("--threads and --uthreads-per-core must be at least 1");
-    }
-    if a.duration.is_nan() || a.duration <= 0.0 {
-        anyhow::bail!("--duration must be positive");
-    }
-    if a.compute_us.is_nan() || a.compute_us < 0.0 {
-        anyhow::bail!("--compute-us must not be negative");
-    }
+    let sizes = a.io_size.clone();
     let duration = Duration::from_secs_f64(a.duration);
-    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(parse_size(&a.region_size)?)?);
+    let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(a.region_size)?);
     let mut runs = Vec::new();
     for &w in &a.workload {
         for &io in &sizes {
@@ -546,18 +530,15 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let progress = indicatif::ProgressBar::new(runs.len() as u64);
-    if a.json || duration.as_secs_f64() * runs.len() as f64 <= 3.0 {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    let progress = progress::bar(
+        runs.len() as u64,
+        a.json || duration.as_secs_f64() * runs.len() as f64 <= 3.0,
     );
     let mut results = Vec::new();
     let mut limits = std::collections::HashMap::new();
     for spec in &runs {
         let (w, m, t) = (spec.workload, spec.mode, spec.threads);
+        signals::check()?;
         progress.set_message(format!("{w:?} {} {t} thread(s)", m.name()));
         let mut row = run_one(spec, &region)
             .with_context(|| format!("{w:?} in mode {} with {t} thread(s)", m.name()))?;

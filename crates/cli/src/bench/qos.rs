@@ -25,7 +25,9 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::raw::open_region;
+use crate::output::Output;
 use crate::report::{self, Machine};
+use crate::{args, progress, signals};
 
 /// The L client's request size (EASYIO §6.4.3: "Web server (64KB I/O size)").
 const L_BYTES: usize = 64 << 10;
@@ -58,32 +60,33 @@ pub struct QosArgs {
     /// Where to create the benchmark region (as for `bench raw`).
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Seconds per policy run.
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds per policy run (more than 0, at most 3600).
+    #[arg(long, default_value_t = 2.0, value_parser = args::seconds)]
     seconds: f64,
-    /// L requests per second (Poisson arrivals).
-    #[arg(long, default_value_t = 2000.0)]
+    /// L requests per second (Poisson arrivals; more than 0, at most 1e6).
+    #[arg(long, default_value_t = 2000.0, value_parser = args::rate)]
     rate: f64,
     /// L latency target in µs; default 1.5 × its p99 when running alone.
-    #[arg(long)]
+    #[arg(long, value_parser = args::positive_micros)]
     target_us: Option<f64>,
-    /// Epoch of the throttling loop, µs.
-    #[arg(long, default_value_t = 100)]
+    /// Epoch of the throttling loop, µs (1 to 1000000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     epoch_us: u64,
     /// Medium model: `ioat` (default, see above), `optane`, `cxl` or `none`.
-    #[arg(long, default_value = "ioat")]
+    #[arg(long, default_value = "ioat", value_parser = ["ioat", "optane", "cxl", "none"])]
     medium: String,
-    /// Width of the time windows of the latency-over-time series, ms.
-    #[arg(long, default_value_t = 100)]
+    /// Width of the time windows of the latency-over-time series, ms (1 to 60000).
+    #[arg(long, default_value_t = 100, value_parser = args::millis())]
     window_ms: u64,
     /// Thresholds from `easyio calibrate`; default: copies up to 64 KiB by CPU (what
     /// calibration finds on a software engine), so L's reads go by CPU and B's bulk
     /// copies by engine.
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Write the plot (SVG) here.
-    #[arg(long, default_value = "qos.svg")]
-    svg: PathBuf,
+    /// Write the plot (SVG) here (default: qos.svg; with --json, no plot unless this
+    /// is given).
+    #[arg(long)]
+    svg: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -216,6 +219,9 @@ impl Bench {
         let mut win_start = start;
         let mut win_b = 0u64;
         loop {
+            if signals::stopping() {
+                break;
+            }
             let now = Instant::now();
             if now >= win_start + self.window || now >= end {
                 let b_now = b_done.load(Ordering::Relaxed);
@@ -263,6 +269,7 @@ impl Bench {
             h.join()
                 .map_err(|_| anyhow::anyhow!("bulk client panicked"))??;
         }
+        signals::check()?;
         Ok(Raw {
             lat,
             windows,
@@ -277,6 +284,15 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
 }
 
 pub fn run(args: QosArgs) -> anyhow::Result<()> {
+    let svg_path = match (&args.svg, args.json) {
+        (Some(p), _) => Some(p.clone()),
+        (None, false) => Some(PathBuf::from("qos.svg")),
+        (None, true) => None,
+    };
+    let svg_out = svg_path
+        .as_deref()
+        .map(|p| Output::create(p, None))
+        .transpose()?;
     let region = Arc::new(open_region(args.image.as_deref())?);
     let model = match args.medium.as_str() {
         "ioat" => Some(IOAT_MEDIUM),
@@ -331,12 +347,15 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
     fs.close(warm)?;
     let qos = fs.qos().context("mount without a channel manager")?.clone();
 
+    // Five runs: L alone, B alone, then the three policies.
+    let progress = progress::bar(5, args.json);
+    progress.set_message("L alone");
     let mut bench = Bench {
         fs: fs.clone(),
         l_fd: fs.open("/web", fs::OpenFlags::RDONLY, 0)?,
         b_fd,
         rate: args.rate,
-        window: Duration::from_millis(args.window_ms.max(1)),
+        window: Duration::from_millis(args.window_ms),
         epoch,
     };
     // L alone: its latency without contention sets the target.
@@ -354,8 +373,11 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         },
     )?;
     bench.l_fd = l_fd;
+    progress.inc(1);
+    progress.set_message("B alone");
     // B alone: its bandwidth sets the limit.
     let b_alone = bench.run(0.5, BMode::Free, false)?;
+    progress.inc(1);
     let b_bw = b_alone.b_bytes as f64 / b_alone.wall.as_secs_f64();
     let limit = (b_bw * B_SHARE).max(1.0) as u64;
 
@@ -365,6 +387,7 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
             Policy::Cpu => BMode::CpuThrottled,
             _ => BMode::Free,
         };
+        progress.set_message(policy.name());
         let before = qos.stats();
         if policy == Policy::Engine {
             qos.set_b_limit_max(Some(limit));
@@ -390,7 +413,9 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
                 .then(|| after.loop_cpu_ns as f64 / after.loop_wall_ns as f64),
             windows: raw.windows,
         });
+        progress.inc(1);
     }
+    progress.finish_and_clear();
     let report = Report {
         machine: Machine::this(),
         medium,
@@ -406,8 +431,9 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         runs,
         easyio_max_us: EASYIO_MAX_US,
     };
-    std::fs::write(&args.svg, svg(&report))
-        .with_context(|| format!("writing {}", args.svg.display()))?;
+    if let Some(out) = svg_out {
+        out.write_all(svg(&report).as_bytes())?;
+    }
     drop(bench);
     if let Ok(fs) = Arc::try_unwrap(fs) {
         fs.unmount()?;
@@ -467,7 +493,10 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         "EASYIO Fig. 12: max {} µs with engine throttling vs {} µs without; plot: {}",
         EASYIO_MAX_US.0,
         EASYIO_MAX_US.1,
-        args.svg.display()
+        svg_path
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"))
+            .display()
     );
     Ok(())
 }

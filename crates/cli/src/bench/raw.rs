@@ -31,8 +31,8 @@ pub struct RawArgs {
     /// temporary region in /dev/shm. An existing region is never overwritten.
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Milliseconds per measurement round.
-    #[arg(long, default_value_t = 60)]
+    /// Milliseconds per measurement round (1 to 60000).
+    #[arg(long, default_value_t = 60, value_parser = crate::args::millis())]
     round_ms: u64,
     /// Machine-readable output.
     #[arg(long)]

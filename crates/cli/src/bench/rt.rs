@@ -33,8 +33,8 @@ const WORKERS: usize = 1;
 
 #[derive(Args)]
 pub struct RtArgs {
-    /// Milliseconds per measurement round.
-    #[arg(long, default_value_t = 60)]
+    /// Milliseconds per measurement round (1 to 60000).
+    #[arg(long, default_value_t = 60, value_parser = crate::args::millis())]
     round_ms: u64,
     /// Machine-readable output.
     #[arg(long)]

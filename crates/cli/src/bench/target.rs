@@ -82,7 +82,17 @@ impl Slowmem {
 /// Where a workload runs.
 pub enum Target {
     Easyio(Box<FileSystem>),
-    Kernel(PathBuf),
+    Kernel(KernelDir),
+}
+
+/// The host directory of the `kernel` mode, removed when dropped: also when a run
+/// ends early (an error, a signal) without [`Target::tear_down`].
+pub struct KernelDir(PathBuf);
+
+impl Drop for KernelDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 pub enum Handle {
@@ -93,7 +103,7 @@ pub enum Handle {
 impl Target {
     pub fn path(&self, p: &str) -> PathBuf {
         match self {
-            Target::Kernel(root) => root.join(p.trim_start_matches('/')),
+            Target::Kernel(root) => root.0.join(p.trim_start_matches('/')),
             Target::Easyio(_) => PathBuf::from(p),
         }
     }
@@ -210,10 +220,14 @@ pub struct ThreadResult {
     pub hist: Histogram<u64>,
 }
 
+/// Operations of a timed loop between two looks at whether a signal arrived (a load of
+/// one atomic: nothing beside even the smallest operation).
+const SIGNAL_CHECK_OPS: u64 = 64;
+
 /// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
 /// untimed upkeep (restarting a file, clearing or refilling a directory) and says
 /// whether it did any: its time counts in no latency and is left out of the thread's
-/// active time.
+/// active time. A signal ends it with [`crate::signals::Interrupted`].
 pub fn timed_loop(
     deadline: Instant,
     mut op: impl FnMut(u64) -> anyhow::Result<u64>,
@@ -236,6 +250,10 @@ pub fn timed_loop(
         bytes += n;
         i += 1;
         now = t1;
+        // A signal ends the run early, through the same unwinding as an error.
+        if i.is_multiple_of(SIGNAL_CHECK_OPS) {
+            crate::signals::check()?;
+        }
         if maintain(i)? {
             now = Instant::now();
             upkeep += now - t1;
@@ -398,7 +416,7 @@ impl Target {
             None => {
                 let _ = std::fs::remove_dir_all(kernel_dir);
                 std::fs::create_dir_all(kernel_dir)?;
-                Target::Kernel(kernel_dir.to_path_buf())
+                Target::Kernel(KernelDir(kernel_dir.to_path_buf()))
             }
         })
     }
@@ -407,9 +425,7 @@ impl Target {
     pub fn tear_down(self) -> anyhow::Result<()> {
         match self {
             Target::Easyio(fs) => fs.unmount()?,
-            Target::Kernel(dir) => {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            Target::Kernel(dir) => drop(dir),
         }
         Ok(())
     }
