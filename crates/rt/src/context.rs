@@ -1,9 +1,8 @@
 //! Where the calling code is running: which uthread and which worker, kept in thread-locals
 //! that the worker sets around every switch.
 //!
-//! Uthreads migrate between workers, so a uthread must re-read these after every switch.
-//! The accessors are `#[inline(never)]` so the compiler cannot keep a thread-local address
-//! computed before a switch and use it after.
+//! A started uthread never changes OS thread (see `task`), so a thread-local address
+//! computed before a switch is still this thread's after it.
 
 use std::cell::Cell;
 
