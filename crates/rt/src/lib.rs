@@ -67,7 +67,11 @@
 //! ```
 //!
 //! The price: a started uthread does not move to an idle worker even when its own worker is
-//! busy; only new uthreads balance the load.
+//! busy; only new uthreads balance the load. And two uthreads on different workers that wake
+//! each other in turn (a request and its reply over a channel) stay apart: every wake-up
+//! crosses to the other worker and wakes its thread if it slept, which costs far more than
+//! a switch between two uthreads of one worker (`easyio bench rt`: ping-pong vs
+//! ping-pong-2-workers).
 //!
 //! # What still must not be held across a yield
 //!
