@@ -73,16 +73,16 @@ pub(crate) struct Task {
 }
 
 // SAFETY: a `Task` crosses threads in two ways. (1) Before it first runs, whole, through
-// the injection queue and the stealable run queues; then it holds only its body, which is
-// `Send` (`spawn` requires the closure and its result to be). (2) After, as a `TaskRef` held
-// by a waker on any thread, which touches only `park`, `shared` and `home` (atomics and an
-// `Arc` of `Sync` parts), and through its home worker's inbox, from which only the home
-// worker takes it. The coroutine, whose stack may hold values that are not `Send`, is
-// resumed only on its home worker (`run` asserts it), finishes there, and is never unwound
-// anywhere (`Drop` leaks a suspended one), so none of those values is touched off the OS
-// thread that made them. The cells are only touched by the single owner described in the
-// module comment; ownership moves between threads through queues that synchronise
-// (release/acquire).
+// the injection queue and the stealable queues of new uthreads; then it holds only its
+// body, which is `Send` (`spawn` requires the closure and its result to be). (2) After, as
+// a `TaskRef` held by a waker on any thread, which touches only `park`, `shared` and `home`
+// (atomics and an `Arc` of `Sync` parts), and through its home worker's inbox, from which
+// only the home worker takes it. The coroutine, whose stack may hold values that are not
+// `Send`, is resumed only on its home worker (`run` asserts it), finishes there, and is
+// never force-unwound (`Drop` leaks a suspended one), so none of those values is touched
+// off the OS thread that made them. The cells are only touched by the single owner
+// described in the module comment; ownership moves between threads through queues that
+// synchronise (release/acquire).
 unsafe impl Send for Task {}
 // SAFETY: shared references reach other threads only as described above: they touch `park`,
 // `shared` and `home`, which are `Sync`; everything else is touched by the owner alone.
