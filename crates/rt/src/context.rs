@@ -1,9 +1,8 @@
 //! Where the calling code is running: which uthread and which worker, kept in thread-locals
 //! that the worker sets around every switch.
 //!
-//! Uthreads migrate between workers, so a uthread must re-read these after every switch.
-//! The accessors are `#[inline(never)]` so the compiler cannot keep a thread-local address
-//! computed before a switch and use it after.
+//! A started uthread never changes OS thread (see `task`), so a thread-local address
+//! computed before a switch is still this thread's after it.
 
 use std::cell::Cell;
 
@@ -34,9 +33,9 @@ pub(crate) fn task() -> Option<&'static Task> {
     let p = TASK.with(|t| t.get());
     // SAFETY: the worker sets the pointer to the task it runs, holding a counted reference
     // for as long as the uthread runs, and clears it when the uthread switches out. Code
-    // that reads it runs on that uthread, and a uthread's own task lives as long as the
-    // uthread (whichever worker holds it after a switch), so the borrow stays valid for the
-    // code of that uthread.
+    // that reads it runs on that uthread, and that code runs only while a worker holds a
+    // counted reference to the task to resume it (a task dropped while suspended is never
+    // resumed, see `Task`'s `Drop`), so the borrow stays valid for the code of that uthread.
     unsafe { p.as_ref() }
 }
 

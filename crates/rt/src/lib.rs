@@ -2,10 +2,11 @@
 //!
 //! A [`Runtime`] runs N worker kernel threads (optionally pinned to cores). Each runs
 //! *uthreads*: stackful user-level threads with stacks from a pool, a guard page below each,
-//! and a fatal "uthread stack overflow" message if one is hit. Each worker has a local run
-//! queue; work submitted from outside goes through a global injection queue, and a worker
-//! that runs dry steals half of another's queue. A worker with nothing to do parks its
-//! kernel thread until new work arrives.
+//! and a fatal "uthread stack overflow" message if one is hit. New uthreads spawned on a
+//! worker wait in that worker's queue, and new uthreads submitted from outside in a global
+//! injection queue; a worker that runs dry takes from the injection queue or steals half of
+//! another's new uthreads. A worker with nothing to do parks its kernel thread until new
+//! work arrives.
 //!
 //! The EASYIO hook is [`wait_until`] (or [`wait`] with a [`Completion`]): a uthread waiting
 //! for a copy to complete goes into its worker's *wait set*, which the worker polls at every
@@ -15,18 +16,73 @@
 //! [`sync`] has a mutex, a condition variable and channels whose blocking operations yield
 //! the uthread instead of blocking its worker (and block normally on ordinary threads).
 //!
-//! # What must not be held across a yield
+//! # A uthread stays on the worker that started it
 //!
-//! Every blocking call of this crate is a *yield*: the uthread switches out and may be
-//! resumed on **another worker thread**. So, across any yield (`yield_now`, `sleep`,
-//! `wait_until`, `JoinHandle::join`, locking [`sync::Mutex`], channel send/receive, ...):
+//! A uthread may start on any worker: until it first runs it is only its closure, which
+//! work stealing may move to another worker. From its first run to its end it runs on that
+//! worker's kernel thread alone: whatever makes it runnable again after a yield (`yield_now`,
+//! `sleep`, `wait_until`, `JoinHandle::join`, locking [`sync::Mutex`], channel
+//! send/receive, ...), and whichever thread wakes it, it is resumed by the worker that
+//! started it. So values that must stay on one thread may live on its stack across yields:
+//! an `Rc`, a `RefCell` borrow, a reference from `LocalKey::with`, a thread id, a
+//! `std::sync::MutexGuard`.
 //!
-//! - do not hold a standard-library lock guard (`std::sync::MutexGuard`, `RwLock` guards):
-//!   another uthread on the same worker that takes the same lock deadlocks the worker, and
-//!   the guard may be released from a different thread than took it. Use [`sync::Mutex`];
-//! - do not hold references into thread-locals (`LocalKey::with` closures) or anything that
-//!   assumes it stays on one kernel thread (thread ids, per-thread caches): after the yield
-//!   it may be another thread's;
+//! ```
+//! use std::cell::RefCell;
+//! use std::rc::Rc;
+//!
+//! let rt = rt::Runtime::new(2).unwrap();
+//! let n = rt.block_on(|| {
+//!     let shared = Rc::new(RefCell::new(0));
+//!     let borrowed = shared.borrow_mut();
+//!     let here = std::thread::current().id();
+//!     rt::yield_now();
+//!     rt::sleep(std::time::Duration::from_micros(10));
+//!     assert_eq!(std::thread::current().id(), here);
+//!     drop(borrowed);
+//!     *shared.borrow_mut() += 1;
+//!     let n = *shared.borrow();
+//!     n
+//! });
+//! assert_eq!(n, 1);
+//! ```
+//!
+//! What does cross threads is checked by the type system: the closure given to `spawn` (it
+//! may be stolen before it starts) and the value it returns (the joiner may be anywhere)
+//! must be `Send`. This does not compile:
+//!
+//! ```compile_fail,E0277
+//! let rt = rt::Runtime::new(2).unwrap();
+//! let shared = std::rc::Rc::new(1);
+//! // The closure owns an `Rc`: it could start on another worker than the one that made it.
+//! rt.spawn(move || *shared + 1);
+//! ```
+//!
+//! nor does this:
+//!
+//! ```compile_fail,E0277
+//! let rt = rt::Runtime::new(2).unwrap();
+//! // The result is an `Rc`: it would be dropped or used by the joiner's thread.
+//! let handle = rt.spawn(|| std::rc::Rc::new(1));
+//! ```
+//!
+//! The price: a started uthread does not move to an idle worker even when its own worker is
+//! busy; only new uthreads balance the load. And two uthreads on different workers that wake
+//! each other in turn (a request and its reply over a channel) stay apart: every wake-up
+//! crosses to the other worker and wakes its thread if it slept, which costs far more than
+//! a switch between two uthreads of one worker (`easyio bench rt`: ping-pong vs
+//! ping-pong-2-workers).
+//!
+//! # What still must not be held across a yield
+//!
+//! Staying on one thread makes these sound, not free of deadlocks:
+//!
+//! - a standard-library lock guard (`std::sync::MutexGuard`, `RwLock` guards) held across a
+//!   yield deadlocks the worker if another uthread of the same worker then takes the same
+//!   lock, and blocks the other worker's kernel thread if one of its uthreads does. Use
+//!   [`sync::Mutex`];
+//! - a `RefCell` (or thread-local) borrowed across a yield is still borrowed when the other
+//!   uthreads of the worker run: their borrows panic;
 //! - do not block the kernel thread (std channels, `std::thread::sleep`, blocking syscalls
 //!   for long): that stops every uthread of the worker.
 //!

@@ -16,10 +16,13 @@ use crate::{context, overflow, worker};
 
 /// What the workers of one runtime share.
 pub(crate) struct Shared {
-    /// Work submitted from outside the runtime, and uthreads woken from outside it.
+    /// New uthreads submitted from outside the runtime; any worker starts them.
     pub(crate) injector: Injector<TaskRef>,
-    /// The stealing ends of the workers' run queues, by worker index.
+    /// The stealing ends of the workers' queues of new uthreads, by worker index.
     pub(crate) stealers: Vec<Stealer<TaskRef>>,
+    /// Started uthreads woken by a thread other than their home worker, by home worker
+    /// index; only the home worker takes from its inbox (see `worker`).
+    pub(crate) inboxes: Box<[Injector<TaskRef>]>,
     /// Which workers sleep.
     pub(crate) sleepers: Sleepers,
     /// Per-worker counters, by worker index.
@@ -40,7 +43,7 @@ impl Shared {
     {
         let (body, handle) = join::pair(f);
         self.live.fetch_add(1, Ordering::SeqCst);
-        worker::schedule(Task::new(self.clone(), body));
+        worker::start(Task::new(self.clone(), body));
         handle
     }
 
@@ -56,9 +59,12 @@ impl Shared {
         self.shutdown.load(Ordering::SeqCst) && self.live.load(Ordering::SeqCst) == 0
     }
 
-    /// Whether any queue another worker could take work from is non-empty.
-    pub(crate) fn has_queued_work(&self) -> bool {
-        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    /// Whether worker `id` could find work in a queue others fill: its inbox, the injection
+    /// queue or another worker's queue of new uthreads.
+    pub(crate) fn has_queued_work(&self, id: usize) -> bool {
+        !self.inboxes[id].is_empty()
+            || !self.injector.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
     }
 }
 
@@ -125,6 +131,7 @@ impl Builder {
         let shared = Arc::new(Shared {
             injector: Injector::new(),
             stealers: queues.iter().map(Worker::stealer).collect(),
+            inboxes: (0..self.workers).map(|_| Injector::new()).collect(),
             sleepers: Sleepers::new(self.workers),
             counters: (0..self.workers).map(|_| Counters::default()).collect(),
             stack_size: self.stack_size,
@@ -267,8 +274,10 @@ impl Handle {
     }
 
     /// Starts a uthread running `f`. From a worker of this runtime it goes on that worker's
-    /// run queue (other workers steal from it); from anywhere else, on the injection queue.
-    /// The uthread gets its stack when it first runs.
+    /// queue of new uthreads (other workers may steal it until it starts); from anywhere
+    /// else, on the injection queue. The uthread gets its stack when it first runs, on the
+    /// worker that runs it, and stays on that worker until it finishes (see the crate
+    /// documentation).
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -24,8 +24,8 @@ pub fn in_uthread() -> bool {
     context::task().is_some()
 }
 
-/// The index of the worker the caller runs on, if it runs on one. It can change at every
-/// yield: uthreads migrate.
+/// The index of the worker the caller runs on, if it runs on one. In a uthread it is the
+/// same from the uthread's start to its end: a started uthread never changes worker.
 pub fn current_worker() -> Option<usize> {
     context::worker().map(|w| w.id)
 }
@@ -77,7 +77,7 @@ pub fn sleep(duration: Duration) {
 /// poll rather than nap, since nothing else would use the time meanwhile.
 pub fn would_idle() -> bool {
     match (context::task(), context::worker()) {
-        (Some(_), Some(local)) => local.queue.is_empty() && local.shared.injector.is_empty(),
+        (Some(_), Some(local)) => local.nothing_queued() && local.shared.injector.is_empty(),
         _ => true,
     }
 }

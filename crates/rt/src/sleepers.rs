@@ -5,7 +5,8 @@
 //! - a worker that found nothing to do calls `prepare` (sets its bit), then looks at every
 //!   queue again, then either `cancel`s (work appeared) or parks, and `cancel`s when it wakes;
 //! - a producer publishes its work, then calls `notify_one`, which clears one set bit and
-//!   unparks that worker.
+//!   unparks that worker; or, for work only one worker may run (a started uthread woken on
+//!   its home worker), `notify`, which does the same for that worker's bit alone.
 //!
 //! Both the bit and the fence are sequentially consistent, so either the worker's second look
 //! sees the work or the producer sees the bit. Thread park tokens make an unpark that comes
@@ -69,6 +70,21 @@ impl Sleepers {
             mask = prev & !bit;
         }
         false
+    }
+
+    /// Called after publishing work that only worker `id` may run: wakes it if it sleeps.
+    /// Returns whether it woke it.
+    pub(crate) fn notify(&self, id: usize) -> bool {
+        fence(Ordering::SeqCst);
+        let bit = 1u64 << id;
+        if self.mask.load(Ordering::SeqCst) & bit == 0 {
+            return false;
+        }
+        if self.mask.fetch_and(!bit, Ordering::SeqCst) & bit == 0 {
+            return false;
+        }
+        self.unpark(id);
+        true
     }
 
     /// Wakes every worker that sleeps (shutdown, or the last uthread finished).

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Counters {
     /// Uthreads resumed.
     pub(crate) switches: AtomicU64,
-    /// Successful steals from another worker's run queue (each takes a batch).
+    /// Successful steals from another worker's queue of new uthreads (each takes a batch).
     pub(crate) steals: AtomicU64,
     /// Times the worker went to sleep (parked its kernel thread).
     pub(crate) parks: AtomicU64,
@@ -50,7 +50,7 @@ pub struct WorkerStats {
     pub worker: usize,
     /// Switches into uthreads (each run of a uthread until it yields, blocks or ends).
     pub switches: u64,
-    /// Successful steals of work from other workers' run queues.
+    /// Successful steals of new uthreads from other workers' queues.
     pub steals: u64,
     /// Times the worker parked its kernel thread for lack of work.
     pub parks: u64,

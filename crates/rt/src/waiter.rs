@@ -43,7 +43,7 @@ impl Waiter {
         match &self.target {
             Target::Uthread(task) => {
                 if task.park.unpark() {
-                    crate::worker::schedule(task.clone());
+                    crate::worker::wake(task.clone());
                 }
             }
             Target::Thread(thread) => thread.unpark(),

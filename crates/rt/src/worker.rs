@@ -1,16 +1,29 @@
 //! A worker: one kernel thread that runs uthreads from its local run queue, polls its wait
-//! set and timers at every scheduling point, steals from the global injection queue and
-//! from other workers when it runs dry, and parks its thread when there is nothing at all.
+//! set and timers at every scheduling point, takes new uthreads from the global injection
+//! queue and from other workers when it runs dry, and parks its thread when there is nothing
+//! at all.
+//!
+//! A uthread stays on the worker that first runs it (its *home*, see `task`). So a worker
+//! keeps two queues. `queue` holds uthreads that have not started: spawned here, or taken
+//! in a batch from the injection queue or another worker; other workers steal from its
+//! front. `ready` holds the run order: `Next::Resume` for a started uthread of this worker
+//! that is runnable again (it yielded, its condition or timer fired, its park was cut short,
+//! it was woken on this worker), `Next::Start` for "start the oldest uthread of `queue`".
+//! Nothing but this worker touches `ready`, so nothing can take a started uthread away. A
+//! started uthread woken from any other thread goes to its home worker's `inbox` (in
+//! `Shared`), which only that worker drains, and the waker wakes that worker alone
+//! (`Sleepers::notify`).
 //!
 //! The loop, once per scheduling point (after every switch back from a uthread):
 //!
 //! ```text
-//!   poll wait set -> fire timers -> next task: [injector every GLOBAL_QUEUE_INTERVAL]
-//!   local queue -> injector -> steal from others -> run it, or idle
+//!   poll wait set -> fire timers -> drain inbox -> next task: [injector every
+//!   GLOBAL_QUEUE_INTERVAL] ready (resume, or start from queue) -> injector -> steal new
+//!   uthreads from others -> run it, or idle
 //! ```
 
-use std::cell::Cell;
-use std::collections::BinaryHeap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BinaryHeap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +42,26 @@ use crate::task::{Ran, Switch, TaskRef};
 /// queue, so that work submitted from outside is not starved by uthreads that keep yielding
 /// (a prime, as in other work-stealing schedulers, so it does not beat with loop periods).
 pub const GLOBAL_QUEUE_INTERVAL: u32 = 61;
+
+/// One entry of a worker's run order.
+pub(crate) enum Next {
+    /// Resume this started uthread of the worker.
+    Resume(TaskRef),
+    /// Start the oldest uthread of the worker's `queue`, if no other worker stole it.
+    Start,
+}
+
 /// The part of a worker that uthreads running on it reach through `context::worker`.
 pub(crate) struct Local {
     /// Index of the worker, `0..workers`.
     pub(crate) id: usize,
-    /// The local run queue (FIFO; other workers steal from its front).
+    /// Uthreads that have not started (FIFO; other workers steal from its front).
     pub(crate) queue: Worker<TaskRef>,
+    /// The run order of this worker (see the module comment); this worker's alone. It holds
+    /// at least as many `Next::Start` as `queue` holds uthreads (thieves take uthreads, not
+    /// turns), so every uthread of `queue` gets its turn; a turn that finds `queue` empty is
+    /// skipped.
+    ready: RefCell<VecDeque<Next>>,
     /// The runtime.
     pub(crate) shared: Arc<Shared>,
     /// Scheduling points so far (for `GLOBAL_QUEUE_INTERVAL`).
@@ -53,13 +80,59 @@ impl Local {
         let tick = self.tick.get().wrapping_add(1);
         if tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL)
             || self.pending.get() != 0
-            || !self.queue.is_empty()
+            || !self.nothing_queued()
             || !self.shared.injector.is_empty()
         {
             return false;
         }
         self.tick.set(tick);
         true
+    }
+
+    /// Whether this worker has no uthread of its own to run or start: its run order, its
+    /// queue of new uthreads and its inbox are empty. (Work other workers could give it, in
+    /// the injection queue or their queues, is not counted.)
+    #[inline]
+    pub(crate) fn nothing_queued(&self) -> bool {
+        self.ready.borrow().is_empty()
+            && self.queue.is_empty()
+            && self.shared.inboxes[self.id].is_empty()
+    }
+
+    /// Queues a started uthread of this worker to run again, behind the others.
+    fn resume_later(&self, task: TaskRef) {
+        self.ready.borrow_mut().push_back(Next::Resume(task));
+    }
+
+    /// Puts a new uthread on the queue others steal from, and its turn in the run order.
+    fn start_later(&self, task: TaskRef) {
+        self.queue.push(task);
+        self.ready.borrow_mut().push_back(Next::Start);
+    }
+
+    /// Gives every uthread now in `queue` a turn in the run order. Called after a batch was
+    /// moved into an empty `queue`: `len` can only overstate what is there (thieves only
+    /// take), which keeps the count of turns at or above the count of uthreads.
+    fn turns_for_queue(&self) {
+        let n = self.queue.len();
+        self.ready
+            .borrow_mut()
+            .extend(std::iter::repeat_with(|| Next::Start).take(n));
+    }
+
+    /// The next uthread in the run order, if any.
+    fn pop_ready(&self) -> Option<TaskRef> {
+        loop {
+            let next = self.ready.borrow_mut().pop_front()?;
+            match next {
+                Next::Resume(t) => return Some(t),
+                Next::Start => {
+                    if let Some(t) = self.queue.pop() {
+                        return Some(t);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -121,6 +194,7 @@ pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
     let local = Local {
         id,
         queue,
+        ready: RefCell::new(VecDeque::new()),
         shared,
         tick: Cell::new(0),
         pending: Cell::new(0),
@@ -142,13 +216,14 @@ pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
     context::set_worker(std::ptr::null());
 }
 
-/// Makes a uthread that was parked (or is new) runnable: on the calling worker's queue when
-/// the caller is a worker of the same runtime, else on the injection queue; then wakes a
-/// sleeping worker, if any, to run or steal it.
-pub(crate) fn schedule(task: TaskRef) {
+/// Makes a new uthread runnable: on the calling worker's queue when the caller is a worker
+/// of the same runtime, else on the injection queue; then wakes a sleeping worker, if any,
+/// to run or steal it. Any worker may start it.
+pub(crate) fn start(task: TaskRef) {
+    debug_assert!(task.home().is_none());
     if let Some(local) = context::worker() {
         if Arc::ptr_eq(&local.shared, &task.shared) {
-            local.queue.push(task);
+            local.start_later(task);
             local.shared.sleepers.notify_one();
             return;
         }
@@ -158,11 +233,28 @@ pub(crate) fn schedule(task: TaskRef) {
     shared.sleepers.notify_one();
 }
 
+/// Makes a started uthread that its waker now owns (`ParkState::unpark` said so) runnable on
+/// its home worker: straight into the run order when the caller is that worker, else into
+/// its inbox, waking it if it sleeps. Never where another worker could take it.
+pub(crate) fn wake(task: TaskRef) {
+    let home = task.home().expect("only a started uthread parks");
+    if let Some(local) = context::worker() {
+        if local.id == home && Arc::ptr_eq(&local.shared, &task.shared) {
+            local.resume_later(task);
+            return;
+        }
+    }
+    let shared = task.shared.clone();
+    shared.inboxes[home].push(task);
+    shared.sleepers.notify(home);
+}
+
 impl Scheduler<'_> {
     fn run(&mut self) {
         loop {
             self.poll_wait_set();
             self.fire_timers();
+            self.drain_inbox();
             if let Some(task) = self.next_task() {
                 self.idle_rounds = 0;
                 self.switch_to(task);
@@ -180,13 +272,13 @@ impl Scheduler<'_> {
         Counters::bump(&self.counters.switches);
         context::set_task(Arc::as_ptr(&task));
         let stacks = &mut self.stacks;
-        let ran = task.run(|| stacks.take());
+        let ran = task.run(self.local.id, || stacks.take());
         context::set_task(std::ptr::null());
         match ran {
             Ran::Switched(Switch::Yield) => self.yielded = Some(task),
             Ran::Switched(Switch::Park) => {
                 if !task.park.commit_park() {
-                    self.local.queue.push(task);
+                    self.local.resume_later(task);
                 }
             }
             Ran::Switched(Switch::Wait(cond)) => {
@@ -229,7 +321,7 @@ impl Scheduler<'_> {
                 let w = self.wait_set.swap_remove(i);
                 self.local.pending.set(self.local.pending.get() - 1);
                 Counters::bump(&self.counters.wait_ready);
-                self.local.queue.push(w.task);
+                self.local.resume_later(w.task);
             } else {
                 i += 1;
             }
@@ -245,7 +337,22 @@ impl Scheduler<'_> {
         while self.timers.peek().is_some_and(|t| t.deadline <= now) {
             let t = self.timers.pop().expect("peeked");
             self.local.pending.set(self.local.pending.get() - 1);
-            self.local.queue.push(t.task);
+            self.local.resume_later(t.task);
+        }
+    }
+
+    /// Moves the uthreads of this worker that other threads woke to the run order.
+    fn drain_inbox(&mut self) {
+        let inbox = &self.local.shared.inboxes[self.local.id];
+        if inbox.is_empty() {
+            return;
+        }
+        loop {
+            match inbox.steal() {
+                Steal::Success(t) => self.local.resume_later(t),
+                Steal::Empty => return,
+                Steal::Retry => continue,
+            }
         }
     }
 
@@ -255,15 +362,16 @@ impl Scheduler<'_> {
         let global_turn = tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL);
         let mut injector_first = global_turn;
         if let Some(t) = self.yielded.take() {
-            // Behind whatever became ready meanwhile (the wait set and timers were polled
-            // just before this) or was injected, as if it had gone to the back of the queue.
-            let alone = self.local.queue.is_empty();
+            // Behind whatever became ready meanwhile (the wait set, timers and inbox were
+            // polled just before this) or was injected, as if it had gone to the back of the
+            // queue.
+            let alone = self.local.nothing_queued();
             if alone && !global_turn && self.local.shared.injector.is_empty() {
                 return Some(t);
             }
             // Only injected work besides it: that goes first.
             injector_first |= alone;
-            self.local.queue.push(t);
+            self.local.resume_later(t);
         }
         if injector_first {
             if let Some(t) = self.steal_injector() {
@@ -271,28 +379,37 @@ impl Scheduler<'_> {
             }
         }
         self.local
-            .queue
-            .pop()
+            .pop_ready()
             .or_else(|| self.steal_injector())
             .or_else(|| self.steal_others())
     }
 
+    /// Takes new uthreads from the injection queue: a batch if this worker's queue of new
+    /// uthreads is empty (so that each gets its turn, see `turns_for_queue`), else one.
     fn steal_injector(&self) -> Option<TaskRef> {
+        let injector = &self.local.shared.injector;
+        let batch = self.local.queue.is_empty();
         loop {
-            match self
-                .local
-                .shared
-                .injector
-                .steal_batch_and_pop(&self.local.queue)
-            {
-                Steal::Success(t) => return Some(t),
+            let got = if batch {
+                injector.steal_batch_and_pop(&self.local.queue)
+            } else {
+                injector.steal()
+            };
+            match got {
+                Steal::Success(t) => {
+                    if batch {
+                        self.local.turns_for_queue();
+                    }
+                    return Some(t);
+                }
                 Steal::Empty => return None,
                 Steal::Retry => continue,
             }
         }
     }
 
-    /// Takes half of another worker's run queue, starting at a random victim.
+    /// Takes half of another worker's new uthreads, starting at a random victim. Called only
+    /// when this worker's own queue is empty.
     fn steal_others(&mut self) -> Option<TaskRef> {
         let stealers = &self.local.shared.stealers;
         let n = stealers.len();
@@ -313,6 +430,7 @@ impl Scheduler<'_> {
                 match stealers[victim].steal_batch_and_pop(&self.local.queue) {
                     Steal::Success(t) => {
                         Counters::bump(&self.counters.steals);
+                        self.local.turns_for_queue();
                         return Some(t);
                     }
                     Steal::Empty => break,
@@ -341,7 +459,7 @@ impl Scheduler<'_> {
     fn sleep(&mut self, timeout: Option<Duration>) {
         let shared = &self.local.shared;
         shared.sleepers.prepare(self.local.id);
-        if shared.has_queued_work() || shared.finished() {
+        if shared.has_queued_work(self.local.id) || shared.finished() {
             shared.sleepers.cancel(self.local.id);
             return;
         }

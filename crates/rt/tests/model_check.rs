@@ -7,6 +7,9 @@
 //! - `park_state`: a uthread that registers a wake-up and parks, against wakers on other
 //!   threads, with its worker sleeping through the `sleepers` protocol meanwhile;
 //! - `sleepers`: workers going to sleep against producers publishing work;
+//! - `park_state` and `sleepers::notify` together: a uthread woken by another thread goes to
+//!   its home worker's inbox and wakes that worker, which alone may resume it, while another
+//!   worker sleeps too;
 //! - `idle`: a worker with uthreads in its wait set, whose conditions are completed without
 //!   any notification, never sleeps for good.
 
@@ -146,6 +149,135 @@ fn park_unpark_with_two_wakers_loses_no_wake_up() {
 fn the_checker_finds_a_wake_up_lost_by_checking_before_registering() {
     let found = std::panic::catch_unwind(|| {
         shuttle::check_random(|| park_unpark(1, false), RANDOM_ITERATIONS);
+    });
+    assert!(found.is_err(), "the broken variant passed the model check");
+}
+
+/// Two workers, each sleeping through `sleepers` and looking only at its own inbox (a
+/// started uthread's home worker alone may resume it). A uthread of worker `home` waits for
+/// a flag: it registers a wake-up and parks as in `park_unpark`; a waker thread sets the flag
+/// and, if it gets the uthread from `unpark`, puts it in worker `home`'s inbox and wakes that
+/// worker with `notify(home)`. `wake_home: false` wakes any sleeping worker instead
+/// (`notify_one`, right when any worker could run any uthread): the wake-up can go to the
+/// worker that may not run it while the home worker sleeps on.
+fn wake_on_home_worker(home: usize, wake_home: bool) {
+    struct Shared {
+        task: ParkState,
+        flag: AtomicBool,
+        registered: Mutex<bool>,
+        inboxes: [Mutex<VecDeque<()>>; 2],
+        sleepers: Sleepers,
+        started: AtomicUsize,
+        stop: AtomicBool,
+    }
+    let s = Arc::new(Shared {
+        task: ParkState::new(),
+        flag: AtomicBool::new(false),
+        registered: Mutex::new(false),
+        inboxes: [Mutex::new(VecDeque::new()), Mutex::new(VecDeque::new())],
+        sleepers: Sleepers::new(2),
+        started: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+    });
+    // Sleeps through the `sleepers` protocol until worker `id`'s inbox has something (then
+    // takes it and returns true) or, if `stoppable`, until told to stop (false).
+    fn next_from_inbox(s: &Shared, id: usize, stoppable: bool) -> bool {
+        loop {
+            if s.inboxes[id].lock().unwrap().pop_front().is_some() {
+                return true;
+            }
+            if stoppable && s.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            s.sleepers.prepare(id);
+            if !s.inboxes[id].lock().unwrap().is_empty()
+                || (stoppable && s.stop.load(Ordering::SeqCst))
+            {
+                s.sleepers.cancel(id);
+                continue;
+            }
+            thread::park();
+            s.sleepers.cancel(id);
+        }
+    }
+    let workers: Vec<_> = (0..2)
+        .map(|id| {
+            let s = s.clone();
+            thread::spawn(move || {
+                s.sleepers.register(id);
+                s.started.fetch_add(1, Ordering::SeqCst);
+                if id != home {
+                    // Nothing of its own ever arrives: a uthread in its inbox would be
+                    // another worker's.
+                    assert!(!next_from_inbox(&s, id, true), "woken on the wrong worker");
+                    return;
+                }
+                loop {
+                    // The uthread: check and register under the lock, switch out to park.
+                    {
+                        let mut reg = s.registered.lock().unwrap();
+                        if s.flag.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        *reg = true;
+                    }
+                    // The worker, after the switch.
+                    if s.task.commit_park() {
+                        next_from_inbox(&s, id, false);
+                    }
+                    s.task.resume();
+                }
+            })
+        })
+        .collect();
+    while s.started.load(Ordering::SeqCst) < 2 {
+        thread::yield_now();
+    }
+    let waker = {
+        let s = s.clone();
+        thread::spawn(move || {
+            s.flag.store(true, Ordering::SeqCst);
+            let was = std::mem::take(&mut *s.registered.lock().unwrap());
+            if was && s.task.unpark() {
+                s.inboxes[home].lock().unwrap().push_back(());
+                if wake_home {
+                    s.sleepers.notify(home);
+                } else {
+                    s.sleepers.notify_one();
+                }
+            }
+        })
+    };
+    waker.join().unwrap();
+    let mut workers = workers.into_iter();
+    let (first, second) = (workers.next().unwrap(), workers.next().unwrap());
+    let (home_worker, other) = if home == 0 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    home_worker.join().unwrap();
+    s.stop.store(true, Ordering::SeqCst);
+    s.sleepers.notify_all();
+    other.join().unwrap();
+}
+
+#[test]
+fn a_woken_uthread_reaches_its_home_worker() {
+    for home in [0, 1] {
+        shuttle::check_random(move || wake_on_home_worker(home, true), RANDOM_ITERATIONS);
+        shuttle::check_pct(
+            move || wake_on_home_worker(home, true),
+            RANDOM_ITERATIONS,
+            3,
+        );
+    }
+}
+
+#[test]
+fn the_checker_finds_a_wake_up_sent_to_a_worker_that_may_not_run_it() {
+    let found = std::panic::catch_unwind(|| {
+        shuttle::check_pct(|| wake_on_home_worker(1, false), RANDOM_ITERATIONS, 3);
     });
     assert!(found.is_err(), "the broken variant passed the model check");
 }

@@ -7,7 +7,10 @@
 //!   same worker (CPU), so that every yield switches to the other and back;
 //! - spawn + join: a uthread spawning and joining a uthread vs `std::thread::spawn` + join;
 //! - ping-pong: one round trip of a message between two uthreads over `rt::sync` channels
-//!   vs between two threads over `std::sync::mpsc` channels.
+//!   vs between two threads over `std::sync::mpsc` channels;
+//! - ping-pong across workers: the same on a runtime of `WORKERS_APART` workers, the two
+//!   uthreads started on different workers. A started uthread stays on its worker, so every
+//!   message wakes a uthread of the other worker (and that worker, if it slept).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -30,6 +33,8 @@ const SPAWN_TARGET: f64 = 10.0;
 /// worker the way the threads of the kernel-thread peer share a core (yield switch) or not
 /// (the peer's ping-pong threads may run on two cores).
 const WORKERS: usize = 1;
+/// Workers of the runtime of the ping-pong across workers.
+const WORKERS_APART: usize = 2;
 
 #[derive(Args)]
 pub struct RtArgs {
@@ -48,10 +53,17 @@ enum Op {
     YieldSwitch,
     SpawnJoin,
     PingPong,
+    PingPongApart,
 }
 
 impl Op {
-    const ALL: [Op; 4] = [Op::Yield, Op::YieldSwitch, Op::SpawnJoin, Op::PingPong];
+    const ALL: [Op; 5] = [
+        Op::Yield,
+        Op::YieldSwitch,
+        Op::SpawnJoin,
+        Op::PingPong,
+        Op::PingPongApart,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -59,6 +71,7 @@ impl Op {
             Op::YieldSwitch => "yield-switch",
             Op::SpawnJoin => "spawn-join",
             Op::PingPong => "ping-pong",
+            Op::PingPongApart => "ping-pong-2-workers",
         }
     }
 
@@ -66,7 +79,7 @@ impl Op {
         match self {
             Op::Yield => Some(YIELD_TARGET),
             Op::SpawnJoin => Some(SPAWN_TARGET),
-            Op::YieldSwitch | Op::PingPong => None,
+            Op::YieldSwitch | Op::PingPong | Op::PingPongApart => None,
         }
     }
 }
@@ -107,20 +120,30 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
         .name("bench-rt")
         .build()
         .context("starting the runtime")?;
+    let apart = ::rt::Runtime::builder()
+        .workers(WORKERS_APART)
+        .name("bench-rt-apart")
+        .build()
+        .context("starting the two-worker runtime")?;
     let round = Duration::from_millis(args.round_ms);
 
     let mut results = Vec::new();
     for op in Op::ALL {
         let mut uthread = Vec::new();
         let mut os = Vec::new();
+        let runtime = if op == Op::PingPongApart {
+            &apart
+        } else {
+            &runtime
+        };
         for r in 0..ROUNDS {
             // Alternate the order so that neither kind always runs on a warmer machine.
             if r % 2 == 0 {
-                uthread.push(measure_uthread(&runtime, op, round));
+                uthread.push(measure_uthread(runtime, op, round));
                 os.push(measure_os(op, round));
             } else {
                 os.push(measure_os(op, round));
-                uthread.push(measure_uthread(&runtime, op, round));
+                uthread.push(measure_uthread(runtime, op, round));
             }
         }
         let (u, o) = (median(uthread), median(os));
@@ -144,6 +167,7 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
         })
         .collect();
     runtime.shutdown();
+    apart.shutdown();
 
     let report = Report {
         machine: Machine::this(),
@@ -156,8 +180,12 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
         return report::print_json(&report);
     }
     println!(
-        "easyio bench rt — {} worker(s), {} rounds of {} ms per operation and kind, median",
-        WORKERS, ROUNDS, args.round_ms
+        "easyio bench rt — {} worker(s) ({} for {}), {} rounds of {} ms per operation and kind, median",
+        WORKERS,
+        WORKERS_APART,
+        Op::PingPongApart.name(),
+        ROUNDS,
+        args.round_ms
     );
     println!("machine: {}", report.machine.describe());
     let rows = report
@@ -210,16 +238,26 @@ fn measure_uthread(runtime: &::rt::Runtime, op: Op, round: Duration) -> f64 {
             let v = ::rt::spawn(move || i).join().expect("uthread ran");
             std::hint::black_box(v);
         }),
-        Op::PingPong => {
+        Op::PingPong | Op::PingPongApart => {
             let (ping_tx, ping_rx) = ::rt::sync::bounded::<u64>(1);
             let (pong_tx, pong_rx) = ::rt::sync::bounded::<u64>(1);
+            let started = Arc::new(AtomicBool::new(false));
+            let s = started.clone();
             let ponger = ::rt::spawn(move || {
+                s.store(true, Ordering::Release);
                 while let Ok(v) = ping_rx.recv() {
                     if pong_tx.send(v).is_err() {
                         break;
                     }
                 }
             });
+            if op == Op::PingPongApart {
+                // Keep this worker busy, without a switch, until another worker has stolen
+                // the ponger and started it there.
+                while !started.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            }
             let ns = time_per_op(round, |i| {
                 ping_tx.send(i).expect("ponger alive");
                 std::hint::black_box(pong_rx.recv().expect("ponger alive"));
@@ -262,7 +300,7 @@ fn measure_os(op: Op, round: Duration) -> f64 {
             let v = std::thread::spawn(move || i).join().expect("thread ran");
             std::hint::black_box(v);
         }),
-        Op::PingPong => {
+        Op::PingPong | Op::PingPongApart => {
             let (ping_tx, ping_rx) = mpsc::sync_channel::<u64>(1);
             let (pong_tx, pong_rx) = mpsc::sync_channel::<u64>(1);
             let ponger = std::thread::spawn(move || {
