@@ -625,7 +625,7 @@ fn progress_shows_on_a_terminal_and_nowhere_else() {
         eprintln!("SKIP: script(1) is not installed");
         return;
     };
-    assert!(text.contains("0/1 generic_056"), "{text}");
+    assert!(text.contains("0/1 cpu generic_056"), "{text}");
     let text = on_terminal(&s, &[&qos[..], &["--svg", "q.svg"]].concat()).unwrap();
     assert!(text.contains("0/5 L alone"), "{text}");
     // With --json the terminal gets the JSON only.
