@@ -146,7 +146,12 @@ pub struct DirEntry {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Usage {
     pub total_blocks: u64,
+    /// Blocks the next allocation can take.
     pub free_blocks: u64,
+    /// Blocks freed while a reader in flight may still copy from them (or a copy into
+    /// them may still run): free once those finish. Zero whenever no read or
+    /// asynchronous copy is in flight.
+    pub reclaiming_blocks: u64,
     pub inodes: u64,
     pub inodes_used: u64,
 }
@@ -252,11 +257,15 @@ impl FileSystem {
         self.mover.qos()
     }
 
-    /// Blocks and inodes in use.
+    /// Blocks and inodes in use. Hands back first whatever freed blocks no reader can
+    /// still use, so that space freed by `unlink`, `truncate` or an overwrite counts
+    /// as free as soon as it can be allocated.
     pub fn usage(&self) -> Usage {
+        self.reclaim();
         Usage {
             total_blocks: self.geo.total_blocks,
             free_blocks: self.blocks.free_blocks(),
+            reclaiming_blocks: self.epoch.waiting_blocks() + self.deferred_blocks(),
             inodes: self.geo.inodes - 1,
             inodes_used: self.inodes.read().len() as u64,
         }
