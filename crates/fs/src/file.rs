@@ -335,12 +335,13 @@ impl FileSystem {
         Ok(*pos)
     }
 
-    /// Nothing to do — every operation is durable when it returns — but the descriptor
-    /// is checked, as `fsync` does.
+    /// Nothing to write — every operation is durable when it returns — but the
+    /// descriptor is checked, and a failure of the disk under a page-cache region to
+    /// take an earlier write is reported here, as `fsync` does.
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         self.file(fd)?;
         self.pm.fence();
-        Ok(())
+        self.sync_result()
     }
 
     /// Sets the size of the file at `path`; holes read as zeros.

@@ -193,7 +193,17 @@ impl FileSystem {
     /// cleanly unmounted, so the next mount skips the allocator rebuild.
     pub fn unmount(self) -> Result<()> {
         self.shutdown();
-        Ok(())
+        self.sync_result()
+    }
+
+    /// Fails if a fence since the last check could not write back to the disk (a
+    /// region in a page cache whose disk failed or filled): what the operations since
+    /// then made durable may not be on the disk.
+    fn sync_result(&self) -> Result<()> {
+        match self.pm.take_sync_error() {
+            Some(e) => Err(Error::Region(e)),
+            None => Ok(()),
+        }
     }
 
     /// Drops the file system without the clean-unmount work, leaving the region as a

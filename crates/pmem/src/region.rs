@@ -13,13 +13,25 @@
 //! | 28     | ..   | zero up to [`HEADER_LEN`]                           |
 //!
 //! Usable offsets `0..len()` of [`Pmem`] start right after the header.
+//!
+//! # Durability on a page-cache backing
+//!
+//! A file on a block-device file system (neither tmpfs nor DAX) is mapped through the
+//! page cache: a cache-line write-back reaches DRAM only, and the kernel writes dirty
+//! pages to disk whenever it likes, in any order. So on such a region every
+//! [`Pmem::fence`] that follows a write-back or non-temporal copy is also a write-back
+//! to disk (`fdatasync`): what the x86 model says is durable after the fence is on disk
+//! when it returns, and what the file system orders with fences reaches the disk in
+//! that order. Writes note that the mapping is dirty (one flag); a fence with nothing
+//! noted costs nothing more, and on tmpfs or DAX neither the flag nor the sync exists.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::{check_range, check_word, persist, Pmem};
@@ -54,8 +66,9 @@ pub enum Durability {
     /// DRAM (tmpfs, hugetlbfs): flush and fence order the stores, but everything is
     /// lost at power-off or reboot. The embedded default.
     Dram,
-    /// A file in the page cache of a block-backed file system: durable only after
-    /// `msync` ([`Region::sync`]).
+    /// A file in the page cache of a block-backed file system: durable once written to
+    /// the disk, which every fence after a write does (`fdatasync`), so the file system
+    /// is as durable as on persistent memory, at the cost of a disk flush per fence.
     PageCache,
 }
 
@@ -65,7 +78,9 @@ impl Durability {
         match self {
             Durability::CpuFlush => "persistent: durable after cache write-back and fence",
             Durability::Dram => "volatile DRAM: contents lost at power-off or reboot",
-            Durability::PageCache => "page cache: durable only after msync",
+            Durability::PageCache => {
+                "disk file through the page cache: durable once a fence has written it back"
+            }
         }
     }
 }
@@ -87,8 +102,18 @@ pub struct Region {
     kind: RegionKind,
     durability: Durability,
     remove_on_drop: bool,
-    // Held for its flock: closing the descriptor releases the region.
-    _file: File,
+    /// Page cache only: set by every write-back and copy, cleared by the sync that
+    /// covers it.
+    dirty: AtomicBool,
+    /// Serialises syncs, so a fence never returns while a sync that took its dirty
+    /// flag is still writing.
+    sync_lock: Mutex<()>,
+    /// Syncs to disk issued so far.
+    syncs: AtomicU64,
+    /// The first failed sync not yet reported ([`Pmem::take_sync_error`]), as an errno.
+    sync_error: AtomicU64,
+    /// Held for its flock (closing the descriptor releases the region) and for syncs.
+    file: File,
 }
 
 // SAFETY: the mapping is shared memory whose every access goes through raw pointers in
@@ -259,7 +284,11 @@ impl Region {
             kind,
             durability,
             remove_on_drop: false,
-            _file: file,
+            dirty: AtomicBool::new(false),
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            sync_error: AtomicU64::new(0),
+            file,
         })
     }
 
@@ -285,7 +314,8 @@ impl Region {
             std::ptr::copy_nonoverlapping(h.as_ptr(), self.map, HEADER_USED);
             persist::flush(self.map, HEADER_LEN as usize);
         }
-        persist::fence();
+        self.note_dirty();
+        Pmem::fence(self);
     }
 
     fn check_header(&self, actual: u64) -> Result<()> {
@@ -343,15 +373,21 @@ impl Region {
         self.map_len as u64
     }
 
-    /// Writes dirty pages back to storage; needed for durability only when
-    /// [`Durability::PageCache`], harmless otherwise.
+    /// Writes every dirty page of the region back to storage now, whatever its
+    /// backing (fences already do this on [`Durability::PageCache`]).
     pub fn sync(&self) -> Result<()> {
-        // SAFETY: msync over exactly our own mapping.
-        let rc = unsafe { libc::msync(self.map as *mut libc::c_void, self.map_len, libc::MS_SYNC) };
-        if rc != 0 {
-            return Err(io_err(&self.path, "msync", io::Error::last_os_error()));
-        }
-        Ok(())
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.dirty.store(false, Ordering::SeqCst);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.file
+            .sync_data()
+            .map_err(|e| io_err(&self.path, "write back to disk", e))
+    }
+
+    /// Syncs to disk issued so far by fences and [`Region::sync`] (zero on tmpfs and
+    /// DAX, where a fence needs none).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Address of usable offset `off`, for handing to a copy device that writes by
@@ -359,7 +395,40 @@ impl Region {
     /// [`Pmem`] so that they can be traced.
     pub fn device_addr(&self, off: u64, len: u64) -> *mut u8 {
         check_range(off, len, self.len());
+        // A device may write there: the next fence must reach the disk.
+        self.note_dirty();
         self.at(off)
+    }
+
+    /// Notes that a write-back or copy happened, for the next fence to sync; a
+    /// no-op unless the region is in a page cache.
+    #[inline]
+    fn note_dirty(&self) {
+        if self.durability == Durability::PageCache {
+            // SeqCst: the stores before this are visible before a sync that clears the
+            // flag can start, so that sync covers them.
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The page-cache half of a fence: writes back to disk whatever was noted dirty
+    /// since the last sync. A fence that finds another sync running waits for it, as
+    /// that sync may have taken this thread's flag.
+    #[cold]
+    fn sync_dirty(&self) {
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.dirty.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.file.sync_data() {
+            // Retry at the next fence; report the first failure to whoever asks.
+            self.dirty.store(true, Ordering::SeqCst);
+            let errno = e.raw_os_error().unwrap_or(libc::EIO) as u64;
+            let _ = self
+                .sync_error
+                .compare_exchange(0, errno, Ordering::SeqCst, Ordering::SeqCst);
+        }
     }
 
     #[inline]
@@ -413,16 +482,32 @@ impl Pmem for Region {
         check_range(off, len, self.len());
         // SAFETY: bounds checked.
         unsafe { persist::flush(self.at(off), len as usize) }
+        self.note_dirty();
     }
 
     fn fence(&self) {
         persist::fence();
+        if self.durability == Durability::PageCache {
+            self.sync_dirty();
+        }
     }
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len());
         // SAFETY: bounds checked; `src` lies outside the mapping.
         unsafe { persist::copy_nt(self.at(off), src.as_ptr(), src.len()) }
+        self.note_dirty();
+    }
+
+    fn take_sync_error(&self) -> Option<Error> {
+        let errno = self.sync_error.swap(0, Ordering::SeqCst);
+        (errno != 0).then(|| {
+            io_err(
+                &self.path,
+                "write back to disk",
+                io::Error::from_raw_os_error(errno as i32),
+            )
+        })
     }
 }
 

@@ -268,3 +268,114 @@ fn a_leftover_name_of_this_process_is_skipped() {
     assert_eq!(r.len(), MIB - pmem::HEADER_LEN);
     assert!(taken.iter().all(|p| p.exists()));
 }
+
+/// A directory on a disk file system for region files (the build's scratch directory),
+/// or `None` with a note when it turns out to be in memory too.
+fn disk_dir(test: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("easyio-disk-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    if is_tmpfs(&dir) {
+        eprintln!(
+            "skip {test}: {} is not on a disk file system",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return None;
+    }
+    Some(dir)
+}
+
+fn is_tmpfs(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: statfs fills the struct on success, and it is read only then.
+    unsafe {
+        assert_eq!(libc::statfs(c.as_ptr(), st.as_mut_ptr()), 0);
+        st.assume_init().f_type == TMPFS_MAGIC
+    }
+}
+
+/// Pages of `path` that are dirty or under write-back in the page cache, from the
+/// kernel's `cachestat` (Linux 6.5); `None` where the kernel lacks it.
+fn unwritten_pages(path: &Path) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct CacheStat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let f = std::fs::File::open(path).unwrap();
+    let range = Range { off: 0, len: 0 };
+    let mut cs = CacheStat::default();
+    // SAFETY: cachestat reads `range` and writes `cs`, both live and of the kernel's
+    // layout; len 0 means "to the end of the file".
+    let rc = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::syscall(SYS_CACHESTAT, f.as_raw_fd(), &range, &mut cs, 0)
+    };
+    (rc == 0).then_some(cs.nr_dirty + cs.nr_writeback)
+}
+
+#[test]
+fn fences_on_a_disk_file_reach_the_disk() {
+    let Some(dir) = disk_dir("fence") else { return };
+    let path = dir.join("r");
+    let r = Region::create(&path, 8 * MIB).unwrap();
+    assert_eq!(r.durability(), Durability::PageCache);
+    let data: Vec<u8> = (0..MIB as u32).map(|i| (i * 13) as u8).collect();
+    r.copy_nt(4096, &data);
+    r.write(3 * MIB, b"entry");
+    r.flush(3 * MIB, 5);
+    let before = r.syncs();
+    if let Some(dirty) = unwritten_pages(&path) {
+        assert!(
+            dirty > 0,
+            "the page cache holds the stores before the fence"
+        );
+    }
+    r.fence();
+    assert_eq!(
+        r.syncs(),
+        before + 1,
+        "one sync covers everything before the fence"
+    );
+    match unwritten_pages(&path) {
+        Some(n) => assert_eq!(n, 0, "pages left unwritten after the fence"),
+        None => eprintln!("note: no cachestat here; checked only that the fence synced"),
+    }
+    // Nothing written since: fences and loads cost no sync.
+    r.fence();
+    r.persist(3 * MIB, 0);
+    assert_eq!(r.load_u64(3 * MIB) as u8, b'e');
+    assert_eq!(
+        r.syncs(),
+        before + 2,
+        "persist() flushed (nothing) then fenced"
+    );
+    r.fence();
+    assert_eq!(r.syncs(), before + 2);
+    assert!(r.take_sync_error().is_none());
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fences_in_dram_never_sync() {
+    let r = Region::create_temp(8 * MIB).unwrap();
+    assert_eq!(r.durability(), Durability::Dram);
+    r.copy_persist(0, &[7u8; 65536]);
+    r.write_persist(MIB, b"x");
+    r.store_u64_persist(2 * MIB, 1);
+    assert_eq!(r.syncs(), 0);
+}
