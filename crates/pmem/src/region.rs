@@ -85,6 +85,19 @@ impl Durability {
     }
 }
 
+/// When the page tables of a new mapping are filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Populate {
+    /// At `mmap` (`MAP_POPULATE`): a region just created is about to be written
+    /// throughout (formatted, then benchmarked) and should not pay a fault per page.
+    Now,
+    /// On first touch: opening an existing image maps the whole of it, and filling
+    /// the page tables of a 16 GiB image (then tearing them down at exit) would cost
+    /// more than everything a short command does; only the pages it touches fault in.
+    /// A sparse image also stays sparse.
+    OnTouch,
+}
+
 /// What backs a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RegionKind {
@@ -152,7 +165,7 @@ impl Region {
         let built = (|| {
             lock(&file, path)?;
             reserve(&file, path, size)?;
-            let region = Self::map(file, path, size, RegionKind::File)?;
+            let region = Self::map(file, path, size, RegionKind::File, Populate::Now)?;
             region.write_header(size);
             Ok(region)
         })();
@@ -216,7 +229,10 @@ impl Region {
         check_size(actual)?;
         let file = open_rw(path)?;
         lock(&file, path)?;
-        let region = Self::map(file, path, actual, kind)?;
+        if kind == RegionKind::File {
+            back_holes(&file, path, actual)?;
+        }
+        let region = Self::map(file, path, actual, kind, Populate::OnTouch)?;
         region.check_header(actual)?;
         Ok(region)
     }
@@ -233,18 +249,28 @@ impl Region {
         check_size(actual)?;
         let file = open_rw(path)?;
         lock(&file, path)?;
-        let region = Self::map(file, path, actual, RegionKind::DevDax)?;
+        let region = Self::map(file, path, actual, RegionKind::DevDax, Populate::OnTouch)?;
         region.write_header(actual);
         Ok(region)
     }
 
-    fn map(file: File, path: &Path, len: u64, kind: RegionKind) -> Result<Region> {
+    fn map(
+        file: File,
+        path: &Path,
+        len: u64,
+        kind: RegionKind,
+        populate: Populate,
+    ) -> Result<Region> {
         let map_len = usize::try_from(len).map_err(|_| Error::BadSize {
             size: len,
             reason: "larger than the address space".into(),
         })?;
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let populate = match populate {
+            Populate::Now => libc::MAP_POPULATE,
+            Populate::OnTouch => 0,
+        };
         // SAFETY: mapping a file we hold open; the kernel picks the address. The result
         // is checked against MAP_FAILED before use.
         let try_map = |flags: i32| unsafe {
@@ -266,11 +292,11 @@ impl Region {
                 Durability::CpuFlush,
             ),
             RegionKind::File => {
-                match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_POPULATE) {
+                match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate) {
                     Ok(p) => (p, Durability::CpuFlush),
                     // Not a DAX file system: EOPNOTSUPP (older kernels say EINVAL).
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
-                        let p = try_map(libc::MAP_SHARED | libc::MAP_POPULATE).map_err(map_err)?;
+                        let p = try_map(libc::MAP_SHARED | populate).map_err(map_err)?;
                         (p, fs_durability(&file))
                     }
                     Err(e) => return Err(map_err(e)),
@@ -657,6 +683,55 @@ fn reserve(file: &File, path: &Path, size: u64) -> Result<()> {
             "reserve space",
             io::Error::from_raw_os_error(e),
         )),
+    }
+}
+
+/// Makes sure the host file system can back every page of an image file that has
+/// holes (made with `truncate`, or copied sparse): a page is allocated when first
+/// touched through the mapping, and a full file system answers that touch with
+/// SIGBUS, not an error. On a disk file system the holes are reserved now
+/// (`fallocate`, cheap: no data is written). In DRAM (tmpfs) reserving would take the
+/// memory for the whole image up front, so the free space is checked instead: a sparse
+/// image there is a deliberate choice (a large test image, say), and only a file
+/// system that fills up while it is open can still raise SIGBUS.
+fn back_holes(file: &File, path: &Path, len: u64) -> Result<()> {
+    let meta = file.metadata().map_err(|e| io_err(path, "stat", e))?;
+    let allocated = meta.blocks() * 512;
+    if allocated >= len {
+        return Ok(());
+    }
+    let missing = len - allocated;
+    if fs_durability(file) != Durability::Dram {
+        return reserve(file, path, len).map_err(|e| match e.errno() {
+            libc::ENOSPC => Error::Holes {
+                path: path.into(),
+                missing,
+                available: fs_available(file),
+            },
+            _ => e,
+        });
+    }
+    let available = fs_available(file);
+    if available < missing {
+        return Err(Error::Holes {
+            path: path.into(),
+            missing,
+            available,
+        });
+    }
+    Ok(())
+}
+
+/// Bytes an unprivileged writer can still allocate on the file's file system.
+fn fs_available(file: &File) -> u64 {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills the struct on success; we read it only then.
+    unsafe {
+        if libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+            return 0;
+        }
+        let st = st.assume_init();
+        st.f_bavail.saturating_mul(st.f_frsize)
     }
 }
 

@@ -379,3 +379,58 @@ fn fences_in_dram_never_sync() {
     r.store_u64_persist(2 * MIB, 1);
     assert_eq!(r.syncs(), 0);
 }
+
+#[test]
+fn sparse_image_on_disk_is_reserved_at_open() {
+    let Some(dir) = disk_dir("sparse") else {
+        return;
+    };
+    let path = dir.join("r");
+    drop(Region::create(&path, 16 * MIB).unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // SAFETY: punching a hole in a file this test owns; no mapping of it exists.
+    let rc = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            MIB as i64,
+            12 * MIB as i64,
+        )
+    };
+    assert_eq!(rc, 0);
+    drop(f);
+    let blocks = |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+    assert!(blocks(&path) * 512 < 16 * MIB, "the hole was punched");
+    let r = Region::open(&path).unwrap();
+    assert!(
+        blocks(&path) * 512 >= 16 * MIB,
+        "open reserves the holes, so no later touch can find the disk full"
+    );
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sparse_image_in_dram_that_fits_opens_and_stays_sparse() {
+    let dir = Scratch::new("sparse-dram");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    // Grown without allocating: the header's length still fits, so this is a region
+    // whose tail is one hole.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let r = Region::open(&path).unwrap();
+    assert_eq!(r.mapped_len(), 64 * MIB);
+    drop(r);
+    let allocated =
+        std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap()) * 512;
+    assert!(
+        allocated < 64 * MIB,
+        "a DRAM image is checked, not reserved"
+    );
+}
