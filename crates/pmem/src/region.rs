@@ -85,6 +85,13 @@ impl Durability {
     }
 }
 
+/// Whether a new region file's blocks are allocated up front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    Reserved,
+    Sparse,
+}
+
 /// When the page tables of a new mapping are filled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Populate {
@@ -143,7 +150,19 @@ impl Region {
     /// or the device size). Fails with [`Error::Exists`] if a regular file is already
     /// there.
     pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Region> {
-        let path = path.as_ref();
+        Self::create_file(path.as_ref(), size, Backing::Reserved)
+    }
+
+    /// Creates a region file of `size` bytes that takes host space only where it is
+    /// written (a sparse file), mapped without populating it: for large images in tests
+    /// and benchmarks, whose memory or disk use should be what they touch. A host file
+    /// system that fills up under it makes the first touch of a hole fail with SIGBUS;
+    /// [`Region::open`] reserves the holes (disk) or checks there is room (DRAM).
+    pub fn create_sparse(path: impl AsRef<Path>, size: u64) -> Result<Region> {
+        Self::create_file(path.as_ref(), size, Backing::Sparse)
+    }
+
+    fn create_file(path: &Path, size: u64, backing: Backing) -> Result<Region> {
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.file_type().is_char_device() {
                 return Self::format_devdax(path, size);
@@ -164,8 +183,17 @@ impl Region {
             })?;
         let built = (|| {
             lock(&file, path)?;
-            reserve(&file, path, size)?;
-            let region = Self::map(file, path, size, RegionKind::File, Populate::Now)?;
+            let populate = match backing {
+                Backing::Reserved => {
+                    reserve(&file, path, size)?;
+                    Populate::Now
+                }
+                Backing::Sparse => {
+                    file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
+                    Populate::OnTouch
+                }
+            };
+            let region = Self::map(file, path, size, RegionKind::File, populate)?;
             region.write_header(size);
             Ok(region)
         })();
