@@ -160,7 +160,11 @@ pub struct Usage {
 pub struct FileSystem {
     pm: Arc<dyn Pmem>,
     geo: Geometry,
+    /// The inodes read so far: all of them after a full scan, else those named since.
     inodes: RwLock<HashMap<u64, Arc<Inode>>>,
+    /// Mounted without reading every inode (after a clean unmount): an inode not in
+    /// `inodes` is read from the region the first time a directory entry names it.
+    lazy: bool,
     blocks: BlockAlloc,
     inos: InoAlloc,
     journals: Vec<Mutex<()>>,
@@ -277,12 +281,54 @@ impl FileSystem {
             free_blocks: self.blocks.free_blocks(),
             reclaiming_blocks: self.epoch.waiting_blocks() + self.deferred_blocks(),
             inodes: self.geo.inodes - 1,
-            inodes_used: self.inodes.read().len() as u64,
+            inodes_used: self.inodes_used(),
         }
     }
 
+    fn inodes_used(&self) -> u64 {
+        if !self.lazy {
+            return self.inodes.read().len() as u64;
+        }
+        // Not all read: count the valid words (as many loads as there are inodes, so
+        // only here, never on the way to a file).
+        let valid = |i: &u64| self.pm.load_u64(self.geo.inode_off(*i) + inode::VALID_OFF) != 0;
+        (ROOT_INO..self.geo.inodes).filter(valid).count() as u64
+    }
+
+    /// An inode already in DRAM: the root, an ancestor of one reached by a path, or
+    /// one an open descriptor or a directory entry led to before.
     fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
         self.inodes.read().get(&ino).cloned().ok_or(Error::NotFound)
+    }
+
+    /// Inode `ino`, which an entry of directory `dir` names: read from the region the
+    /// first time after a mount that did not read every inode. An inode whose record
+    /// or log is damaged is `Error::Corrupt` here, for it alone.
+    fn child_inode(&self, dir: u64, ino: u64) -> Result<Arc<Inode>> {
+        if let Some(inode) = self.inodes.read().get(&ino) {
+            return Ok(inode.clone());
+        }
+        if !self.lazy {
+            return Err(Error::NotFound);
+        }
+        let mut map = self.inodes.write();
+        if let Some(inode) = map.get(&ino) {
+            return Ok(inode.clone());
+        }
+        if ino <= ROOT_INO || ino >= self.geo.inodes {
+            return Err(Error::Corrupt(format!(
+                "directory {dir}: an entry names inode {ino}, outside the inode table"
+            )));
+        }
+        let st = recovery::load_inode(&*self.pm, &self.geo, ino, dir, &self.blocks)?;
+        let inode = Arc::new(Inode {
+            ino,
+            state: RwLock::new(st),
+            opens: std::sync::atomic::AtomicU32::new(0),
+            io_lock: rt::sync::Mutex::new(()),
+        });
+        map.insert(ino, inode.clone());
+        Ok(inode)
     }
 }
 

@@ -1,11 +1,15 @@
 //! Format, mount and recovery: rebuilding the DRAM state from the region.
 //!
-//! Mount reads the superblock (or its replica), rolls back active journals, walks every
-//! valid inode's log — verifying checksums and every pointer before following it —,
-//! drops committed writes whose SN never completed, frees inodes no directory reaches
-//! (unlinked while open, or created by an interrupted operation), and rebuilds the
-//! allocators: from the bitmap saved by a clean unmount, else from what the logs
-//! reference. `fsck` runs the same scan without changing anything.
+//! Mount reads the superblock (or its replica) and rolls back active journals. After a
+//! clean unmount that is nearly all: the block allocator is the bitmap the unmount
+//! saved, and an inode is read — its log walked, every checksum and pointer verified
+//! before it is followed, every block it references checked to be allocated — only
+//! when a directory entry first names it, so mounting costs the same whatever the size
+//! of the image. After a crash (or when the saved bitmap fails its checksum) mount
+//! walks every valid inode's log the same way, drops committed writes whose SN never
+//! completed, frees inodes no directory reaches (unlinked while open, or created by an
+//! interrupted operation), checks the tree, and rebuilds the allocator from what the
+//! logs reference. `fsck` runs that full scan without changing anything.
 //!
 //! Mount state block ([`MOUNT_BLOCK`]):
 //!
@@ -64,7 +68,6 @@ pub struct MountReport {
 
 /// Everything a scan of the region learned.
 pub(crate) struct Scan {
-    pub geo: Geometry,
     pub states: HashMap<u64, InodeState>,
     /// Per pool block: referenced by a log (page) or by a file (data).
     pub used: Vec<bool>,
@@ -102,11 +105,11 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
     root.write(pm, off);
     pm.store_u64_persist(off + VALID_OFF, VALID);
     // An empty pool, saved as after a clean unmount, so the first mount is fast.
-    let blocks = BlockAlloc::empty(geo.pool_start, geo.total_blocks);
-    blocks.free(Extent {
+    let pool = Extent {
         start: geo.pool_start,
         len: geo.pool_blocks(),
-    });
+    };
+    let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, [pool]);
     save_clean(pm, geo, &blocks);
     // The superblock last: a region whose format was interrupted does not mount.
     geo.write(pm);
@@ -118,7 +121,88 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
-    let mut scan = scan(&*pm, geo, true)?;
+    let saved = if clean { load_bitmap(&*pm, &geo) } else { None };
+    let lazy = saved.is_some();
+    let (states, blocks, mut report) = match saved {
+        Some(free) => {
+            // After a clean unmount nothing needs repair: the allocator is the saved
+            // one, and inodes are read when first named (see `FileSystem::inode`).
+            let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, free);
+            blocks.mark_saved();
+            let root = load_inode(&*pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
+            if root.kind != FileKind::Dir {
+                return Err(Error::Corrupt("root is not a directory".into()));
+            }
+            (
+                HashMap::from([(ROOT_INO, root)]),
+                blocks,
+                MountReport::default(),
+            )
+        }
+        None => full_scan(&*pm, geo)?,
+    };
+    // From here on a crash must not trust the saved bitmap.
+    pm.store_u64_persist(CLEAN_OFF, 0);
+
+    let inos = InoAlloc::new(ROOT_INO + 1..geo.inodes);
+    let inodes: HashMap<u64, Arc<Inode>> = states
+        .into_iter()
+        .map(|(ino, st)| {
+            let inode = Arc::new(Inode {
+                ino,
+                state: RwLock::new(st),
+                opens: AtomicU32::new(0),
+                io_lock: rt::sync::Mutex::new(()),
+            });
+            (ino, inode)
+        })
+        .collect();
+    report.clean = lazy;
+    report.superblock_replica_used = replica_reason;
+    report.journals_rolled_back = replay.rolled_back;
+    report.journal_words_restored = replay.words_restored;
+    report.inodes = inodes.len() as u64;
+    report.free_blocks = blocks.free_blocks();
+    if report.superblock_replica_used.is_some() {
+        // Heal the primary from the replica.
+        geo.write(&*pm);
+    }
+    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
+        return Err(Error::Invalid(format!(
+            "{} engine channels requested; the file system was formatted with {}",
+            opts.mover.engine_channels, geo.channels
+        )));
+    }
+    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)
+        .map_err(Error::Mover)?;
+    let fs = FileSystem {
+        pm,
+        geo,
+        inodes: RwLock::new(inodes),
+        lazy,
+        blocks,
+        inos,
+        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
+        epoch: Epoch::new(),
+        fds: RwLock::new(Vec::new()),
+        rename_lock: Mutex::new(()),
+        mover,
+        deferred: Mutex::new(Vec::new()),
+        lock_across_wait: opts.lock_across_wait,
+        unmounted: AtomicBool::new(false),
+    };
+    report.mount_us = start.elapsed().as_micros() as u64;
+    Ok((fs, report))
+}
+
+/// Mount after a crash (or with a saved allocator that fails its checksum): every
+/// inode read and checked, orphans freed, the allocator rebuilt from what the logs
+/// reference.
+fn full_scan(
+    pm: &dyn Pmem,
+    geo: Geometry,
+) -> Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport)> {
+    let mut scan = scan(pm, geo, true)?;
     if !scan.problems.is_empty() {
         let n = scan.problems.len();
         let first: Vec<&str> = scan.problems.iter().take(3).map(String::as_str).collect();
@@ -142,113 +226,133 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
             }
         }
     }
-    let blocks = BlockAlloc::empty(geo.pool_start, geo.total_blocks);
-    let saved = if clean && scan.orphans.is_empty() {
-        load_bitmap(&*pm, &geo)
-    } else {
-        None
-    };
-    let clean_used = saved.is_some();
-    match saved {
-        Some(free) => free.into_iter().for_each(|e| blocks.free(e)),
-        None => {
-            for e in free_extents(&scan.used, geo.pool_start) {
-                blocks.free(e);
-            }
-        }
-    }
-    // From here on a crash must not trust the saved bitmap.
-    pm.store_u64_persist(CLEAN_OFF, 0);
-
-    let in_use: Vec<u64> = scan.states.keys().copied().collect();
-    let inos = InoAlloc::new((ROOT_INO + 1..geo.inodes).filter(|i| !scan.states.contains_key(i)));
-    let inodes = scan
-        .states
-        .drain()
-        .map(|(ino, st)| {
-            let inode = Arc::new(Inode {
-                ino,
-                state: RwLock::new(st),
-                opens: AtomicU32::new(0),
-                io_lock: rt::sync::Mutex::new(()),
-            });
-            (ino, inode)
-        })
-        .collect();
-    let mut report = scan.report;
-    report.clean = clean_used;
-    report.superblock_replica_used = replica_reason;
-    report.journals_rolled_back = replay.rolled_back;
-    report.journal_words_restored = replay.words_restored;
-    report.inodes = in_use.len() as u64;
-    report.free_blocks = blocks.free_blocks();
-    if report.superblock_replica_used.is_some() {
-        // Heal the primary from the replica.
-        geo.write(&*pm);
-    }
-    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
-        return Err(Error::Invalid(format!(
-            "{} engine channels requested; the file system was formatted with {}",
-            opts.mover.engine_channels, geo.channels
-        )));
-    }
-    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)
-        .map_err(Error::Mover)?;
-    let fs = FileSystem {
-        pm,
-        geo,
-        inodes: RwLock::new(inodes),
-        blocks,
-        inos,
-        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
-        epoch: Epoch::new(),
-        fds: RwLock::new(Vec::new()),
-        rename_lock: Mutex::new(()),
-        mover,
-        deferred: Mutex::new(Vec::new()),
-        lock_across_wait: opts.lock_across_wait,
-        unmounted: AtomicBool::new(false),
-    };
-    report.mount_us = start.elapsed().as_micros() as u64;
-    Ok((fs, report))
+    let blocks = BlockAlloc::with_free(
+        geo.pool_start,
+        geo.total_blocks,
+        free_extents(&scan.used, geo.pool_start),
+    );
+    Ok((scan.states, blocks, scan.report))
 }
 
-/// Saves the free-block bitmap and marks the file system clean.
-pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: &BlockAlloc) {
-    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
-    let mut free = 0;
-    for e in blocks.snapshot() {
-        for b in e.start..e.start + e.len {
-            bitmap[(b / 8) as usize] |= 1 << (b % 8);
+/// Reads inode `ino`, named by directory `parent`, for a mount that did not read them
+/// all: checked as the full scan checks it, and every block it references must be
+/// allocated (a damaged log that points into free space is refused, not followed).
+pub(crate) fn load_inode(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    parent: u64,
+    blocks: &BlockAlloc,
+) -> Result<InodeState> {
+    match pm.load_u64(geo.inode_off(ino) + VALID_OFF) {
+        VALID => {}
+        0 if ino == ROOT_INO => return Err(Error::Corrupt("root directory missing".into())),
+        0 => {
+            return Err(Error::Corrupt(format!(
+                "directory {parent}: an entry names inode {ino}, which is not in use"
+            )))
         }
-        free += e.len;
+        w => {
+            return Err(Error::Corrupt(format!(
+                "inode {ino}: invalid valid word {w:#x}"
+            )))
+        }
     }
-    pm.write(geo.bitmap_off(), &bitmap);
-    pm.flush(geo.bitmap_off(), bitmap.len() as u64);
-    pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(&bitmap) as u64);
-    pm.store_u64(BITMAP_FREE_OFF, free);
-    pm.persist(BITMAP_CSUM_OFF, 16);
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    let mut mark = |b: u64| {
+        if blocks.is_free(b) {
+            Err(format!("block {b} is free in the allocator"))
+        } else {
+            Ok(())
+        }
+    };
+    let mut found = Found {
+        report: &mut report,
+        notes: &mut notes,
+    };
+    let mut st = scan_inode(pm, geo, ino, false, &mut mark, &mut found)?;
+    if st.kind == FileKind::Dir {
+        st.parent = parent;
+    }
+    Ok(st)
+}
+
+/// Saves the free-block bitmap and marks the file system clean. The bitmap is
+/// rewritten only if the allocator changed since it was loaded from it: an unmount
+/// after reading alone writes one word.
+pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: &BlockAlloc) {
+    if blocks.changed_since_saved() {
+        let mut bitmap = vec![0u64; geo.total_blocks.div_ceil(64) as usize];
+        let mut free = 0;
+        for e in blocks.snapshot() {
+            set_bits(&mut bitmap, e.start, e.start + e.len);
+            free += e.len;
+        }
+        let bytes: Vec<u8> = bitmap.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let bytes = &bytes[..geo.total_blocks.div_ceil(8) as usize];
+        pm.write(geo.bitmap_off(), bytes);
+        pm.flush(geo.bitmap_off(), bytes.len() as u64);
+        pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(bytes) as u64);
+        pm.store_u64(BITMAP_FREE_OFF, free);
+        pm.persist(BITMAP_CSUM_OFF, 16);
+        blocks.mark_saved();
+    }
     pm.store_u64_persist(CLEAN_OFF, CLEAN);
 }
 
-/// The free extents of a saved bitmap, if its checksum holds and it frees only pool
-/// blocks.
+/// Sets bits `start..end` of a bitmap of little-endian words, a word at a time.
+fn set_bits(bitmap: &mut [u64], start: u64, end: u64) {
+    let mut i = start;
+    while i < end {
+        let n = (64 - i % 64).min(end - i);
+        bitmap[(i / 64) as usize] |= (u64::MAX >> (64 - n)) << (i % 64);
+        i += n;
+    }
+}
+
+/// Bytes of the saved bitmap read at a time.
+const BITMAP_CHUNK: usize = 64 * 1024;
+
+/// The free extents of a saved bitmap, sorted, if its checksum holds and it frees only
+/// pool blocks. Read a chunk at a time: no copy of the whole bitmap is made.
 pub(crate) fn load_bitmap(pm: &dyn Pmem, geo: &Geometry) -> Option<Vec<Extent>> {
-    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
-    pm.read(geo.bitmap_off(), &mut bitmap);
-    if crc32c::crc32c(&bitmap) as u64 != pm.load_u64(BITMAP_CSUM_OFF) {
-        return None;
-    }
-    let mut free = Vec::new();
-    for b in 0..geo.total_blocks {
-        if bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0 {
-            if b < geo.pool_start {
-                return None;
+    let len = geo.total_blocks.div_ceil(8);
+    let mut chunk = vec![0u8; BITMAP_CHUNK];
+    let mut crc = 0u32;
+    let mut free: Vec<Extent> = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(BITMAP_CHUNK as u64) as usize;
+        let bytes = &mut chunk[..n.next_multiple_of(8)];
+        bytes.fill(0);
+        pm.read(geo.bitmap_off() + at, &mut bytes[..n]);
+        crc = crc32c::crc32c_append(crc, &bytes[..n]);
+        for (w, word) in bytes.chunks_exact(8).enumerate() {
+            let mut word = u64::from_le_bytes(word.try_into().unwrap());
+            let base = (at / 8 + w as u64) * 64;
+            // Runs of set bits, each at most a word long, merged with the run before.
+            while word != 0 {
+                let lo = word.trailing_zeros() as u64;
+                let run = (!(word >> lo)).trailing_zeros() as u64;
+                let start = base + lo;
+                if start < geo.pool_start || start + run > geo.total_blocks {
+                    return None;
+                }
+                match free.last_mut() {
+                    Some(last) if last.start + last.len == start => last.len += run,
+                    _ => free.push(Extent { start, len: run }),
+                }
+                word = if lo + run >= 64 {
+                    0
+                } else {
+                    word & !(((1u64 << run) - 1) << lo)
+                };
             }
-            crate::inode::push_block(&mut free, b);
         }
+        at += n as u64;
     }
-    Some(free)
+    (crc as u64 == pm.load_u64(BITMAP_CSUM_OFF)).then_some(free)
 }
 
 fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
@@ -265,7 +369,6 @@ fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
 /// (so they can never come back); without, only notes them.
 pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     let mut s = Scan {
-        geo,
         states: HashMap::new(),
         used: vec![false; geo.pool_blocks() as usize],
         problems: Vec::new(),
@@ -284,7 +387,13 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
                 continue;
             }
         }
-        match scan_inode(pm, &mut s, ino, repair) {
+        let mut found = Found {
+            report: &mut s.report,
+            notes: &mut s.notes,
+        };
+        let (used, pool_start) = (&mut s.used, geo.pool_start);
+        let mut mark = |block: u64| mark_used(used, pool_start, block);
+        match scan_inode(pm, &geo, ino, repair, &mut mark, &mut found) {
             Ok(st) => {
                 s.states.insert(ino, st);
             }
@@ -295,17 +404,33 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     Ok(s)
 }
 
-fn mark_used(s: &mut Scan, block: u64, what: &str) -> std::result::Result<(), String> {
-    let i = (block - s.geo.pool_start) as usize;
-    if s.used[i] {
-        return Err(format!("block {block} referenced twice (again as {what})"));
+fn mark_used(used: &mut [bool], pool_start: u64, block: u64) -> std::result::Result<(), String> {
+    let i = (block - pool_start) as usize;
+    if used[i] {
+        return Err(format!("block {block} referenced twice"));
     }
-    s.used[i] = true;
+    used[i] = true;
     Ok(())
 }
 
-fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<InodeState> {
-    let geo = s.geo;
+/// Where [`scan_inode`] counts what it found.
+struct Found<'a> {
+    report: &'a mut MountReport,
+    notes: &'a mut Vec<String>,
+}
+
+/// Reads inode `ino` from its record and log, checking every checksum and pointer
+/// before it is followed; `mark(block)` is told every pool block the inode references
+/// (log pages and data) and may refuse one.
+fn scan_inode(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    repair: bool,
+    mark: &mut dyn FnMut(u64) -> std::result::Result<(), String>,
+    s: &mut Found<'_>,
+) -> Result<InodeState> {
+    let geo = *geo;
     let off = geo.inode_off(ino);
     let rec = InodeRecord::read(pm, off, ino)?;
     let mut st = InodeState::new(&rec);
@@ -314,16 +439,17 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
     let tail = unseal_log_word(ino, LogWord::Tail, pm.load_u64(off + TAIL_OFF)).map_err(bad)?;
     // The page chain, every pointer checked before it is followed.
     let mut pages = Vec::new();
+    let mut visited = std::collections::HashSet::new();
     let mut used_in = Vec::new();
     let mut next = head;
     while next != 0 {
         if !geo.is_pool_block_off(next) {
             return Err(bad(format!("log page pointer {next:#x} outside the pool")));
         }
-        if pages.len() as u64 > geo.pool_blocks() {
+        if !visited.insert(next) || pages.len() as u64 > geo.pool_blocks() {
             return Err(bad("log page chain does not end".into()));
         }
-        mark_used(s, next / BLOCK_SIZE, &format!("log page of inode {ino}")).map_err(bad)?;
+        mark(next / BLOCK_SIZE).map_err(|why| bad(format!("log page {next:#x}: {why}")))?;
         let mut t = [0u8; 32];
         pm.read(next + TRAILER_OFF, &mut t);
         let field = |i: usize| u64::from_le_bytes(t[i * 8..i * 8 + 8].try_into().unwrap());
@@ -403,7 +529,7 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
     };
     for e in st.data_extents() {
         for b in e.start..e.start + e.len {
-            mark_used(s, b, &format!("data of inode {ino}")).map_err(bad)?;
+            mark(b).map_err(|why| bad(format!("data: {why}")))?;
         }
     }
     if st.kind == FileKind::Dir && st.size != 0 {
