@@ -218,7 +218,8 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
-    let region = Region::open(&a.image.image)?;
+    // Read-only: a read-only image file (or file system) can be checked too.
+    let region = Region::open_read_only(&a.image.image)?;
     let r = fs::fsck::check(&region)?;
     if a.json {
         report::print_json(&r)?;

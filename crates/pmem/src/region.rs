@@ -85,6 +85,13 @@ impl Durability {
     }
 }
 
+/// Whether an open may store into the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
 /// Whether a new region file's blocks are allocated up front.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backing {
@@ -122,6 +129,8 @@ pub struct Region {
     kind: RegionKind,
     durability: Durability,
     remove_on_drop: bool,
+    /// False when opened with [`Region::open_read_only`].
+    writable: bool,
     /// Page cache only: set by every write-back and copy, cleared by the sync that
     /// covers it.
     dirty: AtomicBool,
@@ -182,7 +191,7 @@ impl Region {
                 _ => io_err(path, "create", e),
             })?;
         let built = (|| {
-            lock(&file, path)?;
+            lock(&file, path, Access::ReadWrite)?;
             let populate = match backing {
                 Backing::Reserved => {
                     reserve(&file, path, size)?;
@@ -193,7 +202,14 @@ impl Region {
                     Populate::OnTouch
                 }
             };
-            let region = Self::map(file, path, size, RegionKind::File, populate)?;
+            let region = Self::map(
+                file,
+                path,
+                size,
+                RegionKind::File,
+                populate,
+                Access::ReadWrite,
+            )?;
             region.write_header(size);
             Ok(region)
         })();
@@ -233,7 +249,18 @@ impl Region {
 
     /// Opens an existing region (file or devdax device) and holds it exclusively.
     pub fn open(path: impl AsRef<Path>) -> Result<Region> {
-        let path = path.as_ref();
+        Self::open_as(path.as_ref(), Access::ReadWrite)
+    }
+
+    /// Opens an existing region for reading only: the file is opened read-only (so a
+    /// read-only image file, or one on a read-only mount, can be checked), mapped
+    /// without write permission, and held shared — other readers may open it too, a
+    /// writer may not. A store through [`Pmem`] panics, naming the region.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Region> {
+        Self::open_as(path.as_ref(), Access::ReadOnly)
+    }
+
+    fn open_as(path: &Path, access: Access) -> Result<Region> {
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
             _ => io_err(path, "stat", e),
@@ -255,12 +282,18 @@ impl Region {
             });
         }
         check_size(actual)?;
-        let file = open_rw(path)?;
-        lock(&file, path)?;
-        if kind == RegionKind::File {
+        let file = match access {
+            Access::ReadWrite => open_rw(path)?,
+            Access::ReadOnly => File::open(path).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+                _ => io_err(path, "open", e),
+            })?,
+        };
+        lock(&file, path, access)?;
+        if kind == RegionKind::File && access == Access::ReadWrite {
             back_holes(&file, path, actual)?;
         }
-        let region = Self::map(file, path, actual, kind, Populate::OnTouch)?;
+        let region = Self::map(file, path, actual, kind, Populate::OnTouch, access)?;
         region.check_header(actual)?;
         Ok(region)
     }
@@ -276,8 +309,15 @@ impl Region {
         }
         check_size(actual)?;
         let file = open_rw(path)?;
-        lock(&file, path)?;
-        let region = Self::map(file, path, actual, RegionKind::DevDax, Populate::OnTouch)?;
+        lock(&file, path, Access::ReadWrite)?;
+        let region = Self::map(
+            file,
+            path,
+            actual,
+            RegionKind::DevDax,
+            Populate::OnTouch,
+            Access::ReadWrite,
+        )?;
         region.write_header(actual);
         Ok(region)
     }
@@ -288,13 +328,17 @@ impl Region {
         len: u64,
         kind: RegionKind,
         populate: Populate,
+        access: Access,
     ) -> Result<Region> {
         let map_len = usize::try_from(len).map_err(|_| Error::BadSize {
             size: len,
             reason: "larger than the address space".into(),
         })?;
         let fd = file.as_raw_fd();
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let prot = match access {
+            Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+            Access::ReadOnly => libc::PROT_READ,
+        };
         let populate = match populate {
             Populate::Now => libc::MAP_POPULATE,
             Populate::OnTouch => 0,
@@ -319,6 +363,10 @@ impl Region {
                 try_map(libc::MAP_SHARED).map_err(map_err)?,
                 Durability::CpuFlush,
             ),
+            RegionKind::File if access == Access::ReadOnly => (
+                try_map(libc::MAP_SHARED).map_err(map_err)?,
+                fs_durability(&file),
+            ),
             RegionKind::File => {
                 match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate) {
                     Ok(p) => (p, Durability::CpuFlush),
@@ -338,6 +386,7 @@ impl Region {
             kind,
             durability,
             remove_on_drop: false,
+            writable: access == Access::ReadWrite,
             dirty: AtomicBool::new(false),
             sync_lock: Mutex::new(()),
             syncs: AtomicU64::new(0),
@@ -449,9 +498,21 @@ impl Region {
     /// [`Pmem`] so that they can be traced.
     pub fn device_addr(&self, off: u64, len: u64) -> *mut u8 {
         check_range(off, len, self.len());
+        self.check_writable(off);
         // A device may write there: the next fence must reach the disk.
         self.note_dirty();
         self.at(off)
+    }
+
+    /// Panics on a store into a region opened read-only (the mapping would fault).
+    #[inline]
+    #[track_caller]
+    fn check_writable(&self, off: u64) {
+        assert!(
+            self.writable,
+            "region {} is open read-only: store at offset {off}",
+            self.path.display()
+        );
     }
 
     /// Notes that a write-back or copy happened, for the next fence to sync; a
@@ -513,12 +574,14 @@ impl Pmem for Region {
 
     fn write(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len());
+        self.check_writable(off);
         // SAFETY: bounds checked; `src` is ordinary memory, never inside the mapping
         // (a `&[u8]` into the mapping cannot be obtained from this API).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(off), src.len()) }
     }
 
     fn store_u64(&self, off: u64, val: u64) {
+        self.check_writable(off);
         self.word(off).store(val, Ordering::Release);
     }
 
@@ -548,6 +611,7 @@ impl Pmem for Region {
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len());
+        self.check_writable(off);
         // SAFETY: bounds checked; `src` lies outside the mapping.
         unsafe { persist::copy_nt(self.at(off), src.as_ptr(), src.len()) }
         self.note_dirty();
@@ -622,9 +686,13 @@ fn open_rw(path: &Path) -> Result<File> {
 /// Takes the region's exclusive lock. `flock` locks belong to the open file
 /// description, so a second open in the same process conflicts too, and the kernel
 /// drops the lock when the holder dies.
-fn lock(file: &File, path: &Path) -> Result<()> {
+fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
+    let how = match access {
+        Access::ReadWrite => libc::LOCK_EX,
+        Access::ReadOnly => libc::LOCK_SH,
+    };
     // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
     if rc == 0 {
         return Ok(());
     }
@@ -670,7 +738,7 @@ fn reclaim_abandoned_temps(dir: &Path) {
         let path = entry.path();
         // Held (by a process whose id we cannot see, say): not abandoned.
         if let Ok(file) = open_rw(&path) {
-            if lock(&file, &path).is_ok() {
+            if lock(&file, &path, Access::ReadWrite).is_ok() {
                 let _ = std::fs::remove_file(&path);
             }
         }

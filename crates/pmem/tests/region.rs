@@ -434,3 +434,38 @@ fn sparse_image_in_dram_that_fits_opens_and_stays_sparse() {
         "a DRAM image is checked, not reserved"
     );
 }
+
+#[test]
+fn read_only_open_reads_shares_and_excludes_writers() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("ro");
+    let path = dir.path("r");
+    Region::create(&path, 4 * MIB)
+        .unwrap()
+        .write_persist(MIB, b"kept");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let a = Region::open_read_only(&path).unwrap();
+    let b = Region::open_read_only(&path).unwrap();
+    let mut got = [0u8; 4];
+    b.read(MIB, &mut got);
+    assert_eq!(&got, b"kept");
+    assert_eq!(a.len(), 4 * MIB - HEADER_LEN);
+    assert!(matches!(Region::open(&path), Err(Error::Busy { .. })));
+    drop((a, b));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let w = Region::open(&path).unwrap();
+    assert!(matches!(
+        Region::open_read_only(&path),
+        Err(Error::Busy { .. })
+    ));
+    drop(w);
+}
+
+#[test]
+#[should_panic(expected = "open read-only")]
+fn store_into_a_read_only_region_panics() {
+    let dir = Scratch::new("ro-store");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    Region::open_read_only(&path).unwrap().store_u64(64, 1);
+}
