@@ -195,7 +195,8 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
                 path.display()
             );
         }
-        Region::open(path)?
+        // Whatever its header says (damaged, another version, none): --force means it.
+        Region::overwrite(path, 0)?
     } else {
         Region::create(path, parse_size(&a.size)?)?
     };

@@ -298,6 +298,46 @@ impl Region {
         Ok(region)
     }
 
+    /// Makes the existing file (or devdax device) at `path` a new, empty region,
+    /// whatever its header says — damaged, of another version, or none — and holds
+    /// it: the force of `mkfs --force`. `size` 0 keeps the file's size; another size
+    /// grows or shrinks the file to it. The file's blocks are reserved (or, in DRAM,
+    /// checked) as at [`Region::open`].
+    pub fn overwrite(path: impl AsRef<Path>, size: u64) -> Result<Region> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+            _ => io_err(path, "stat", e),
+        })?;
+        if meta.file_type().is_char_device() {
+            return Self::format_devdax(path, size);
+        }
+        if !meta.is_file() {
+            return Err(Error::BadHeader {
+                path: path.into(),
+                reason: "not a regular file or a DAX character device".into(),
+            });
+        }
+        let size = if size == 0 { meta.len() } else { size };
+        check_size(size)?;
+        let file = open_rw(path)?;
+        lock(&file, path, Access::ReadWrite)?;
+        if size != meta.len() {
+            file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
+        }
+        back_holes(&file, path, size)?;
+        let region = Self::map(
+            file,
+            path,
+            size,
+            RegionKind::File,
+            Populate::Now,
+            Access::ReadWrite,
+        )?;
+        region.write_header(size);
+        Ok(region)
+    }
+
     fn format_devdax(path: &Path, size: u64) -> Result<Region> {
         let meta = std::fs::metadata(path).map_err(|e| io_err(path, "stat", e))?;
         let actual = devdax_size(path, meta.rdev())?;

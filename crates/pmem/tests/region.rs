@@ -469,3 +469,37 @@ fn store_into_a_read_only_region_panics() {
     drop(Region::create(&path, 4 * MIB).unwrap());
     Region::open_read_only(&path).unwrap().store_u64(64, 1);
 }
+
+#[test]
+fn overwrite_makes_any_file_a_region() {
+    let dir = Scratch::new("overwrite");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    // A damaged header: open refuses, overwrite does not.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[9] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(Region::open(&path), Err(Error::BadHeader { .. })));
+    let r = Region::overwrite(&path, 0).unwrap();
+    assert_eq!(r.mapped_len(), 4 * MIB, "size 0 keeps the file's size");
+    drop(r);
+    Region::open(&path).unwrap();
+    // A file that never was a region, resized on the way.
+    let other = dir.path("text");
+    std::fs::write(&other, vec![b'x'; 3 * PAGE_SIZE as usize]).unwrap();
+    let r = Region::overwrite(&other, 2 * MIB).unwrap();
+    assert_eq!(r.mapped_len(), 2 * MIB);
+    drop(r);
+    assert_eq!(Region::open(&other).unwrap().mapped_len(), 2 * MIB);
+    // Nothing there, or held by another open: refused.
+    assert!(matches!(
+        Region::overwrite(dir.path("none"), 0),
+        Err(Error::NotFound { .. })
+    ));
+    let held = Region::open(&other).unwrap();
+    assert!(matches!(
+        Region::overwrite(&other, 0),
+        Err(Error::Busy { .. })
+    ));
+    drop(held);
+}

@@ -1,7 +1,9 @@
-//! `easyio fsck` on an image the user cannot write: it opens the region read-only, so
-//! the check works (and changes nothing). The image is made unwritable with the
-//! immutable attribute, which holds even for root (a plain `chmod 444` does not stop
-//! root, who runs these tests in CI); skipped where `chattr` is not available.
+//! Images the user cannot write or whose header is damaged: `easyio fsck` opens the
+//! region read-only, so it checks an image it cannot write (and changes nothing); the
+//! image is made unwritable with the immutable attribute, which holds even for root (a
+//! plain `chmod 444` does not stop root, who runs these tests in CI), and that test is
+//! skipped where `chattr` is not available. `mkfs --force` reformats an image whatever
+//! its header says.
 
 mod common;
 
@@ -67,4 +69,36 @@ fn fsck_checks_an_image_it_cannot_write() {
         before,
         "fsck changed the image"
     );
+}
+
+#[test]
+fn mkfs_force_overwrites_a_damaged_header() {
+    let image = Image(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("easyio-force-{}.img", std::process::id())),
+    );
+    let run = |args: &[&str]| {
+        easyio()
+            .args(args)
+            .arg("--image")
+            .arg(&image.0)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["mkfs", "--size", "16M"]).status.success());
+    let mut bytes = std::fs::read(&image.0).unwrap();
+    bytes[8] ^= 0xFF; // the region header's version
+    std::fs::write(&image.0, &bytes).unwrap();
+    let ls = run(&["ls"]);
+    assert!(!ls.status.success());
+    assert!(String::from_utf8_lossy(&ls.stderr).contains("region header"));
+    let force = run(&["mkfs", "--force"]);
+    assert!(
+        force.status.success(),
+        "{}",
+        String::from_utf8_lossy(&force.stderr)
+    );
+    assert_eq!(std::fs::metadata(&image.0).unwrap().len(), 16 << 20);
+    assert!(run(&["ls"]).status.success());
+    assert!(run(&["fsck"]).status.success());
 }
