@@ -317,6 +317,152 @@ impl BlockAlloc {
     }
 }
 
+/// Reads the free extents (sorted) a lazily built allocator starts from.
+pub type LoadFree = Box<dyn FnOnce() -> Vec<Extent> + Send>;
+
+/// The block allocator of a mount, built when first used: a mount after a clean
+/// unmount does not read the saved bitmap (one bit per block of the image) until
+/// something allocates, frees or asks for the free count, so opening an image to read
+/// it costs the same whatever its size. Dereferences to the [`BlockAlloc`], building it.
+pub struct Blocks {
+    ready: std::sync::OnceLock<BlockAlloc>,
+    pending: Mutex<Pending>,
+    first: u64,
+    end: u64,
+    /// Free blocks as recorded at the last save, reported until the allocator is built.
+    saved_free: u64,
+}
+
+struct Pending {
+    load: Option<LoadFree>,
+    /// Blocks that inodes read before the allocator was built reference: never free.
+    claims: Vec<Extent>,
+}
+
+impl Blocks {
+    /// An allocator that is already built.
+    pub fn built(a: BlockAlloc) -> Blocks {
+        let (first, end, saved_free) = (a.first, a.end, a.free_blocks());
+        Blocks {
+            ready: std::sync::OnceLock::from(a),
+            pending: Mutex::new(Pending {
+                load: None,
+                claims: Vec::new(),
+            }),
+            first,
+            end,
+            saved_free,
+        }
+    }
+
+    /// An allocator over blocks `first..end` built from `load()` on first use.
+    pub fn lazy(first: u64, end: u64, saved_free: u64, load: LoadFree) -> Blocks {
+        Blocks {
+            ready: std::sync::OnceLock::new(),
+            pending: Mutex::new(Pending {
+                load: Some(load),
+                claims: Vec::new(),
+            }),
+            first,
+            end,
+            saved_free,
+        }
+    }
+
+    /// The allocator, if it has been built.
+    pub fn built_alloc(&self) -> Option<&BlockAlloc> {
+        self.ready.get()
+    }
+
+    /// Free blocks: the allocator's count once built, the saved count before.
+    pub fn free_blocks(&self) -> u64 {
+        self.ready
+            .get()
+            .map_or(self.saved_free, BlockAlloc::free_blocks)
+    }
+
+    /// Records that an inode just read references `blocks`. Before the allocator is
+    /// built they are kept out of its free space; after, every one must be in use:
+    /// returns the first that is free (a damaged log pointing into free space).
+    pub fn claim(&self, blocks: &[Extent]) -> std::result::Result<(), u64> {
+        {
+            let mut p = self.pending.lock();
+            if self.ready.get().is_none() {
+                p.claims.extend_from_slice(blocks);
+                return Ok(());
+            }
+        }
+        let a = self.ready.get().expect("built");
+        for e in blocks {
+            if let Some(b) = (e.start..e.start + e.len).find(|&b| a.is_free(b)) {
+                return Err(b);
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn build(&self) -> &BlockAlloc {
+        let mut p = self.pending.lock();
+        if let Some(a) = self.ready.get() {
+            return a;
+        }
+        let load = p.load.take().expect("an unbuilt allocator has its loader");
+        let free = load();
+        let mut claims = std::mem::take(&mut p.claims);
+        claims.sort_by_key(|e| e.start);
+        let kept = subtract(&free, &claims);
+        let a = BlockAlloc::with_free(self.first, self.end, kept.iter().copied());
+        if kept == free {
+            a.mark_saved();
+        }
+        let _ = self.ready.set(a);
+        self.ready.get().expect("just set")
+    }
+}
+
+impl std::ops::Deref for Blocks {
+    type Target = BlockAlloc;
+
+    fn deref(&self) -> &BlockAlloc {
+        match self.ready.get() {
+            Some(a) => a,
+            None => self.build(),
+        }
+    }
+}
+
+/// `free` (sorted, disjoint) without the blocks of `taken` (sorted by start).
+fn subtract(free: &[Extent], taken: &[Extent]) -> Vec<Extent> {
+    let mut out = Vec::with_capacity(free.len());
+    let mut t = 0;
+    for e in free {
+        let (mut start, end) = (e.start, e.start + e.len);
+        while t < taken.len() && taken[t].start + taken[t].len <= start {
+            t += 1;
+        }
+        let mut k = t;
+        while start < end && k < taken.len() && taken[k].start < end {
+            let (ts, te) = (taken[k].start, taken[k].start + taken[k].len);
+            if ts > start {
+                out.push(Extent {
+                    start,
+                    len: ts - start,
+                });
+            }
+            start = start.max(te);
+            k += 1;
+        }
+        if start < end {
+            out.push(Extent {
+                start,
+                len: end - start,
+            });
+        }
+    }
+    out
+}
+
 fn insert_coalesced(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
     if let Some((&ps, &pl)) = map.range(..start).next_back() {
         assert!(ps + pl <= start, "double free of block {start}");
@@ -528,8 +674,14 @@ mod tests {
     fn built_from_free_extents_across_shards() {
         let free = [
             Extent { start: 10, len: 5 },
-            Extent { start: 60, len: 200 },
-            Extent { start: 900, len: 124 },
+            Extent {
+                start: 60,
+                len: 200,
+            },
+            Extent {
+                start: 900,
+                len: 124,
+            },
         ];
         let a = BlockAlloc::with_free(10, 1024, free);
         assert_eq!(a.free_blocks(), 329);
@@ -540,7 +692,13 @@ mod tests {
         assert!(!a.changed_since_saved());
         // Blocks in use can be freed once; free ones cannot.
         a.free(Extent { start: 15, len: 45 });
-        assert_eq!(a.snapshot()[0], Extent { start: 10, len: 250 });
+        assert_eq!(
+            a.snapshot()[0],
+            Extent {
+                start: 10,
+                len: 250
+            }
+        );
         assert!(a.changed_since_saved());
         assert!(matches!(a.alloc(375), Err(Error::NoSpace)));
         let got = a.alloc(374).unwrap();
@@ -553,6 +711,55 @@ mod tests {
     fn double_free_of_a_block_free_from_the_start_is_caught() {
         let a = BlockAlloc::with_free(0, 1024, [Extent { start: 62, len: 4 }]);
         a.free(Extent { start: 60, len: 4 });
+    }
+
+    #[test]
+    fn lazy_allocator_is_built_on_first_use_without_claimed_blocks() {
+        let loads = std::sync::Arc::new(AtomicU64::new(0));
+        let l = loads.clone();
+        let b = Blocks::lazy(
+            0,
+            1024,
+            1000,
+            Box::new(move || {
+                l.fetch_add(1, Ordering::Relaxed);
+                vec![Extent {
+                    start: 24,
+                    len: 1000,
+                }]
+            }),
+        );
+        assert_eq!(b.free_blocks(), 1000, "the saved count, nothing read");
+        assert!(b.claim(&[Extent { start: 0, len: 4 }]).is_ok());
+        // A damaged inode claims blocks the saved bitmap has free: kept out.
+        assert!(b
+            .claim(&[Extent { start: 30, len: 2 }, Extent { start: 100, len: 1 }])
+            .is_ok());
+        assert!(b.built_alloc().is_none());
+        assert_eq!(loads.load(Ordering::Relaxed), 0);
+        let got = b.alloc(997).unwrap();
+        assert_eq!(loads.load(Ordering::Relaxed), 1);
+        assert_eq!(b.free_blocks(), 0);
+        assert!(
+            b.changed_since_saved(),
+            "claims changed what the bitmap says"
+        );
+        let mut blocks: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
+        blocks.sort();
+        assert!(!blocks.contains(&30) && !blocks.contains(&31) && !blocks.contains(&100));
+        // Once built, a claim of a free block is refused.
+        b.free(Extent { start: 40, len: 1 });
+        assert_eq!(b.claim(&[Extent { start: 39, len: 3 }]), Err(40));
+        assert_eq!(b.claim(&[Extent { start: 30, len: 2 }]), Ok(()));
+    }
+
+    #[test]
+    fn subtract_removes_exactly_the_taken_blocks() {
+        let e = |start, len| Extent { start, len };
+        let free = [e(0, 10), e(20, 10), e(40, 5)];
+        let taken = [e(5, 2), e(9, 13), e(28, 20)];
+        assert_eq!(subtract(&free, &taken), vec![e(0, 5), e(7, 2), e(22, 6)]);
+        assert_eq!(subtract(&free, &[]), free.to_vec());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
 
-use alloc::{BlockAlloc, InoAlloc};
+use alloc::InoAlloc;
 use epoch::Epoch;
 use file::OpenFile;
 use inode::Inode;
@@ -165,7 +165,7 @@ pub struct FileSystem {
     /// Mounted without reading every inode (after a clean unmount): an inode not in
     /// `inodes` is read from the region the first time a directory entry names it.
     lazy: bool,
-    blocks: BlockAlloc,
+    blocks: alloc::Blocks,
     inos: InoAlloc,
     journals: Vec<Mutex<()>>,
     epoch: Epoch,
@@ -243,7 +243,7 @@ impl FileSystem {
         for ext in self.epoch.drain() {
             self.blocks.free(ext);
         }
-        recovery::save_clean(&*self.pm, &self.geo, &self.blocks);
+        recovery::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
     }
 
     /// The layout of the mounted region.

@@ -30,7 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
 use serde::Serialize;
 
-use crate::alloc::{BlockAlloc, Extent, InoAlloc};
+use crate::alloc::{BlockAlloc, Blocks, Extent, InoAlloc, LoadFree};
 use crate::epoch::Epoch;
 use crate::error::{Error, Result};
 use crate::inode::{
@@ -110,7 +110,7 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
         len: geo.pool_blocks(),
     };
     let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, [pool]);
-    save_clean(pm, geo, &blocks);
+    save_clean(pm, geo, Some(&blocks));
     // The superblock last: a region whose format was interrupted does not mount.
     geo.write(pm);
     Ok(())
@@ -121,14 +121,18 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
-    let saved = if clean { load_bitmap(&*pm, &geo) } else { None };
-    let lazy = saved.is_some();
-    let (states, blocks, mut report) = match saved {
-        Some(free) => {
-            // After a clean unmount nothing needs repair: the allocator is the saved
-            // one, and inodes are read when first named (see `FileSystem::inode`).
-            let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, free);
-            blocks.mark_saved();
+    let lazy = clean;
+    let (states, blocks, mut report) = if clean {
+        // After a clean unmount nothing needs repair: the allocator is the saved one,
+        // read when first used, and inodes are read when first named (see
+        // `FileSystem::child_inode`).
+        let source = pm.clone();
+        let load: LoadFree = Box::new(move || {
+            load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
+        });
+        let saved_free = pm.load_u64(BITMAP_FREE_OFF);
+        let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
+        {
             let root = load_inode(&*pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
             if root.kind != FileKind::Dir {
                 return Err(Error::Corrupt("root is not a directory".into()));
@@ -139,7 +143,9 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
                 MountReport::default(),
             )
         }
-        None => full_scan(&*pm, geo)?,
+    } else {
+        let (states, blocks, report) = full_scan(&*pm, geo)?;
+        (states, Blocks::built(blocks), report)
     };
     // From here on a crash must not trust the saved bitmap.
     pm.store_u64_persist(CLEAN_OFF, 0);
@@ -234,6 +240,30 @@ fn full_scan(
     Ok((scan.states, blocks, scan.report))
 }
 
+/// The free blocks when the saved bitmap fails its checksum: those no inode that
+/// reads without error references (an inode too damaged to read is refused when used,
+/// so its blocks are not missed).
+fn referenced_free(pm: &dyn Pmem, geo: &Geometry) -> Vec<Extent> {
+    let mut used = vec![false; geo.pool_blocks() as usize];
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    for ino in ROOT_INO..geo.inodes {
+        if pm.load_u64(geo.inode_off(ino) + VALID_OFF) != VALID {
+            continue;
+        }
+        let mut mark = |b: u64| {
+            used[(b - geo.pool_start) as usize] = true;
+            Ok(())
+        };
+        let mut found = Found {
+            report: &mut report,
+            notes: &mut notes,
+        };
+        let _ = scan_inode(pm, geo, ino, false, &mut mark, &mut found);
+    }
+    free_extents(&used, geo.pool_start)
+}
+
 /// Reads inode `ino`, named by directory `parent`, for a mount that did not read them
 /// all: checked as the full scan checks it, and every block it references must be
 /// allocated (a damaged log that points into free space is refused, not followed).
@@ -242,7 +272,7 @@ pub(crate) fn load_inode(
     geo: &Geometry,
     ino: u64,
     parent: u64,
-    blocks: &BlockAlloc,
+    blocks: &Blocks,
 ) -> Result<InodeState> {
     match pm.load_u64(geo.inode_off(ino) + VALID_OFF) {
         VALID => {}
@@ -260,18 +290,21 @@ pub(crate) fn load_inode(
     }
     let mut report = MountReport::default();
     let mut notes = Vec::new();
+    let mut referenced = Vec::new();
     let mut mark = |b: u64| {
-        if blocks.is_free(b) {
-            Err(format!("block {b} is free in the allocator"))
-        } else {
-            Ok(())
-        }
+        crate::inode::push_block(&mut referenced, b);
+        Ok(())
     };
     let mut found = Found {
         report: &mut report,
         notes: &mut notes,
     };
     let mut st = scan_inode(pm, geo, ino, false, &mut mark, &mut found)?;
+    blocks.claim(&referenced).map_err(|b| {
+        Error::Corrupt(format!(
+            "inode {ino}: references block {b}, which the allocator has free"
+        ))
+    })?;
     if st.kind == FileKind::Dir {
         st.parent = parent;
     }
@@ -279,10 +312,10 @@ pub(crate) fn load_inode(
 }
 
 /// Saves the free-block bitmap and marks the file system clean. The bitmap is
-/// rewritten only if the allocator changed since it was loaded from it: an unmount
-/// after reading alone writes one word.
-pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: &BlockAlloc) {
-    if blocks.changed_since_saved() {
+/// rewritten only if the allocator changed since it was loaded from it (or was never
+/// built, `None`): an unmount after reading alone writes one word.
+pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: Option<&BlockAlloc>) {
+    if let Some(blocks) = blocks.filter(|b| b.changed_since_saved()) {
         let mut bitmap = vec![0u64; geo.total_blocks.div_ceil(64) as usize];
         let mut free = 0;
         for e in blocks.snapshot() {
