@@ -4,7 +4,7 @@
 //! if the last user crashed, and saying so on stderr —, does its work, and unmounts.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -26,6 +26,12 @@ pub struct ImageArg {
     /// Region holding the file system (a file, e.g. in /dev/shm, or a devdax device).
     #[arg(long, env = "EASYIO_IMAGE")]
     pub image: PathBuf,
+    /// Mount read-only: nothing is written to the image (a crash is recovered in memory
+    /// only), a damaged file fails alone with EUCLEAN, and the image file itself may be
+    /// read-only. (A mount falls back to this by itself, with a warning, when it finds
+    /// damage it cannot repair.)
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 #[derive(Args)]
@@ -166,13 +172,30 @@ pub struct Mounted {
     pub report: MountReport,
 }
 
-/// Opens and mounts `image`, telling the user on stderr when recovery had work to do.
-pub fn mount(image: &Path) -> anyhow::Result<Mounted> {
-    let region = Region::open(image)?;
+/// Opens and mounts the image, telling the user on stderr when recovery had work to do
+/// or found damage that left the mount read-only.
+pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
+    let image = &arg.image;
+    let region = if arg.read_only {
+        Region::open_read_only(image)?
+    } else {
+        Region::open(image)?
+    };
     let pm: Arc<dyn Pmem> = Arc::new(region);
-    let (fs, report) = FileSystem::mount(pm, MountOptions::default())
-        .with_context(|| format!("mounting {}", image.display()))?;
-    if !report.clean {
+    let opts = MountOptions {
+        read_only: arg.read_only,
+        ..MountOptions::default()
+    };
+    let (fs, report) =
+        FileSystem::mount(pm, opts).with_context(|| format!("mounting {}", image.display()))?;
+    if !report.damage.is_empty() {
+        eprintln!(
+            "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only:              undamaged files read back, damaged ones fail with EUCLEAN; run `easyio fsck`",
+            image.display(),
+            report.damage.len(),
+            report.damage[0]
+        );
+    } else if !report.clean && !report.read_only {
         eprintln!(
             "easyio: {} was not cleanly unmounted; recovered in {} µs ({} journal(s) rolled back, \
              {} pending write(s) dropped, {} orphan(s) freed)",
@@ -278,7 +301,7 @@ struct GeometryInfo {
 }
 
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let g = m.fs.geometry();
     let info = Info {
         image: a.image.image.display().to_string(),
@@ -328,7 +351,7 @@ fn kind_char(k: FileKind) -> char {
 }
 
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let entries = m.fs.readdir(&a.path).with_context(|| a.path.clone())?;
     if a.json {
         report::print_json(&entries)?;
@@ -359,7 +382,7 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 pub fn stat(a: PathArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
     if a.json {
         report::print_json(&st)?;
@@ -391,7 +414,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("opening {}", a.local.display()))?,
         )
     };
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::TRUNC;
     let fd =
         m.fs.open(&a.dest, flags, 0o644)
@@ -426,7 +449,7 @@ fn copy_out(fs: &FileSystem, path: &str, out: &mut dyn Write) -> anyhow::Result<
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     if a.local.as_os_str() == "-" {
         copy_out(&m.fs, &a.src, &mut std::io::stdout().lock())?;
     } else {
@@ -439,7 +462,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 }
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     copy_out(&m.fs, &a.path, &mut std::io::stdout().lock())?;
     m.fs.unmount()?;
     Ok(())
@@ -459,7 +482,7 @@ fn remove_tree(fs: &FileSystem, path: &str) -> anyhow::Result<()> {
 }
 
 pub fn rm(a: RmArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
     if st.kind == FileKind::Dir {
         if !a.recursive {
@@ -474,7 +497,7 @@ pub fn rm(a: RmArgs) -> anyhow::Result<()> {
 }
 
 pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     if a.parents {
         let mut at = String::new();
         for c in a.path.split('/').filter(|c| !c.is_empty()) {
@@ -492,7 +515,7 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
 }
 
 pub fn mv(a: MvArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     m.fs.rename(&a.from, &a.to)
         .with_context(|| format!("{} -> {}", a.from, a.to))?;
     m.fs.unmount()?;

@@ -2,8 +2,8 @@
 //! region read-only, so it checks an image it cannot write (and changes nothing); the
 //! image is made unwritable with the immutable attribute, which holds even for root (a
 //! plain `chmod 444` does not stop root, who runs these tests in CI), and that test is
-//! skipped where `chattr` is not available. `mkfs --force` reformats an image whatever
-//! its header says.
+//! skipped where `chattr` is not available; `--read-only` mounts read it the same way.
+//! `mkfs --force` reformats an image whatever its header says.
 
 mod common;
 
@@ -22,7 +22,7 @@ impl Drop for Image {
 }
 
 #[test]
-fn fsck_checks_an_image_it_cannot_write() {
+fn fsck_and_read_only_mounts_read_an_image_they_cannot_write() {
     let image = Image(
         PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("easyio-ro-{}.img", std::process::id())),
@@ -36,6 +36,21 @@ fn fsck_checks_an_image_it_cannot_write() {
         mkfs.status.success(),
         "{}",
         String::from_utf8_lossy(&mkfs.stderr)
+    );
+    let local = PathBuf::from(format!("{}.txt", image.0.display()));
+    std::fs::write(&local, b"still readable\n").unwrap();
+    let put = easyio()
+        .args(["put", "--image"])
+        .arg(&image.0)
+        .arg(&local)
+        .arg("/f")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&local);
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
     );
     let before = std::fs::read(&image.0).unwrap();
     match Command::new("chattr").arg("+i").arg(&image.0).output() {
@@ -64,10 +79,35 @@ fn fsck_checks_an_image_it_cannot_write() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("no problems found"));
+    // A read-only mount reads it; a change is EROFS.
+    let cat = easyio()
+        .args(["cat", "--read-only", "--image"])
+        .arg(&image.0)
+        .arg("/f")
+        .output()
+        .unwrap();
+    assert!(
+        cat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cat.stderr)
+    );
+    assert_eq!(cat.stdout, b"still readable\n");
+    let rm = easyio()
+        .args(["rm", "--read-only", "--image"])
+        .arg(&image.0)
+        .arg("/f")
+        .output()
+        .unwrap();
+    assert_eq!(
+        rm.status.code(),
+        Some(libc::EROFS),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
     assert_eq!(
         std::fs::read(&image.0).unwrap(),
         before,
-        "fsck changed the image"
+        "fsck or a read-only mount changed the image"
     );
 }
 

@@ -69,6 +69,7 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
+        self.check_writable()?;
         let pm = &*self.pm;
         let log = &mut st.log;
         // Where the next entry goes: (index into log.pages, slot within that page).
@@ -246,6 +247,7 @@ impl FileSystem {
 
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
     pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
+        self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),
             Err(_) => {

@@ -132,6 +132,9 @@ impl FileSystem {
         class: Class,
     ) -> Result<Fd> {
         let (readable, writable) = flags.validate()?;
+        if writable || flags.has(OpenFlags::TRUNC) {
+            self.check_writable()?;
+        }
         let follow = !flags.has(OpenFlags::NOFOLLOW);
         let (inode, created) = if flags.has(OpenFlags::CREAT) {
             self.open_or_create(path, flags, mode, follow)?

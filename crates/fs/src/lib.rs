@@ -80,6 +80,14 @@ pub struct MountOptions {
     /// the data copy, as a file system without EASYIO's two-level locking must. Correct
     /// but serialises every operation on a file behind the copy of the one before.
     pub lock_across_wait: bool,
+    /// Mount read-only: nothing is written to the region, recovery included (a crash
+    /// is rolled back in memory only). An inode that cannot be read is
+    /// `Error::Corrupt` for it alone; every change is `Error::ReadOnly`. Data is copied
+    /// by the CPU whatever `mode` says.
+    pub read_only: bool,
+    /// When recovery finds damage it cannot repair, mount read-only as above — the
+    /// report lists the damage — instead of failing.
+    pub read_only_on_damage: bool,
 }
 
 impl Default for MountOptions {
@@ -88,6 +96,8 @@ impl Default for MountOptions {
             mode: Mode::Cpu,
             mover: MoverConfig::default(),
             lock_across_wait: false,
+            read_only: false,
+            read_only_on_damage: true,
         }
     }
 }
@@ -177,6 +187,8 @@ pub struct FileSystem {
     deferred: Mutex<Vec<(Pending, Vec<alloc::Extent>)>>,
     /// See [`MountOptions::lock_across_wait`].
     lock_across_wait: bool,
+    /// See [`MountOptions::read_only`]; `pm` is then a read-only view of the region.
+    read_only: bool,
     unmounted: std::sync::atomic::AtomicBool,
 }
 
@@ -220,7 +232,7 @@ impl FileSystem {
 
     fn shutdown(&self) {
         use std::sync::atomic::Ordering;
-        if self.unmounted.swap(true, Ordering::SeqCst) {
+        if self.unmounted.swap(true, Ordering::SeqCst) || self.read_only {
             return;
         }
         let open: Vec<Fd> = self
@@ -244,6 +256,20 @@ impl FileSystem {
             self.blocks.free(ext);
         }
         recovery::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
+    }
+
+    /// Whether the file system is mounted read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// `Error::ReadOnly` on a read-only mount: checked before anything is written.
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
     }
 
     /// The layout of the mounted region.

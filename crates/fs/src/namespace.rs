@@ -210,6 +210,7 @@ impl FileSystem {
         if dst.children.contains_key(name) {
             return Err(Error::Exists);
         }
+        self.check_writable()?;
         if kind == FileKind::Dir && dst.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
@@ -472,7 +473,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         st: &mut RwLockWriteGuard<'_, InodeState>,
     ) {
-        if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 {
+        if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 || self.read_only {
             return;
         }
         self.pm

@@ -39,7 +39,7 @@ use crate::inode::{
 use crate::journal;
 use crate::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
 use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
-use crate::{FileSystem, MountOptions};
+use crate::{FileSystem, Mode, MountOptions};
 
 /// Clean word of a cleanly unmounted file system.
 pub const CLEAN: u64 = 0x4E41_454C_434F_4945; // "EIOCLEAN"
@@ -64,6 +64,11 @@ pub struct MountReport {
     pub orphans_freed: u64,
     pub free_blocks: u64,
     pub mount_us: u64,
+    /// Mounted read-only: asked for, or because of `damage`.
+    pub read_only: bool,
+    /// Damage recovery could not repair, which made the mount fall back to read-only
+    /// ([`crate::MountOptions::read_only_on_damage`]): what `fsck` reports as problems.
+    pub damage: Vec<String>,
 }
 
 /// Everything a scan of the region learned.
@@ -118,6 +123,9 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
 
 pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
     let start = Instant::now();
+    if opts.read_only {
+        return mount_read_only(pm, opts, Vec::new(), start);
+    }
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
@@ -144,8 +152,13 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
             )
         }
     } else {
-        let (states, blocks, report) = full_scan(&*pm, geo)?;
-        (states, Blocks::built(blocks), report)
+        match full_scan(&*pm, geo)? {
+            Ok((states, blocks, report)) => (states, Blocks::built(blocks), report),
+            Err(problems) if opts.read_only_on_damage => {
+                return mount_read_only(pm, opts, problems, start)
+            }
+            Err(problems) => return Err(damage_error(&problems)),
+        }
     };
     // From here on a crash must not trust the saved bitmap.
     pm.store_u64_persist(CLEAN_OFF, 0);
@@ -195,28 +208,102 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         mover,
         deferred: Mutex::new(Vec::new()),
         lock_across_wait: opts.lock_across_wait,
+        read_only: false,
         unmounted: AtomicBool::new(false),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report))
 }
 
+/// The error of a mount that found damage and may not fall back to read-only.
+fn damage_error(problems: &[String]) -> Error {
+    let n = problems.len();
+    let first: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+    Error::Corrupt(format!(
+        "{} ({n} problem{} found; run `easyio fsck` for all)",
+        first.join("; "),
+        if n == 1 { "" } else { "s" }
+    ))
+}
+
+/// A read-only mount: the region is seen through a view that rolls back interrupted
+/// operations in memory and refuses stores; inodes are read when first named, each
+/// checked on its own, so a damaged one is `Error::Corrupt` and the rest read back.
+fn mount_read_only(
+    pm: Arc<dyn Pmem>,
+    opts: MountOptions,
+    damage: Vec<String>,
+    start: Instant,
+) -> Result<(FileSystem, MountReport)> {
+    let (geo, replica_reason) = Geometry::read(&*pm)?;
+    let mut words = HashMap::new();
+    for j in 0..geo.journals {
+        if let Some(records) = journal::pending(&*pm, &geo, j)? {
+            words.extend(records);
+        }
+    }
+    let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
+    let view: Arc<dyn Pmem> = Arc::new(crate::fsck::RolledBack { pm, words });
+    let source = view.clone();
+    let load: LoadFree = Box::new(move || {
+        load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
+    });
+    let saved_free = view.load_u64(BITMAP_FREE_OFF);
+    let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
+    let root = load_inode(&*view, &geo, ROOT_INO, ROOT_INO, &blocks)?;
+    if root.kind != FileKind::Dir {
+        return Err(Error::Corrupt("root is not a directory".into()));
+    }
+    let root = Arc::new(Inode {
+        ino: ROOT_INO,
+        state: RwLock::new(root),
+        opens: AtomicU32::new(0),
+        io_lock: rt::sync::Mutex::new(()),
+    });
+    let report = MountReport {
+        clean,
+        superblock_replica_used: replica_reason,
+        inodes: 1,
+        free_blocks: saved_free,
+        read_only: true,
+        damage,
+        mount_us: start.elapsed().as_micros() as u64,
+        ..MountReport::default()
+    };
+    let mover = mover::build(Mode::Cpu, view.clone(), geo.records_off(), &opts.mover)
+        .map_err(Error::Mover)?;
+    let fs = FileSystem {
+        pm: view,
+        geo,
+        inodes: RwLock::new(HashMap::from([(ROOT_INO, root)])),
+        lazy: true,
+        blocks,
+        inos: InoAlloc::new(0..0),
+        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
+        epoch: Epoch::new(),
+        fds: RwLock::new(Vec::new()),
+        rename_lock: Mutex::new(()),
+        mover,
+        deferred: Mutex::new(Vec::new()),
+        lock_across_wait: false,
+        read_only: true,
+        unmounted: AtomicBool::new(false),
+    };
+    Ok((fs, report))
+}
+
 /// Mount after a crash (or with a saved allocator that fails its checksum): every
 /// inode read and checked, orphans freed, the allocator rebuilt from what the logs
 /// reference.
+/// Damage found (as `fsck` words it) is the inner error.
+#[allow(clippy::type_complexity)]
 fn full_scan(
     pm: &dyn Pmem,
     geo: Geometry,
-) -> Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport)> {
+) -> Result<std::result::Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport), Vec<String>>> {
     let mut scan = scan(pm, geo, true)?;
     if !scan.problems.is_empty() {
-        let n = scan.problems.len();
-        let first: Vec<&str> = scan.problems.iter().take(3).map(String::as_str).collect();
-        return Err(Error::Corrupt(format!(
-            "{} ({n} problem{} found; run `easyio fsck` for all)",
-            first.join("; "),
-            if n == 1 { "" } else { "s" }
-        )));
+        return Ok(Err(scan.problems));
     }
     // Free orphans durably before anything can reuse their number.
     for &ino in &scan.orphans {
@@ -237,7 +324,7 @@ fn full_scan(
         geo.total_blocks,
         free_extents(&scan.used, geo.pool_start),
     );
-    Ok((scan.states, blocks, scan.report))
+    Ok(Ok((scan.states, blocks, scan.report)))
 }
 
 /// The free blocks when the saved bitmap fails its checksum: those no inode that

@@ -74,9 +74,17 @@ fn flip(pm: &dyn Pmem, off: u64, mask: u8) {
     pm.write_persist(off, &[b[0] ^ mask]);
 }
 
+/// A mount that fails on damage instead of falling back to read-only.
+fn strict() -> MountOptions {
+    MountOptions {
+        read_only_on_damage: false,
+        ..MountOptions::default()
+    }
+}
+
 /// Mount must fail with a "corrupted" error whose message contains every `words`.
 fn mount_fails(pm: &Arc<dyn Pmem>, words: &[&str]) -> String {
-    let err = match FileSystem::mount(pm.clone(), MountOptions::default()) {
+    let err = match FileSystem::mount(pm.clone(), strict()) {
         Ok(_) => panic!("mount accepted an image corrupted in {words:?}"),
         Err(e) => e,
     };
@@ -109,7 +117,7 @@ const PATHS: [&str; 11] = [
 /// Mount, or the first use of the damaged inode, must fail with a "corrupted" error
 /// whose message contains every `words`; returns that message.
 fn damage_reported(pm: &Arc<dyn Pmem>, words: &[&str]) -> String {
-    let fs = match FileSystem::mount(pm.clone(), MountOptions::default()) {
+    let fs = match FileSystem::mount(pm.clone(), strict()) {
         Err(_) => return mount_fails(pm, words),
         Ok((fs, _)) => fs,
     };
@@ -303,8 +311,23 @@ fn corrupt_inode_record() {
     }
     assert!(made > 0);
     fs.abandon();
-    // After a crash the full scan reads every inode, this one too.
+    // After a crash the full scan reads every inode, this one too: a strict mount
+    // fails; by default the mount falls back to read-only, says why, and every file
+    // reads back.
     mount_fails(&pm, &[&format!("inode {free}"), "valid word"]);
+    let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+    assert!(report.read_only && fs.is_read_only(), "{report:?}");
+    assert!(
+        report
+            .damage
+            .iter()
+            .any(|d| d.contains(&format!("inode {free}"))),
+        "{report:?}"
+    );
+    assert_eq!(read_file(&fs, "/d/f5"), vec![6u8; 28000]);
+    assert!(matches!(fs.mkdir("/x", 0o755), Err(fs::Error::ReadOnly)));
+    assert_eq!(fs::Error::ReadOnly.errno(), libc::EROFS);
+    fs.unmount().unwrap();
 }
 
 #[test]
