@@ -34,6 +34,12 @@ pub struct ImageArg {
     /// Region holding the file system (a file, e.g. in /dev/shm, or a devdax device).
     #[arg(long, env = "EASYIO_IMAGE")]
     pub image: PathBuf,
+    /// Mount read-only: nothing is written to the image (a crash is recovered in memory
+    /// only), a damaged file fails alone with EUCLEAN, and the image file itself may be
+    /// read-only. (A mount falls back to this by itself, with a warning, when it finds
+    /// damage it cannot repair.)
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 #[derive(Args)]
@@ -181,13 +187,30 @@ pub struct Mounted {
     pub report: MountReport,
 }
 
-/// Opens and mounts `image`, telling the user on stderr when recovery had work to do.
-pub fn mount(image: &Path) -> anyhow::Result<Mounted> {
-    let region = Region::open(image)?;
+/// Opens and mounts the image, telling the user on stderr when recovery had work to do
+/// or found damage that left the mount read-only.
+pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
+    let image = &arg.image;
+    let region = if arg.read_only {
+        Region::open_read_only(image)?
+    } else {
+        Region::open(image)?
+    };
     let pm: Arc<dyn Pmem> = Arc::new(region);
-    let (fs, report) = FileSystem::mount(pm, MountOptions::default())
-        .with_context(|| format!("mounting {}", image.display()))?;
-    if !report.clean {
+    let opts = MountOptions {
+        read_only: arg.read_only,
+        ..MountOptions::default()
+    };
+    let (fs, report) =
+        FileSystem::mount(pm, opts).with_context(|| format!("mounting {}", image.display()))?;
+    if !report.damage.is_empty() {
+        eprintln!(
+            "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only:              undamaged files read back, damaged ones fail with EUCLEAN; run `easyio fsck`",
+            image.display(),
+            report.damage.len(),
+            report.damage[0]
+        );
+    } else if !report.clean && !report.read_only {
         eprintln!(
             "easyio: {} was not cleanly unmounted; recovered in {} µs ({} journal(s) rolled back, \
              {} pending write(s) dropped, {} orphan(s) freed)",
@@ -236,12 +259,10 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
             check_geometry(size, &opts)?;
             replace_image(path, &m, size, &opts)?
         }
-        Some(m) => {
-            let region = match a.size {
-                // A device DAX region takes the whole device: `create` checks the size.
-                Some(size) if !m.is_file() => Region::create(path, size)?,
-                _ => Region::open(path)?,
-            };
+        Some(_) => {
+            // Whatever its header says (damaged, another version, none): --force
+            // means it. A device DAX region takes the whole device: the size is checked.
+            let region = Region::overwrite(path, a.size.unwrap_or(0))?;
             check_geometry(region.len(), &opts)?;
             let geo = FileSystem::format(&region, &opts)?;
             (region, geo)
@@ -303,7 +324,7 @@ fn replace_image(
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
-    let region = Region::open(&a.image.image)?;
+    let region = Region::open_read_only(&a.image.image)?;
     let spin = progress::spinner("checking the image", a.json);
     let r = fs::fsck::check(&region);
     spin.finish_and_clear();
@@ -367,7 +388,7 @@ struct GeometryInfo {
 }
 
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let g = m.fs.geometry();
     let info = Info {
         image: a.image.image.display().to_string(),
@@ -432,7 +453,7 @@ fn long_line(st: &fs::Stat, name: &str) -> String {
 }
 
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.stat(&a.path).with_context(|| a.path.clone())?;
     let out = &mut std::io::stdout().lock();
     if st.kind != FileKind::Dir {
@@ -480,7 +501,7 @@ fn base_name(path: &str) -> &str {
 }
 
 pub fn stat(a: PathArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
     if a.json {
         report::print_json(&st)?;
@@ -543,7 +564,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
         }
         Box::new(f)
     };
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let mut dest = a.dest.clone();
     let old = match m.fs.stat(&dest) {
         Ok(st) if st.kind == FileKind::Dir => {
@@ -634,7 +655,7 @@ fn copy_out(fs: &FileSystem, path: &str, out: &mut dyn Write) -> anyhow::Result<
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.stat(&a.src).with_context(|| a.src.clone())?;
     if st.kind == FileKind::Dir {
         return Err(fs::Error::IsDir).context(a.src);
@@ -658,7 +679,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
     output::refuse_image_stdout(&a.image.image)?;
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     copy_out(&m.fs, &a.path, &mut std::io::stdout().lock())?;
     m.fs.unmount()?;
     Ok(())
@@ -686,7 +707,7 @@ fn remove_tree(fs: &FileSystem, path: &str, keep: bool) -> anyhow::Result<u64> {
 }
 
 pub fn rm(a: RmArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
     if st.kind == FileKind::Dir {
         if !a.recursive {
@@ -713,7 +734,7 @@ pub fn rm(a: RmArgs) -> anyhow::Result<()> {
 }
 
 pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     if a.parents {
         let mut at = String::new();
         for c in a.path.split('/').filter(|c| !c.is_empty()) {
@@ -737,7 +758,7 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
 }
 
 pub fn mv(a: MvArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image.image)?;
+    let m = mount(&a.image)?;
     // Onto an existing directory (or a name ending in '/'): into it, as mv(1) does.
     let to = match m.fs.stat(&a.to) {
         Ok(st) if st.kind == FileKind::Dir && !base_name(&a.from).is_empty() => {

@@ -45,25 +45,40 @@ pub struct BlockAlloc {
     shard_len: u64,
     shards: Vec<Mutex<Shard>>,
     free: AtomicU64,
+    /// Allocations and frees since [`BlockAlloc::mark_saved`]: none means the saved
+    /// bitmap still describes this allocator.
+    changes: AtomicU64,
 }
 
 /// One shard's free blocks: coalesced extents (start → length), a stack of single
 /// blocks and a stack of short extents, all disjoint; and a bitmap of which of the
-/// shard's blocks are free, which catches a double free whatever holds the block.
+/// shard's blocks are in use, which catches a double free whatever holds the block.
+/// (Set bits mark blocks in use, so that a mostly free pool leaves most of the bitmap
+/// as untouched zero pages: building it costs what is in use, not the pool size.)
 struct Shard {
     /// First block of the shard.
     base: u64,
-    free_bits: Vec<u64>,
+    used_bits: Vec<u64>,
     extents: BTreeMap<u64, u64>,
     singles: Vec<u64>,
     recent: Vec<Extent>,
 }
 
 impl Shard {
+    /// Marks `start..end`, free until now in a shard being built, as in use.
+    fn mark_used(&mut self, start: u64, end: u64) {
+        let (mut i, end) = (start - self.base, end - self.base);
+        while i < end {
+            let n = (64 - i % 64).min(end - i);
+            self.used_bits[(i / 64) as usize] |= (u64::MAX >> (64 - n)) << (i % 64);
+            i += n;
+        }
+    }
+
     fn new(base: u64, len: u64) -> Shard {
         Shard {
             base,
-            free_bits: vec![0; len.div_ceil(64) as usize],
+            used_bits: vec![0; len.div_ceil(64) as usize],
             extents: BTreeMap::new(),
             singles: Vec::new(),
             recent: Vec::new(),
@@ -78,15 +93,15 @@ impl Shard {
         while i < end {
             let n = (64 - i % 64).min(end - i);
             let mask = (u64::MAX >> (64 - n)) << (i % 64);
-            let word = &mut self.free_bits[(i / 64) as usize];
+            let word = &mut self.used_bits[(i / 64) as usize];
             if free {
                 assert!(
-                    *word & mask == 0,
+                    *word & mask == mask,
                     "double free of block {}",
-                    self.base + i / 64 * 64 + (*word & mask).trailing_zeros() as u64
+                    self.base + i / 64 * 64 + (!*word & mask).trailing_zeros() as u64
                 );
             } else {
-                debug_assert!(*word & mask == mask, "allocating blocks that are not free");
+                debug_assert!(*word & mask == 0, "allocating blocks that are not free");
             }
             *word ^= mask;
             i += n;
@@ -149,9 +164,17 @@ impl Shard {
 
 impl BlockAlloc {
     /// An allocator over blocks `first..end` with nothing free.
+    #[cfg(test)]
     pub fn empty(first: u64, end: u64) -> BlockAlloc {
+        BlockAlloc::with_free(first, end, [])
+    }
+
+    /// An allocator over blocks `first..end` whose free blocks are `free`: disjoint
+    /// extents inside the range, sorted by start. Costs the number of extents and of
+    /// blocks in use, not the size of the pool.
+    pub fn with_free(first: u64, end: u64, free: impl IntoIterator<Item = Extent>) -> BlockAlloc {
         let shard_len = (end - first).div_ceil(SHARDS as u64).max(1);
-        BlockAlloc {
+        let a = BlockAlloc {
             first,
             end,
             shard_len,
@@ -159,7 +182,57 @@ impl BlockAlloc {
                 .map(|i| Mutex::new(Shard::new(first + i * shard_len, shard_len)))
                 .collect(),
             free: AtomicU64::new(0),
+            // No saved bitmap is known to describe it until `mark_saved`.
+            changes: AtomicU64::new(1),
+        };
+        let mut at = first;
+        let mut total = 0;
+        for e in free.into_iter().chain([Extent { start: end, len: 0 }]) {
+            assert!(
+                e.start >= at && e.start + e.len <= end,
+                "free extents {e:?} unsorted or outside {first}..{end}"
+            );
+            a.for_each_shard_piece(at, e.start, |s, start, end| s.mark_used(start, end));
+            a.for_each_shard_piece(e.start, e.start + e.len, |s, start, end| {
+                insert_coalesced(&mut s.extents, start, end - start)
+            });
+            total += e.len;
+            at = e.start + e.len;
         }
+        a.free.store(total, Ordering::Relaxed);
+        a
+    }
+
+    /// Calls `f(shard, start, end)` for the part of `start..end` in each shard.
+    fn for_each_shard_piece(
+        &self,
+        mut start: u64,
+        end: u64,
+        mut f: impl FnMut(&mut Shard, u64, u64),
+    ) {
+        while start < end {
+            let shard = self.shard_of(start);
+            let shard_end = (self.first + (shard as u64 + 1) * self.shard_len).min(end);
+            f(&mut self.shards[shard].lock(), start, shard_end);
+            start = shard_end;
+        }
+    }
+
+    /// Records that the saved bitmap describes the allocator as it is now.
+    pub fn mark_saved(&self) {
+        self.changes.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether anything was allocated or freed since [`BlockAlloc::mark_saved`].
+    pub fn changed_since_saved(&self) -> bool {
+        self.changes.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether pool block `block` is free.
+    pub fn is_free(&self, block: u64) -> bool {
+        let shard = self.shards[self.shard_of(block)].lock();
+        let i = block - shard.base;
+        shard.used_bits[(i / 64) as usize] & (1 << (i % 64)) == 0
     }
 
     /// Free blocks now.
@@ -185,6 +258,7 @@ impl BlockAlloc {
             start = shard_end;
         }
         self.free.fetch_add(ext.len, Ordering::Relaxed);
+        self.changes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes one extent of at most `want` blocks, preferring the caller's CPU shard.
@@ -193,6 +267,7 @@ impl BlockAlloc {
         for i in 0..SHARDS {
             if let Some(e) = self.shards[(home + i) % SHARDS].lock().take(want) {
                 self.free.fetch_sub(e.len, Ordering::Relaxed);
+                self.changes.fetch_add(1, Ordering::Relaxed);
                 return Some(e);
             }
         }
@@ -242,6 +317,152 @@ impl BlockAlloc {
     }
 }
 
+/// Reads the free extents (sorted) a lazily built allocator starts from.
+pub type LoadFree = Box<dyn FnOnce() -> Vec<Extent> + Send>;
+
+/// The block allocator of a mount, built when first used: a mount after a clean
+/// unmount does not read the saved bitmap (one bit per block of the image) until
+/// something allocates, frees or asks for the free count, so opening an image to read
+/// it costs the same whatever its size. Dereferences to the [`BlockAlloc`], building it.
+pub struct Blocks {
+    ready: std::sync::OnceLock<BlockAlloc>,
+    pending: Mutex<Pending>,
+    first: u64,
+    end: u64,
+    /// Free blocks as recorded at the last save, reported until the allocator is built.
+    saved_free: u64,
+}
+
+struct Pending {
+    load: Option<LoadFree>,
+    /// Blocks that inodes read before the allocator was built reference: never free.
+    claims: Vec<Extent>,
+}
+
+impl Blocks {
+    /// An allocator that is already built.
+    pub fn built(a: BlockAlloc) -> Blocks {
+        let (first, end, saved_free) = (a.first, a.end, a.free_blocks());
+        Blocks {
+            ready: std::sync::OnceLock::from(a),
+            pending: Mutex::new(Pending {
+                load: None,
+                claims: Vec::new(),
+            }),
+            first,
+            end,
+            saved_free,
+        }
+    }
+
+    /// An allocator over blocks `first..end` built from `load()` on first use.
+    pub fn lazy(first: u64, end: u64, saved_free: u64, load: LoadFree) -> Blocks {
+        Blocks {
+            ready: std::sync::OnceLock::new(),
+            pending: Mutex::new(Pending {
+                load: Some(load),
+                claims: Vec::new(),
+            }),
+            first,
+            end,
+            saved_free,
+        }
+    }
+
+    /// The allocator, if it has been built.
+    pub fn built_alloc(&self) -> Option<&BlockAlloc> {
+        self.ready.get()
+    }
+
+    /// Free blocks: the allocator's count once built, the saved count before.
+    pub fn free_blocks(&self) -> u64 {
+        self.ready
+            .get()
+            .map_or(self.saved_free, BlockAlloc::free_blocks)
+    }
+
+    /// Records that an inode just read references `blocks`. Before the allocator is
+    /// built they are kept out of its free space; after, every one must be in use:
+    /// returns the first that is free (a damaged log pointing into free space).
+    pub fn claim(&self, blocks: &[Extent]) -> std::result::Result<(), u64> {
+        {
+            let mut p = self.pending.lock();
+            if self.ready.get().is_none() {
+                p.claims.extend_from_slice(blocks);
+                return Ok(());
+            }
+        }
+        let a = self.ready.get().expect("built");
+        for e in blocks {
+            if let Some(b) = (e.start..e.start + e.len).find(|&b| a.is_free(b)) {
+                return Err(b);
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn build(&self) -> &BlockAlloc {
+        let mut p = self.pending.lock();
+        if let Some(a) = self.ready.get() {
+            return a;
+        }
+        let load = p.load.take().expect("an unbuilt allocator has its loader");
+        let free = load();
+        let mut claims = std::mem::take(&mut p.claims);
+        claims.sort_by_key(|e| e.start);
+        let kept = subtract(&free, &claims);
+        let a = BlockAlloc::with_free(self.first, self.end, kept.iter().copied());
+        if kept == free {
+            a.mark_saved();
+        }
+        let _ = self.ready.set(a);
+        self.ready.get().expect("just set")
+    }
+}
+
+impl std::ops::Deref for Blocks {
+    type Target = BlockAlloc;
+
+    fn deref(&self) -> &BlockAlloc {
+        match self.ready.get() {
+            Some(a) => a,
+            None => self.build(),
+        }
+    }
+}
+
+/// `free` (sorted, disjoint) without the blocks of `taken` (sorted by start).
+fn subtract(free: &[Extent], taken: &[Extent]) -> Vec<Extent> {
+    let mut out = Vec::with_capacity(free.len());
+    let mut t = 0;
+    for e in free {
+        let (mut start, end) = (e.start, e.start + e.len);
+        while t < taken.len() && taken[t].start + taken[t].len <= start {
+            t += 1;
+        }
+        let mut k = t;
+        while start < end && k < taken.len() && taken[k].start < end {
+            let (ts, te) = (taken[k].start, taken[k].start + taken[k].len);
+            if ts > start {
+                out.push(Extent {
+                    start,
+                    len: ts - start,
+                });
+            }
+            start = start.max(te);
+            k += 1;
+        }
+        if start < end {
+            out.push(Extent {
+                start,
+                len: end - start,
+            });
+        }
+    }
+    out
+}
+
 fn insert_coalesced(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
     if let Some((&ps, &pl)) = map.range(..start).next_back() {
         assert!(ps + pl <= start, "double free of block {start}");
@@ -261,39 +482,61 @@ fn insert_coalesced(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) 
     map.insert(start, len);
 }
 
-/// Free inode numbers, sharded.
+/// Inode numbers examined at a time when the free lists run dry.
+pub const INO_CHUNK: u64 = 1024;
+
+/// Free inode numbers, sharded, found a chunk of the inode table at a time: mount reads
+/// none of the table for this, so its cost does not grow with the number of inodes.
 pub struct InoAlloc {
     shards: Vec<Mutex<Vec<u64>>>,
+    /// Numbers not examined yet. A number below `start` is free exactly when it is on a
+    /// shard's list; one at or above it is free when its valid word says so.
+    unscanned: Mutex<std::ops::Range<u64>>,
 }
 
 impl InoAlloc {
-    /// An allocator holding the given free numbers.
-    pub fn new(free: impl IntoIterator<Item = u64>) -> InoAlloc {
-        let shards: Vec<Mutex<Vec<u64>>> = (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect();
-        for (i, ino) in free.into_iter().enumerate() {
-            shards[i % SHARDS].lock().push(ino);
+    /// An allocator over the numbers in `range`, none examined yet.
+    pub fn new(range: std::ops::Range<u64>) -> InoAlloc {
+        InoAlloc {
+            shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
+            unscanned: Mutex::new(range),
         }
-        // Pop from the end: keep low numbers first for readable listings.
-        for s in &shards {
-            s.lock().reverse();
-        }
-        InoAlloc { shards }
     }
 
-    /// Takes a free inode number.
-    pub fn alloc(&self) -> Result<u64> {
-        let home = cpu_slot();
-        for i in 0..SHARDS {
-            if let Some(ino) = self.shards[(home + i) % SHARDS].lock().pop() {
+    /// Takes a free inode number; `is_free(ino)` reads whether an inode not examined
+    /// yet is free (its valid word).
+    pub fn alloc(&self, is_free: impl Fn(u64) -> bool) -> Result<u64> {
+        if let Some(ino) = self.pop() {
+            return Ok(ino);
+        }
+        let mut range = self.unscanned.lock();
+        while !range.is_empty() {
+            let end = range.end.min(range.start + INO_CHUNK);
+            // Highest first on the list, so that the lowest number is handed out
+            // first: listings stay readable.
+            let mut found: Vec<u64> = (range.start..end).rev().filter(|&i| is_free(i)).collect();
+            range.start = end;
+            if let Some(ino) = found.pop() {
+                self.shards[cpu_slot()].lock().append(&mut found);
                 return Ok(ino);
             }
         }
-        Err(Error::NoInodes)
+        drop(range);
+        self.pop().ok_or(Error::NoInodes)
     }
 
-    /// Returns an inode number.
+    fn pop(&self) -> Option<u64> {
+        let home = cpu_slot();
+        (0..SHARDS).find_map(|i| self.shards[(home + i) % SHARDS].lock().pop())
+    }
+
+    /// Returns an inode number, whose valid word is already 0.
     pub fn free(&self, ino: u64) {
-        self.shards[cpu_slot()].lock().push(ino);
+        let range = self.unscanned.lock();
+        // Not examined yet: the scan will find it free.
+        if ino < range.start {
+            self.shards[cpu_slot()].lock().push(ino);
+        }
     }
 }
 
@@ -428,12 +671,140 @@ mod tests {
     }
 
     #[test]
+    fn built_from_free_extents_across_shards() {
+        let free = [
+            Extent { start: 10, len: 5 },
+            Extent {
+                start: 60,
+                len: 200,
+            },
+            Extent {
+                start: 900,
+                len: 124,
+            },
+        ];
+        let a = BlockAlloc::with_free(10, 1024, free);
+        assert_eq!(a.free_blocks(), 329);
+        assert_eq!(a.snapshot(), free.to_vec());
+        assert!(a.is_free(14) && !a.is_free(15) && a.is_free(259) && !a.is_free(260));
+        assert!(a.changed_since_saved());
+        a.mark_saved();
+        assert!(!a.changed_since_saved());
+        // Blocks in use can be freed once; free ones cannot.
+        a.free(Extent { start: 15, len: 45 });
+        assert_eq!(
+            a.snapshot()[0],
+            Extent {
+                start: 10,
+                len: 250
+            }
+        );
+        assert!(a.changed_since_saved());
+        assert!(matches!(a.alloc(375), Err(Error::NoSpace)));
+        let got = a.alloc(374).unwrap();
+        assert_eq!(got.iter().map(|e| e.len).sum::<u64>(), 374);
+        assert_eq!(a.free_blocks(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "double free of block 62")]
+    fn double_free_of_a_block_free_from_the_start_is_caught() {
+        let a = BlockAlloc::with_free(0, 1024, [Extent { start: 62, len: 4 }]);
+        a.free(Extent { start: 60, len: 4 });
+    }
+
+    #[test]
+    fn lazy_allocator_is_built_on_first_use_without_claimed_blocks() {
+        let loads = std::sync::Arc::new(AtomicU64::new(0));
+        let l = loads.clone();
+        let b = Blocks::lazy(
+            0,
+            1024,
+            1000,
+            Box::new(move || {
+                l.fetch_add(1, Ordering::Relaxed);
+                vec![Extent {
+                    start: 24,
+                    len: 1000,
+                }]
+            }),
+        );
+        assert_eq!(b.free_blocks(), 1000, "the saved count, nothing read");
+        assert!(b.claim(&[Extent { start: 0, len: 4 }]).is_ok());
+        // A damaged inode claims blocks the saved bitmap has free: kept out.
+        assert!(b
+            .claim(&[Extent { start: 30, len: 2 }, Extent { start: 100, len: 1 }])
+            .is_ok());
+        assert!(b.built_alloc().is_none());
+        assert_eq!(loads.load(Ordering::Relaxed), 0);
+        let got = b.alloc(997).unwrap();
+        assert_eq!(loads.load(Ordering::Relaxed), 1);
+        assert_eq!(b.free_blocks(), 0);
+        assert!(
+            b.changed_since_saved(),
+            "claims changed what the bitmap says"
+        );
+        let mut blocks: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
+        blocks.sort();
+        assert!(!blocks.contains(&30) && !blocks.contains(&31) && !blocks.contains(&100));
+        // Once built, a claim of a free block is refused.
+        b.free(Extent { start: 40, len: 1 });
+        assert_eq!(b.claim(&[Extent { start: 39, len: 3 }]), Err(40));
+        assert_eq!(b.claim(&[Extent { start: 30, len: 2 }]), Ok(()));
+    }
+
+    #[test]
+    fn subtract_removes_exactly_the_taken_blocks() {
+        let e = |start, len| Extent { start, len };
+        let free = [e(0, 10), e(20, 10), e(40, 5)];
+        let taken = [e(5, 2), e(9, 13), e(28, 20)];
+        assert_eq!(subtract(&free, &taken), vec![e(0, 5), e(7, 2), e(22, 6)]);
+        assert_eq!(subtract(&free, &[]), free.to_vec());
+    }
+
+    #[test]
     fn inode_numbers_are_unique() {
         let a = InoAlloc::new(2..50);
-        let mut got: Vec<u64> = (0..48).map(|_| a.alloc().unwrap()).collect();
-        assert!(matches!(a.alloc(), Err(Error::NoInodes)));
+        let mut got: Vec<u64> = (0..48).map(|_| a.alloc(|_| true).unwrap()).collect();
+        assert!(matches!(a.alloc(|_| true), Err(Error::NoInodes)));
         got.sort();
         got.dedup();
         assert_eq!(got.len(), 48);
+    }
+
+    #[test]
+    fn inode_table_is_read_a_chunk_at_a_time_and_only_free_numbers_come_out() {
+        use std::sync::atomic::AtomicBool;
+        // Numbers 2..3000; the multiples of 3 are in use.
+        let valid: Vec<AtomicBool> = (0..3000).map(|i| AtomicBool::new(i % 3 == 0)).collect();
+        let probes = AtomicU64::new(0);
+        let is_free = |i: u64| {
+            probes.fetch_add(1, Ordering::Relaxed);
+            !valid[i as usize].load(Ordering::Relaxed)
+        };
+        let a = InoAlloc::new(2..3000);
+        let first = a.alloc(is_free).unwrap();
+        assert_eq!(first, 2, "lowest free number first");
+        assert_eq!(
+            probes.load(Ordering::Relaxed),
+            INO_CHUNK,
+            "one chunk examined"
+        );
+        // A number freed beyond the examined part is found by the scan, once.
+        valid[2500].store(true, Ordering::Relaxed);
+        valid[2500].store(false, Ordering::Relaxed);
+        a.free(2500);
+        let mut got = vec![first];
+        while let Ok(i) = a.alloc(is_free) {
+            valid[i as usize].store(true, Ordering::Relaxed);
+            got.push(i);
+        }
+        let mut want: Vec<u64> = (2..3000).filter(|i| i % 3 != 0).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "every free number exactly once");
+        // Freed below the examined part: back on the list.
+        a.free(4);
+        assert_eq!(a.alloc(|_| panic!("nothing left to examine")).unwrap(), 4);
     }
 }

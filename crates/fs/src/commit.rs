@@ -69,6 +69,7 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
+        self.check_writable()?;
         let pm = &*self.pm;
         let log = &mut st.log;
         // Where the next entry goes: (index into log.pages, slot within that page).
@@ -230,15 +231,27 @@ impl FileSystem {
         self.retire(ready);
     }
 
+    /// Blocks of freed inodes still waiting for their last copy.
+    pub(crate) fn deferred_blocks(&self) -> u64 {
+        let d = self.deferred.lock();
+        d.iter().flat_map(|(_, x)| x).map(|x| x.len).sum()
+    }
+
+    /// Hands back every retired block no reader can still use: the epoch advances
+    /// as far as the readers in flight allow (with none, everything retired so far is
+    /// freed).
+    pub(crate) fn reclaim(&self) {
+        self.reap_deferred();
+        self.epoch.collect(|e| self.blocks.free(e));
+    }
+
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
     pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
+        self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),
             Err(_) => {
-                self.reap_deferred();
-                for _ in 0..3 {
-                    self.epoch.collect(|e| self.blocks.free(e));
-                }
+                self.reclaim();
                 self.blocks.alloc(n)
             }
         }

@@ -105,6 +105,11 @@ impl Epoch {
         n
     }
 
+    /// Blocks retired and not yet handed back.
+    pub fn waiting_blocks(&self) -> u64 {
+        self.limbo.lock().iter().map(|(_, x)| x.len).sum()
+    }
+
     /// Everything still waiting, handed back regardless of readers (unmount).
     pub fn drain(&self) -> Vec<Extent> {
         self.limbo.lock().drain(..).map(|(_, x)| x).collect()

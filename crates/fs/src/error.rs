@@ -40,6 +40,10 @@ pub enum Error {
     FileTooBig,
     #[error("corrupted file system: {0}")]
     Corrupt(String),
+    /// The file system is mounted read-only (asked for, or because mount found damage
+    /// it cannot repair).
+    #[error("read-only file system")]
+    ReadOnly,
     #[error(transparent)]
     Region(#[from] pmem::Error),
     /// The data mover or copy engine could not be set up (mount, format, options).
@@ -83,6 +87,7 @@ impl Error {
             Error::TooManyLinks => libc::EMLINK,
             Error::FileTooBig => libc::EFBIG,
             Error::Corrupt(_) => libc::EUCLEAN,
+            Error::ReadOnly => libc::EROFS,
             Error::Region(e) => e.errno(),
             Error::Mover(e) => e.errno(),
             Error::Io { .. } => libc::EIO,

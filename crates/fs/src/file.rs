@@ -132,6 +132,9 @@ impl FileSystem {
         class: Class,
     ) -> Result<Fd> {
         let (readable, writable) = flags.validate()?;
+        if writable || flags.has(OpenFlags::TRUNC) {
+            self.check_writable()?;
+        }
         let follow = !flags.has(OpenFlags::NOFOLLOW);
         let (inode, created) = if flags.has(OpenFlags::CREAT) {
             self.open_or_create(path, flags, mode, follow)?
@@ -335,12 +338,13 @@ impl FileSystem {
         Ok(*pos)
     }
 
-    /// Nothing to do — every operation is durable when it returns — but the descriptor
-    /// is checked, as `fsync` does.
+    /// Nothing to write — every operation is durable when it returns — but the
+    /// descriptor is checked, and a failure of the disk under a page-cache region to
+    /// take an earlier write is reported here, as `fsync` does.
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         self.file(fd)?;
         self.pm.fence();
-        Ok(())
+        self.sync_result()
     }
 
     /// Sets the size of the file at `path`; holes read as zeros.

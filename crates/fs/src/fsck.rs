@@ -144,13 +144,14 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
 }
 
 /// The region as mount sees it after rolling back the pending journals: the words they
-/// restore read as their old values. Read-only, like fsck.
-struct RolledBack<'a> {
-    pm: &'a dyn Pmem,
-    words: HashMap<u64, u64>,
+/// restore read as their old values. Read-only: fsck, and read-only mounts, see the
+/// image through it.
+pub(crate) struct RolledBack<P> {
+    pub pm: P,
+    pub words: HashMap<u64, u64>,
 }
 
-impl Pmem for RolledBack<'_> {
+impl<'a, P: std::ops::Deref<Target = dyn Pmem + 'a> + Send + Sync> Pmem for RolledBack<P> {
     fn len(&self) -> u64 {
         self.pm.len()
     }
@@ -160,11 +161,11 @@ impl Pmem for RolledBack<'_> {
     }
 
     fn write(&self, off: u64, _: &[u8]) {
-        unreachable!("fsck wrote to the region at {off:#x}")
+        unreachable!("wrote at {off:#x} through the read-only view of a region")
     }
 
     fn store_u64(&self, off: u64, _: u64) {
-        unreachable!("fsck wrote to the region at {off:#x}")
+        unreachable!("wrote at {off:#x} through the read-only view of a region")
     }
 
     fn load_u64(&self, off: u64) -> u64 {
@@ -195,6 +196,6 @@ impl Pmem for RolledBack<'_> {
     fn fence(&self) {}
 
     fn copy_nt(&self, off: u64, _: &[u8]) {
-        unreachable!("fsck wrote to the region at {off:#x}")
+        unreachable!("wrote at {off:#x} through the read-only view of a region")
     }
 }

@@ -44,7 +44,7 @@ pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
 
-use alloc::{BlockAlloc, InoAlloc};
+use alloc::InoAlloc;
 use epoch::Epoch;
 use file::OpenFile;
 use inode::Inode;
@@ -80,6 +80,14 @@ pub struct MountOptions {
     /// the data copy, as a file system without EASYIO's two-level locking must. Correct
     /// but serialises every operation on a file behind the copy of the one before.
     pub lock_across_wait: bool,
+    /// Mount read-only: nothing is written to the region, recovery included (a crash
+    /// is rolled back in memory only). An inode that cannot be read is
+    /// `Error::Corrupt` for it alone; every change is `Error::ReadOnly`. Data is copied
+    /// by the CPU whatever `mode` says.
+    pub read_only: bool,
+    /// When recovery finds damage it cannot repair, mount read-only as above — the
+    /// report lists the damage — instead of failing.
+    pub read_only_on_damage: bool,
 }
 
 impl Default for MountOptions {
@@ -88,6 +96,8 @@ impl Default for MountOptions {
             mode: Mode::Cpu,
             mover: MoverConfig::default(),
             lock_across_wait: false,
+            read_only: false,
+            read_only_on_damage: true,
         }
     }
 }
@@ -146,7 +156,12 @@ pub struct DirEntry {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Usage {
     pub total_blocks: u64,
+    /// Blocks the next allocation can take.
     pub free_blocks: u64,
+    /// Blocks freed while a reader in flight may still copy from them (or a copy into
+    /// them may still run): free once those finish. Zero whenever no read or
+    /// asynchronous copy is in flight.
+    pub reclaiming_blocks: u64,
     pub inodes: u64,
     pub inodes_used: u64,
 }
@@ -155,8 +170,12 @@ pub struct Usage {
 pub struct FileSystem {
     pm: Arc<dyn Pmem>,
     geo: Geometry,
+    /// The inodes read so far: all of them after a full scan, else those named since.
     inodes: RwLock<HashMap<u64, Arc<Inode>>>,
-    blocks: BlockAlloc,
+    /// Mounted without reading every inode (after a clean unmount): an inode not in
+    /// `inodes` is read from the region the first time a directory entry names it.
+    lazy: bool,
+    blocks: alloc::Blocks,
     inos: InoAlloc,
     journals: Vec<Mutex<()>>,
     epoch: Epoch,
@@ -168,6 +187,8 @@ pub struct FileSystem {
     deferred: Mutex<Vec<(Pending, Vec<alloc::Extent>)>>,
     /// See [`MountOptions::lock_across_wait`].
     lock_across_wait: bool,
+    /// See [`MountOptions::read_only`]; `pm` is then a read-only view of the region.
+    read_only: bool,
     unmounted: std::sync::atomic::AtomicBool,
 }
 
@@ -188,7 +209,17 @@ impl FileSystem {
     /// cleanly unmounted, so the next mount skips the allocator rebuild.
     pub fn unmount(self) -> Result<()> {
         self.shutdown();
-        Ok(())
+        self.sync_result()
+    }
+
+    /// Fails if a fence since the last check could not write back to the disk (a
+    /// region in a page cache whose disk failed or filled): what the operations since
+    /// then made durable may not be on the disk.
+    fn sync_result(&self) -> Result<()> {
+        match self.pm.take_sync_error() {
+            Some(e) => Err(Error::Region(e)),
+            None => Ok(()),
+        }
     }
 
     /// Drops the file system without the clean-unmount work, leaving the region as a
@@ -201,7 +232,7 @@ impl FileSystem {
 
     fn shutdown(&self) {
         use std::sync::atomic::Ordering;
-        if self.unmounted.swap(true, Ordering::SeqCst) {
+        if self.unmounted.swap(true, Ordering::SeqCst) || self.read_only {
             return;
         }
         let open: Vec<Fd> = self
@@ -224,7 +255,21 @@ impl FileSystem {
         for ext in self.epoch.drain() {
             self.blocks.free(ext);
         }
-        recovery::save_clean(&*self.pm, &self.geo, &self.blocks);
+        recovery::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
+    }
+
+    /// Whether the file system is mounted read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// `Error::ReadOnly` on a read-only mount: checked before anything is written.
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
     }
 
     /// The layout of the mounted region.
@@ -252,18 +297,64 @@ impl FileSystem {
         self.mover.qos()
     }
 
-    /// Blocks and inodes in use.
+    /// Blocks and inodes in use. Hands back first whatever freed blocks no reader can
+    /// still use, so that space freed by `unlink`, `truncate` or an overwrite counts
+    /// as free as soon as it can be allocated.
     pub fn usage(&self) -> Usage {
+        self.reclaim();
         Usage {
             total_blocks: self.geo.total_blocks,
             free_blocks: self.blocks.free_blocks(),
+            reclaiming_blocks: self.epoch.waiting_blocks() + self.deferred_blocks(),
             inodes: self.geo.inodes - 1,
-            inodes_used: self.inodes.read().len() as u64,
+            inodes_used: self.inodes_used(),
         }
     }
 
+    fn inodes_used(&self) -> u64 {
+        if !self.lazy {
+            return self.inodes.read().len() as u64;
+        }
+        // Not all read: count the valid words (as many loads as there are inodes, so
+        // only here, never on the way to a file).
+        let valid = |i: &u64| self.pm.load_u64(self.geo.inode_off(*i) + inode::VALID_OFF) != 0;
+        (ROOT_INO..self.geo.inodes).filter(valid).count() as u64
+    }
+
+    /// An inode already in DRAM: the root, an ancestor of one reached by a path, or
+    /// one an open descriptor or a directory entry led to before.
     fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
         self.inodes.read().get(&ino).cloned().ok_or(Error::NotFound)
+    }
+
+    /// Inode `ino`, which an entry of directory `dir` names: read from the region the
+    /// first time after a mount that did not read every inode. An inode whose record
+    /// or log is damaged is `Error::Corrupt` here, for it alone.
+    fn child_inode(&self, dir: u64, ino: u64) -> Result<Arc<Inode>> {
+        if let Some(inode) = self.inodes.read().get(&ino) {
+            return Ok(inode.clone());
+        }
+        if !self.lazy {
+            return Err(Error::NotFound);
+        }
+        let mut map = self.inodes.write();
+        if let Some(inode) = map.get(&ino) {
+            return Ok(inode.clone());
+        }
+        if ino <= ROOT_INO || ino >= self.geo.inodes {
+            return Err(Error::Corrupt(format!(
+                "directory {dir}: an entry names inode {ino}, outside the inode table"
+            )));
+        }
+        let st = recovery::load_inode(&*self.pm, &self.geo, ino, dir, &self.blocks)?;
+        let inode = Arc::new(Inode {
+            ino,
+            state: RwLock::new(st),
+            opens: std::sync::atomic::AtomicU32::new(0),
+            io_lock: rt::sync::Mutex::new(()),
+        });
+        map.insert(ino, inode.clone());
+        Ok(inode)
     }
 }
 

@@ -188,7 +188,7 @@ impl FileSystem {
         // Take the inode while the entry still names it: once the directory lock is
         // gone the name may be unlinked, the inode freed and its number reused by a
         // file still being written. (Lock order: directory, then the inode table.)
-        let inode = self.inode(ino);
+        let inode = self.child_inode(dir.ino, ino);
         drop(st);
         inode
     }
@@ -210,10 +210,15 @@ impl FileSystem {
         if dst.children.contains_key(name) {
             return Err(Error::Exists);
         }
+        self.check_writable()?;
         if kind == FileKind::Dir && dst.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
-        let ino = self.inos.alloc()?;
+        let ino = self.inos.alloc(|i| {
+            self.pm
+                .load_u64(self.geo.inode_off(i) + crate::inode::VALID_OFF)
+                == 0
+        })?;
         let now = now_ns();
         let rec = InodeRecord {
             ino,
@@ -377,7 +382,7 @@ impl FileSystem {
             }
             st.children
                 .iter()
-                .filter_map(|(n, &i)| Some((n.clone(), i, self.inode(i).ok()?)))
+                .filter_map(|(n, &i)| Some((n.clone(), i, self.child_inode(dir.ino, i).ok()?)))
                 .collect()
         };
         let mut out: Vec<DirEntry> = children
@@ -420,7 +425,7 @@ impl FileSystem {
             return Err(Error::NotDir);
         }
         let ino = *dst.children.get(&p.name).ok_or(Error::NotFound)?;
-        let child = self.inode(ino)?;
+        let child = self.child_inode(p.dir.ino, ino)?;
         let mut cst = child.state.write();
         match (want_dir, cst.kind == FileKind::Dir) {
             (false, true) => return Err(Error::IsDir),
@@ -468,7 +473,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         st: &mut RwLockWriteGuard<'_, InodeState>,
     ) {
-        if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 {
+        if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 || self.read_only {
             return;
         }
         self.pm
@@ -629,7 +634,7 @@ impl FileSystem {
             return Err(Error::Invalid("cannot move a directory into itself".into()));
         }
         let victim_ino = dst_dir_st.children.get(&to.name).copied();
-        let src = self.inode(src_ino)?;
+        let src = self.child_inode(from.dir.ino, src_ino)?;
         let src_kind = src.state.read().kind;
         let src_is_dir = src_kind == FileKind::Dir;
         // First, as in Linux: a trailing slash on either name of a non-directory is
@@ -645,7 +650,9 @@ impl FileSystem {
         if victim_ino == Some(src_ino) {
             return Ok(());
         }
-        let victim = victim_ino.map(|i| self.inode(i)).transpose()?;
+        let victim = victim_ino
+            .map(|i| self.child_inode(to.dir.ino, i))
+            .transpose()?;
         let mut vst = victim.as_ref().map(|v| v.state.write());
         if let Some(v) = &vst {
             match (src_is_dir, v.kind == FileKind::Dir) {

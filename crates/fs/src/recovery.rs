@@ -1,11 +1,15 @@
 //! Format, mount and recovery: rebuilding the DRAM state from the region.
 //!
-//! Mount reads the superblock (or its replica), rolls back active journals, walks every
-//! valid inode's log — verifying checksums and every pointer before following it —,
-//! drops committed writes whose SN never completed, frees inodes no directory reaches
-//! (unlinked while open, or created by an interrupted operation), and rebuilds the
-//! allocators: from the bitmap saved by a clean unmount, else from what the logs
-//! reference. `fsck` runs the same scan without changing anything.
+//! Mount reads the superblock (or its replica) and rolls back active journals. After a
+//! clean unmount that is nearly all: the block allocator is the bitmap the unmount
+//! saved, and an inode is read — its log walked, every checksum and pointer verified
+//! before it is followed, every block it references checked to be allocated — only
+//! when a directory entry first names it, so mounting costs the same whatever the size
+//! of the image. After a crash (or when the saved bitmap fails its checksum) mount
+//! walks every valid inode's log the same way, drops committed writes whose SN never
+//! completed, frees inodes no directory reaches (unlinked while open, or created by an
+//! interrupted operation), checks the tree, and rebuilds the allocator from what the
+//! logs reference. `fsck` runs that full scan without changing anything.
 //!
 //! Mount state block ([`MOUNT_BLOCK`]):
 //!
@@ -26,7 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
 use serde::Serialize;
 
-use crate::alloc::{BlockAlloc, Extent, InoAlloc};
+use crate::alloc::{BlockAlloc, Blocks, Extent, InoAlloc, LoadFree};
 use crate::epoch::Epoch;
 use crate::error::{Error, Result};
 use crate::inode::{
@@ -35,7 +39,7 @@ use crate::inode::{
 use crate::journal;
 use crate::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
 use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
-use crate::{FileSystem, MountOptions};
+use crate::{FileSystem, Mode, MountOptions};
 
 /// Clean word of a cleanly unmounted file system.
 pub const CLEAN: u64 = 0x4E41_454C_434F_4945; // "EIOCLEAN"
@@ -60,11 +64,15 @@ pub struct MountReport {
     pub orphans_freed: u64,
     pub free_blocks: u64,
     pub mount_us: u64,
+    /// Mounted read-only: asked for, or because of `damage`.
+    pub read_only: bool,
+    /// Damage recovery could not repair, which made the mount fall back to read-only
+    /// ([`crate::MountOptions::read_only_on_damage`]): what `fsck` reports as problems.
+    pub damage: Vec<String>,
 }
 
 /// Everything a scan of the region learned.
 pub(crate) struct Scan {
-    pub geo: Geometry,
     pub states: HashMap<u64, InodeState>,
     /// Per pool block: referenced by a log (page) or by a file (data).
     pub used: Vec<bool>,
@@ -102,12 +110,12 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
     root.write(pm, off);
     pm.store_u64_persist(off + VALID_OFF, VALID);
     // An empty pool, saved as after a clean unmount, so the first mount is fast.
-    let blocks = BlockAlloc::empty(geo.pool_start, geo.total_blocks);
-    blocks.free(Extent {
+    let pool = Extent {
         start: geo.pool_start,
         len: geo.pool_blocks(),
-    });
-    save_clean(pm, geo, &blocks);
+    };
+    let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, [pool]);
+    save_clean(pm, geo, Some(&blocks));
     // The superblock last: a region whose format was interrupted does not mount.
     geo.write(pm);
     Ok(())
@@ -115,56 +123,49 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
 
 pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
     let start = Instant::now();
+    if opts.read_only {
+        return mount_read_only(pm, opts, Vec::new(), start);
+    }
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
-    let mut scan = scan(&*pm, geo, true)?;
-    if !scan.problems.is_empty() {
-        let n = scan.problems.len();
-        let first: Vec<&str> = scan.problems.iter().take(3).map(String::as_str).collect();
-        return Err(Error::Corrupt(format!(
-            "{} ({n} problem{} found; run `easyio fsck` for all)",
-            first.join("; "),
-            if n == 1 { "" } else { "s" }
-        )));
-    }
-    // Free orphans durably before anything can reuse their number.
-    for &ino in &scan.orphans {
-        pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
-        if let Some(st) = scan.states.remove(&ino) {
-            for p in &st.log.pages {
-                scan.used[(p / BLOCK_SIZE - geo.pool_start) as usize] = false;
+    let lazy = clean;
+    let (states, blocks, mut report) = if clean {
+        // After a clean unmount nothing needs repair: the allocator is the saved one,
+        // read when first used, and inodes are read when first named (see
+        // `FileSystem::child_inode`).
+        let source = pm.clone();
+        let load: LoadFree = Box::new(move || {
+            load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
+        });
+        let saved_free = pm.load_u64(BITMAP_FREE_OFF);
+        let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
+        {
+            let root = load_inode(&*pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
+            if root.kind != FileKind::Dir {
+                return Err(Error::Corrupt("root is not a directory".into()));
             }
-            for e in st.data_extents() {
-                for b in e.start..e.start + e.len {
-                    scan.used[(b - geo.pool_start) as usize] = false;
-                }
-            }
+            (
+                HashMap::from([(ROOT_INO, root)]),
+                blocks,
+                MountReport::default(),
+            )
         }
-    }
-    let blocks = BlockAlloc::empty(geo.pool_start, geo.total_blocks);
-    let saved = if clean && scan.orphans.is_empty() {
-        load_bitmap(&*pm, &geo)
     } else {
-        None
-    };
-    let clean_used = saved.is_some();
-    match saved {
-        Some(free) => free.into_iter().for_each(|e| blocks.free(e)),
-        None => {
-            for e in free_extents(&scan.used, geo.pool_start) {
-                blocks.free(e);
+        match full_scan(&*pm, geo)? {
+            Ok((states, blocks, report)) => (states, Blocks::built(blocks), report),
+            Err(problems) if opts.read_only_on_damage => {
+                return mount_read_only(pm, opts, problems, start)
             }
+            Err(problems) => return Err(damage_error(&problems)),
         }
-    }
+    };
     // From here on a crash must not trust the saved bitmap.
     pm.store_u64_persist(CLEAN_OFF, 0);
 
-    let in_use: Vec<u64> = scan.states.keys().copied().collect();
-    let inos = InoAlloc::new((ROOT_INO + 1..geo.inodes).filter(|i| !scan.states.contains_key(i)));
-    let inodes = scan
-        .states
-        .drain()
+    let inos = InoAlloc::new(ROOT_INO + 1..geo.inodes);
+    let inodes: HashMap<u64, Arc<Inode>> = states
+        .into_iter()
         .map(|(ino, st)| {
             let inode = Arc::new(Inode {
                 ino,
@@ -175,12 +176,11 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
             (ino, inode)
         })
         .collect();
-    let mut report = scan.report;
-    report.clean = clean_used;
+    report.clean = lazy;
     report.superblock_replica_used = replica_reason;
     report.journals_rolled_back = replay.rolled_back;
     report.journal_words_restored = replay.words_restored;
-    report.inodes = in_use.len() as u64;
+    report.inodes = inodes.len() as u64;
     report.free_blocks = blocks.free_blocks();
     if report.superblock_replica_used.is_some() {
         // Heal the primary from the replica.
@@ -198,6 +198,7 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         pm,
         geo,
         inodes: RwLock::new(inodes),
+        lazy,
         blocks,
         inos,
         journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
@@ -207,48 +208,271 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         mover,
         deferred: Mutex::new(Vec::new()),
         lock_across_wait: opts.lock_across_wait,
+        read_only: false,
         unmounted: AtomicBool::new(false),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report))
 }
 
-/// Saves the free-block bitmap and marks the file system clean.
-pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: &BlockAlloc) {
-    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
-    let mut free = 0;
-    for e in blocks.snapshot() {
-        for b in e.start..e.start + e.len {
-            bitmap[(b / 8) as usize] |= 1 << (b % 8);
+/// The error of a mount that found damage and may not fall back to read-only.
+fn damage_error(problems: &[String]) -> Error {
+    let n = problems.len();
+    let first: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+    Error::Corrupt(format!(
+        "{} ({n} problem{} found; run `easyio fsck` for all)",
+        first.join("; "),
+        if n == 1 { "" } else { "s" }
+    ))
+}
+
+/// A read-only mount: the region is seen through a view that rolls back interrupted
+/// operations in memory and refuses stores; inodes are read when first named, each
+/// checked on its own, so a damaged one is `Error::Corrupt` and the rest read back.
+fn mount_read_only(
+    pm: Arc<dyn Pmem>,
+    opts: MountOptions,
+    damage: Vec<String>,
+    start: Instant,
+) -> Result<(FileSystem, MountReport)> {
+    let (geo, replica_reason) = Geometry::read(&*pm)?;
+    let mut words = HashMap::new();
+    for j in 0..geo.journals {
+        if let Some(records) = journal::pending(&*pm, &geo, j)? {
+            words.extend(records);
         }
-        free += e.len;
     }
-    pm.write(geo.bitmap_off(), &bitmap);
-    pm.flush(geo.bitmap_off(), bitmap.len() as u64);
-    pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(&bitmap) as u64);
-    pm.store_u64(BITMAP_FREE_OFF, free);
-    pm.persist(BITMAP_CSUM_OFF, 16);
+    let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
+    let view: Arc<dyn Pmem> = Arc::new(crate::fsck::RolledBack { pm, words });
+    let source = view.clone();
+    let load: LoadFree = Box::new(move || {
+        load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
+    });
+    let saved_free = view.load_u64(BITMAP_FREE_OFF);
+    let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
+    let root = load_inode(&*view, &geo, ROOT_INO, ROOT_INO, &blocks)?;
+    if root.kind != FileKind::Dir {
+        return Err(Error::Corrupt("root is not a directory".into()));
+    }
+    let root = Arc::new(Inode {
+        ino: ROOT_INO,
+        state: RwLock::new(root),
+        opens: AtomicU32::new(0),
+        io_lock: rt::sync::Mutex::new(()),
+    });
+    let report = MountReport {
+        clean,
+        superblock_replica_used: replica_reason,
+        inodes: 1,
+        free_blocks: saved_free,
+        read_only: true,
+        damage,
+        mount_us: start.elapsed().as_micros() as u64,
+        ..MountReport::default()
+    };
+    let mover = mover::build(Mode::Cpu, view.clone(), geo.records_off(), &opts.mover)
+        .map_err(Error::Mover)?;
+    let fs = FileSystem {
+        pm: view,
+        geo,
+        inodes: RwLock::new(HashMap::from([(ROOT_INO, root)])),
+        lazy: true,
+        blocks,
+        inos: InoAlloc::new(0..0),
+        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
+        epoch: Epoch::new(),
+        fds: RwLock::new(Vec::new()),
+        rename_lock: Mutex::new(()),
+        mover,
+        deferred: Mutex::new(Vec::new()),
+        lock_across_wait: false,
+        read_only: true,
+        unmounted: AtomicBool::new(false),
+    };
+    Ok((fs, report))
+}
+
+/// Mount after a crash (or with a saved allocator that fails its checksum): every
+/// inode read and checked, orphans freed, the allocator rebuilt from what the logs
+/// reference.
+/// Damage found (as `fsck` words it) is the inner error.
+#[allow(clippy::type_complexity)]
+fn full_scan(
+    pm: &dyn Pmem,
+    geo: Geometry,
+) -> Result<std::result::Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport), Vec<String>>> {
+    let mut scan = scan(pm, geo, true)?;
+    if !scan.problems.is_empty() {
+        return Ok(Err(scan.problems));
+    }
+    // Free orphans durably before anything can reuse their number.
+    for &ino in &scan.orphans {
+        pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
+        if let Some(st) = scan.states.remove(&ino) {
+            for p in &st.log.pages {
+                scan.used[(p / BLOCK_SIZE - geo.pool_start) as usize] = false;
+            }
+            for e in st.data_extents() {
+                for b in e.start..e.start + e.len {
+                    scan.used[(b - geo.pool_start) as usize] = false;
+                }
+            }
+        }
+    }
+    let blocks = BlockAlloc::with_free(
+        geo.pool_start,
+        geo.total_blocks,
+        free_extents(&scan.used, geo.pool_start),
+    );
+    Ok(Ok((scan.states, blocks, scan.report)))
+}
+
+/// The free blocks when the saved bitmap fails its checksum: those no inode that
+/// reads without error references (an inode too damaged to read is refused when used,
+/// so its blocks are not missed).
+fn referenced_free(pm: &dyn Pmem, geo: &Geometry) -> Vec<Extent> {
+    let mut used = vec![false; geo.pool_blocks() as usize];
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    for ino in ROOT_INO..geo.inodes {
+        if pm.load_u64(geo.inode_off(ino) + VALID_OFF) != VALID {
+            continue;
+        }
+        let mut mark = |b: u64| {
+            used[(b - geo.pool_start) as usize] = true;
+            Ok(())
+        };
+        let mut found = Found {
+            report: &mut report,
+            notes: &mut notes,
+        };
+        let _ = scan_inode(pm, geo, ino, false, &mut mark, &mut found);
+    }
+    free_extents(&used, geo.pool_start)
+}
+
+/// Reads inode `ino`, named by directory `parent`, for a mount that did not read them
+/// all: checked as the full scan checks it, and every block it references must be
+/// allocated (a damaged log that points into free space is refused, not followed).
+pub(crate) fn load_inode(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    parent: u64,
+    blocks: &Blocks,
+) -> Result<InodeState> {
+    match pm.load_u64(geo.inode_off(ino) + VALID_OFF) {
+        VALID => {}
+        0 if ino == ROOT_INO => return Err(Error::Corrupt("root directory missing".into())),
+        0 => {
+            return Err(Error::Corrupt(format!(
+                "directory {parent}: an entry names inode {ino}, which is not in use"
+            )))
+        }
+        w => {
+            return Err(Error::Corrupt(format!(
+                "inode {ino}: invalid valid word {w:#x}"
+            )))
+        }
+    }
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    let mut referenced = Vec::new();
+    let mut mark = |b: u64| {
+        crate::inode::push_block(&mut referenced, b);
+        Ok(())
+    };
+    let mut found = Found {
+        report: &mut report,
+        notes: &mut notes,
+    };
+    let mut st = scan_inode(pm, geo, ino, false, &mut mark, &mut found)?;
+    blocks.claim(&referenced).map_err(|b| {
+        Error::Corrupt(format!(
+            "inode {ino}: references block {b}, which the allocator has free"
+        ))
+    })?;
+    if st.kind == FileKind::Dir {
+        st.parent = parent;
+    }
+    Ok(st)
+}
+
+/// Saves the free-block bitmap and marks the file system clean. The bitmap is
+/// rewritten only if the allocator changed since it was loaded from it (or was never
+/// built, `None`): an unmount after reading alone writes one word.
+pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: Option<&BlockAlloc>) {
+    if let Some(blocks) = blocks.filter(|b| b.changed_since_saved()) {
+        let mut bitmap = vec![0u64; geo.total_blocks.div_ceil(64) as usize];
+        let mut free = 0;
+        for e in blocks.snapshot() {
+            set_bits(&mut bitmap, e.start, e.start + e.len);
+            free += e.len;
+        }
+        let bytes: Vec<u8> = bitmap.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let bytes = &bytes[..geo.total_blocks.div_ceil(8) as usize];
+        pm.write(geo.bitmap_off(), bytes);
+        pm.flush(geo.bitmap_off(), bytes.len() as u64);
+        pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(bytes) as u64);
+        pm.store_u64(BITMAP_FREE_OFF, free);
+        pm.persist(BITMAP_CSUM_OFF, 16);
+        blocks.mark_saved();
+    }
     pm.store_u64_persist(CLEAN_OFF, CLEAN);
 }
 
-/// The free extents of a saved bitmap, if its checksum holds and it frees only pool
-/// blocks.
+/// Sets bits `start..end` of a bitmap of little-endian words, a word at a time.
+fn set_bits(bitmap: &mut [u64], start: u64, end: u64) {
+    let mut i = start;
+    while i < end {
+        let n = (64 - i % 64).min(end - i);
+        bitmap[(i / 64) as usize] |= (u64::MAX >> (64 - n)) << (i % 64);
+        i += n;
+    }
+}
+
+/// Bytes of the saved bitmap read at a time.
+const BITMAP_CHUNK: usize = 64 * 1024;
+
+/// The free extents of a saved bitmap, sorted, if its checksum holds and it frees only
+/// pool blocks. Read a chunk at a time: no copy of the whole bitmap is made.
 pub(crate) fn load_bitmap(pm: &dyn Pmem, geo: &Geometry) -> Option<Vec<Extent>> {
-    let mut bitmap = vec![0u8; geo.total_blocks.div_ceil(8) as usize];
-    pm.read(geo.bitmap_off(), &mut bitmap);
-    if crc32c::crc32c(&bitmap) as u64 != pm.load_u64(BITMAP_CSUM_OFF) {
-        return None;
-    }
-    let mut free = Vec::new();
-    for b in 0..geo.total_blocks {
-        if bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0 {
-            if b < geo.pool_start {
-                return None;
+    let len = geo.total_blocks.div_ceil(8);
+    let mut chunk = vec![0u8; BITMAP_CHUNK];
+    let mut crc = 0u32;
+    let mut free: Vec<Extent> = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(BITMAP_CHUNK as u64) as usize;
+        let bytes = &mut chunk[..n.next_multiple_of(8)];
+        bytes.fill(0);
+        pm.read(geo.bitmap_off() + at, &mut bytes[..n]);
+        crc = crc32c::crc32c_append(crc, &bytes[..n]);
+        for (w, word) in bytes.chunks_exact(8).enumerate() {
+            let mut word = u64::from_le_bytes(word.try_into().unwrap());
+            let base = (at / 8 + w as u64) * 64;
+            // Runs of set bits, each at most a word long, merged with the run before.
+            while word != 0 {
+                let lo = word.trailing_zeros() as u64;
+                let run = (!(word >> lo)).trailing_zeros() as u64;
+                let start = base + lo;
+                if start < geo.pool_start || start + run > geo.total_blocks {
+                    return None;
+                }
+                match free.last_mut() {
+                    Some(last) if last.start + last.len == start => last.len += run,
+                    _ => free.push(Extent { start, len: run }),
+                }
+                word = if lo + run >= 64 {
+                    0
+                } else {
+                    word & !(((1u64 << run) - 1) << lo)
+                };
             }
-            crate::inode::push_block(&mut free, b);
         }
+        at += n as u64;
     }
-    Some(free)
+    (crc as u64 == pm.load_u64(BITMAP_CSUM_OFF)).then_some(free)
 }
 
 fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
@@ -265,7 +489,6 @@ fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
 /// (so they can never come back); without, only notes them.
 pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     let mut s = Scan {
-        geo,
         states: HashMap::new(),
         used: vec![false; geo.pool_blocks() as usize],
         problems: Vec::new(),
@@ -284,7 +507,13 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
                 continue;
             }
         }
-        match scan_inode(pm, &mut s, ino, repair) {
+        let mut found = Found {
+            report: &mut s.report,
+            notes: &mut s.notes,
+        };
+        let (used, pool_start) = (&mut s.used, geo.pool_start);
+        let mut mark = |block: u64| mark_used(used, pool_start, block);
+        match scan_inode(pm, &geo, ino, repair, &mut mark, &mut found) {
             Ok(st) => {
                 s.states.insert(ino, st);
             }
@@ -295,17 +524,33 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     Ok(s)
 }
 
-fn mark_used(s: &mut Scan, block: u64, what: &str) -> std::result::Result<(), String> {
-    let i = (block - s.geo.pool_start) as usize;
-    if s.used[i] {
-        return Err(format!("block {block} referenced twice (again as {what})"));
+fn mark_used(used: &mut [bool], pool_start: u64, block: u64) -> std::result::Result<(), String> {
+    let i = (block - pool_start) as usize;
+    if used[i] {
+        return Err(format!("block {block} referenced twice"));
     }
-    s.used[i] = true;
+    used[i] = true;
     Ok(())
 }
 
-fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<InodeState> {
-    let geo = s.geo;
+/// Where [`scan_inode`] counts what it found.
+struct Found<'a> {
+    report: &'a mut MountReport,
+    notes: &'a mut Vec<String>,
+}
+
+/// Reads inode `ino` from its record and log, checking every checksum and pointer
+/// before it is followed; `mark(block)` is told every pool block the inode references
+/// (log pages and data) and may refuse one.
+fn scan_inode(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    repair: bool,
+    mark: &mut dyn FnMut(u64) -> std::result::Result<(), String>,
+    s: &mut Found<'_>,
+) -> Result<InodeState> {
+    let geo = *geo;
     let off = geo.inode_off(ino);
     let rec = InodeRecord::read(pm, off, ino)?;
     let mut st = InodeState::new(&rec);
@@ -314,16 +559,17 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
     let tail = unseal_log_word(ino, LogWord::Tail, pm.load_u64(off + TAIL_OFF)).map_err(bad)?;
     // The page chain, every pointer checked before it is followed.
     let mut pages = Vec::new();
+    let mut visited = std::collections::HashSet::new();
     let mut used_in = Vec::new();
     let mut next = head;
     while next != 0 {
         if !geo.is_pool_block_off(next) {
             return Err(bad(format!("log page pointer {next:#x} outside the pool")));
         }
-        if pages.len() as u64 > geo.pool_blocks() {
+        if !visited.insert(next) || pages.len() as u64 > geo.pool_blocks() {
             return Err(bad("log page chain does not end".into()));
         }
-        mark_used(s, next / BLOCK_SIZE, &format!("log page of inode {ino}")).map_err(bad)?;
+        mark(next / BLOCK_SIZE).map_err(|why| bad(format!("log page {next:#x}: {why}")))?;
         let mut t = [0u8; 32];
         pm.read(next + TRAILER_OFF, &mut t);
         let field = |i: usize| u64::from_le_bytes(t[i * 8..i * 8 + 8].try_into().unwrap());
@@ -403,7 +649,7 @@ fn scan_inode(pm: &dyn Pmem, s: &mut Scan, ino: u64, repair: bool) -> Result<Ino
     };
     for e in st.data_extents() {
         for b in e.start..e.start + e.len {
-            mark_used(s, b, &format!("data of inode {ino}")).map_err(bad)?;
+            mark(b).map_err(|why| bad(format!("data: {why}")))?;
         }
     }
     if st.kind == FileKind::Dir && st.size != 0 {

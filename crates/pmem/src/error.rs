@@ -36,6 +36,20 @@ pub enum Error {
     #[error("region {}: {reason}", path.display())]
     BadHeader { path: PathBuf, reason: String },
 
+    /// An image file with holes that its host file system has no room to fill: its
+    /// pages would fail (SIGBUS) when first written.
+    #[error(
+        "region {}: {missing} bytes of the image are unallocated (a sparse file) and its file \
+         system has only {available} bytes free: free space there, or copy the image \
+         somewhere with room",
+        path.display()
+    )]
+    Holes {
+        path: PathBuf,
+        missing: u64,
+        available: u64,
+    },
+
     /// Another open (in this or another process) holds the region.
     #[error("region {}: in use by {holder}", path.display())]
     Busy { path: PathBuf, holder: String },
@@ -66,6 +80,7 @@ impl Error {
             Error::BadSize { .. } => libc::EINVAL,
             Error::Truncated { .. } | Error::BadHeader { .. } => libc::EUCLEAN,
             Error::Busy { .. } => libc::EBUSY,
+            Error::Holes { .. } => libc::ENOSPC,
             Error::Map { source, .. } | Error::Io { source, .. } => {
                 source.raw_os_error().unwrap_or(libc::EIO)
             }

@@ -77,6 +77,14 @@ pub trait Pmem: Send + Sync {
     /// after the next [`Pmem::fence`].
     fn copy_nt(&self, off: u64, src: &[u8]);
 
+    /// The first failure, since the last call, to make a fence durable: on a
+    /// page-cache backing ([`Durability::PageCache`]) the write-back to disk a fence
+    /// starts can fail (EIO, ENOSPC) after every store succeeded. Always `None` where
+    /// a fence cannot fail.
+    fn take_sync_error(&self) -> Option<Error> {
+        None
+    }
+
     /// Flush then fence.
     fn persist(&self, off: u64, len: u64) {
         self.flush(off, len);

@@ -13,13 +13,25 @@
 //! | 28     | ..   | zero up to [`HEADER_LEN`]                           |
 //!
 //! Usable offsets `0..len()` of [`Pmem`] start right after the header.
+//!
+//! # Durability on a page-cache backing
+//!
+//! A file on a block-device file system (neither tmpfs nor DAX) is mapped through the
+//! page cache: a cache-line write-back reaches DRAM only, and the kernel writes dirty
+//! pages to disk whenever it likes, in any order. So on such a region every
+//! [`Pmem::fence`] that follows a write-back or non-temporal copy is also a write-back
+//! to disk (`fdatasync`): what the x86 model says is durable after the fence is on disk
+//! when it returns, and what the file system orders with fences reaches the disk in
+//! that order. Writes note that the mapping is dirty (one flag); a fence with nothing
+//! noted costs nothing more, and on tmpfs or DAX neither the flag nor the sync exists.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::{check_range, check_word, persist, Pmem};
@@ -54,8 +66,9 @@ pub enum Durability {
     /// DRAM (tmpfs, hugetlbfs): flush and fence order the stores, but everything is
     /// lost at power-off or reboot. The embedded default.
     Dram,
-    /// A file in the page cache of a block-backed file system: durable only after
-    /// `msync` ([`Region::sync`]).
+    /// A file in the page cache of a block-backed file system: durable once written to
+    /// the disk, which every fence after a write does (`fdatasync`), so the file system
+    /// is as durable as on persistent memory, at the cost of a disk flush per fence.
     PageCache,
 }
 
@@ -65,9 +78,38 @@ impl Durability {
         match self {
             Durability::CpuFlush => "persistent: durable after cache write-back and fence",
             Durability::Dram => "volatile DRAM: contents lost at power-off or reboot",
-            Durability::PageCache => "page cache: durable only after msync",
+            Durability::PageCache => {
+                "disk file through the page cache: durable once a fence has written it back"
+            }
         }
     }
+}
+
+/// Whether an open may store into the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
+/// Whether a new region file's blocks are allocated up front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    Reserved,
+    Sparse,
+}
+
+/// When the page tables of a new mapping are filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Populate {
+    /// At `mmap` (`MAP_POPULATE`): a region just created is about to be written
+    /// throughout (formatted, then benchmarked) and should not pay a fault per page.
+    Now,
+    /// On first touch: opening an existing image maps the whole of it, and filling
+    /// the page tables of a 16 GiB image (then tearing them down at exit) would cost
+    /// more than everything a short command does; only the pages it touches fault in.
+    /// A sparse image also stays sparse.
+    OnTouch,
 }
 
 /// What backs a region.
@@ -87,8 +129,20 @@ pub struct Region {
     kind: RegionKind,
     durability: Durability,
     remove_on_drop: bool,
-    // Held for its flock: closing the descriptor releases the region.
-    _file: File,
+    /// False when opened with [`Region::open_read_only`].
+    writable: bool,
+    /// Page cache only: set by every write-back and copy, cleared by the sync that
+    /// covers it.
+    dirty: AtomicBool,
+    /// Serialises syncs, so a fence never returns while a sync that took its dirty
+    /// flag is still writing.
+    sync_lock: Mutex<()>,
+    /// Syncs to disk issued so far.
+    syncs: AtomicU64,
+    /// The first failed sync not yet reported ([`Pmem::take_sync_error`]), as an errno.
+    sync_error: AtomicU64,
+    /// Held for its flock (closing the descriptor releases the region) and for syncs.
+    file: File,
 }
 
 // SAFETY: the mapping is shared memory whose every access goes through raw pointers in
@@ -105,7 +159,19 @@ impl Region {
     /// or the device size). Fails with [`Error::Exists`] if a regular file is already
     /// there.
     pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Region> {
-        let path = path.as_ref();
+        Self::create_file(path.as_ref(), size, Backing::Reserved)
+    }
+
+    /// Creates a region file of `size` bytes that takes host space only where it is
+    /// written (a sparse file), mapped without populating it: for large images in tests
+    /// and benchmarks, whose memory or disk use should be what they touch. A host file
+    /// system that fills up under it makes the first touch of a hole fail with SIGBUS;
+    /// [`Region::open`] reserves the holes (disk) or checks there is room (DRAM).
+    pub fn create_sparse(path: impl AsRef<Path>, size: u64) -> Result<Region> {
+        Self::create_file(path.as_ref(), size, Backing::Sparse)
+    }
+
+    fn create_file(path: &Path, size: u64, backing: Backing) -> Result<Region> {
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.file_type().is_char_device() {
                 return Self::format_devdax(path, size);
@@ -125,9 +191,25 @@ impl Region {
                 _ => io_err(path, "create", e),
             })?;
         let built = (|| {
-            lock(&file, path)?;
-            reserve(&file, path, size)?;
-            let region = Self::map(file, path, size, RegionKind::File)?;
+            lock(&file, path, Access::ReadWrite)?;
+            let populate = match backing {
+                Backing::Reserved => {
+                    reserve(&file, path, size)?;
+                    Populate::Now
+                }
+                Backing::Sparse => {
+                    file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
+                    Populate::OnTouch
+                }
+            };
+            let region = Self::map(
+                file,
+                path,
+                size,
+                RegionKind::File,
+                populate,
+                Access::ReadWrite,
+            )?;
             region.write_header(size);
             Ok(region)
         })();
@@ -167,7 +249,18 @@ impl Region {
 
     /// Opens an existing region (file or devdax device) and holds it exclusively.
     pub fn open(path: impl AsRef<Path>) -> Result<Region> {
-        let path = path.as_ref();
+        Self::open_as(path.as_ref(), Access::ReadWrite)
+    }
+
+    /// Opens an existing region for reading only: the file is opened read-only (so a
+    /// read-only image file, or one on a read-only mount, can be checked), mapped
+    /// without write permission, and held shared — other readers may open it too, a
+    /// writer may not. A store through [`Pmem`] panics, naming the region.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Region> {
+        Self::open_as(path.as_ref(), Access::ReadOnly)
+    }
+
+    fn open_as(path: &Path, access: Access) -> Result<Region> {
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
             _ => io_err(path, "stat", e),
@@ -189,10 +282,59 @@ impl Region {
             });
         }
         check_size(actual)?;
-        let file = open_rw(path)?;
-        lock(&file, path)?;
-        let region = Self::map(file, path, actual, kind)?;
+        let file = match access {
+            Access::ReadWrite => open_rw(path)?,
+            Access::ReadOnly => File::open(path).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+                _ => io_err(path, "open", e),
+            })?,
+        };
+        lock(&file, path, access)?;
+        if kind == RegionKind::File && access == Access::ReadWrite {
+            back_holes(&file, path, actual)?;
+        }
+        let region = Self::map(file, path, actual, kind, Populate::OnTouch, access)?;
         region.check_header(actual)?;
+        Ok(region)
+    }
+
+    /// Makes the existing file (or devdax device) at `path` a new, empty region,
+    /// whatever its header says — damaged, of another version, or none — and holds
+    /// it: the force of `mkfs --force`. `size` 0 keeps the file's size; another size
+    /// grows or shrinks the file to it. The file's blocks are reserved (or, in DRAM,
+    /// checked) as at [`Region::open`].
+    pub fn overwrite(path: impl AsRef<Path>, size: u64) -> Result<Region> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+            _ => io_err(path, "stat", e),
+        })?;
+        if meta.file_type().is_char_device() {
+            return Self::format_devdax(path, size);
+        }
+        if !meta.is_file() {
+            return Err(Error::BadHeader {
+                path: path.into(),
+                reason: "not a regular file or a DAX character device".into(),
+            });
+        }
+        let size = if size == 0 { meta.len() } else { size };
+        check_size(size)?;
+        let file = open_rw(path)?;
+        lock(&file, path, Access::ReadWrite)?;
+        if size != meta.len() {
+            file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
+        }
+        back_holes(&file, path, size)?;
+        let region = Self::map(
+            file,
+            path,
+            size,
+            RegionKind::File,
+            Populate::Now,
+            Access::ReadWrite,
+        )?;
+        region.write_header(size);
         Ok(region)
     }
 
@@ -207,19 +349,40 @@ impl Region {
         }
         check_size(actual)?;
         let file = open_rw(path)?;
-        lock(&file, path)?;
-        let region = Self::map(file, path, actual, RegionKind::DevDax)?;
+        lock(&file, path, Access::ReadWrite)?;
+        let region = Self::map(
+            file,
+            path,
+            actual,
+            RegionKind::DevDax,
+            Populate::OnTouch,
+            Access::ReadWrite,
+        )?;
         region.write_header(actual);
         Ok(region)
     }
 
-    fn map(file: File, path: &Path, len: u64, kind: RegionKind) -> Result<Region> {
+    fn map(
+        file: File,
+        path: &Path,
+        len: u64,
+        kind: RegionKind,
+        populate: Populate,
+        access: Access,
+    ) -> Result<Region> {
         let map_len = usize::try_from(len).map_err(|_| Error::BadSize {
             size: len,
             reason: "larger than the address space".into(),
         })?;
         let fd = file.as_raw_fd();
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let prot = match access {
+            Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+            Access::ReadOnly => libc::PROT_READ,
+        };
+        let populate = match populate {
+            Populate::Now => libc::MAP_POPULATE,
+            Populate::OnTouch => 0,
+        };
         // SAFETY: mapping a file we hold open; the kernel picks the address. The result
         // is checked against MAP_FAILED before use.
         let try_map = |flags: i32| unsafe {
@@ -240,12 +403,16 @@ impl Region {
                 try_map(libc::MAP_SHARED).map_err(map_err)?,
                 Durability::CpuFlush,
             ),
+            RegionKind::File if access == Access::ReadOnly => (
+                try_map(libc::MAP_SHARED).map_err(map_err)?,
+                fs_durability(&file),
+            ),
             RegionKind::File => {
-                match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | libc::MAP_POPULATE) {
+                match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate) {
                     Ok(p) => (p, Durability::CpuFlush),
                     // Not a DAX file system: EOPNOTSUPP (older kernels say EINVAL).
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
-                        let p = try_map(libc::MAP_SHARED | libc::MAP_POPULATE).map_err(map_err)?;
+                        let p = try_map(libc::MAP_SHARED | populate).map_err(map_err)?;
                         (p, fs_durability(&file))
                     }
                     Err(e) => return Err(map_err(e)),
@@ -259,7 +426,12 @@ impl Region {
             kind,
             durability,
             remove_on_drop: false,
-            _file: file,
+            writable: access == Access::ReadWrite,
+            dirty: AtomicBool::new(false),
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            sync_error: AtomicU64::new(0),
+            file,
         })
     }
 
@@ -285,7 +457,8 @@ impl Region {
             std::ptr::copy_nonoverlapping(h.as_ptr(), self.map, HEADER_USED);
             persist::flush(self.map, HEADER_LEN as usize);
         }
-        persist::fence();
+        self.note_dirty();
+        Pmem::fence(self);
     }
 
     fn check_header(&self, actual: u64) -> Result<()> {
@@ -343,15 +516,21 @@ impl Region {
         self.map_len as u64
     }
 
-    /// Writes dirty pages back to storage; needed for durability only when
-    /// [`Durability::PageCache`], harmless otherwise.
+    /// Writes every dirty page of the region back to storage now, whatever its
+    /// backing (fences already do this on [`Durability::PageCache`]).
     pub fn sync(&self) -> Result<()> {
-        // SAFETY: msync over exactly our own mapping.
-        let rc = unsafe { libc::msync(self.map as *mut libc::c_void, self.map_len, libc::MS_SYNC) };
-        if rc != 0 {
-            return Err(io_err(&self.path, "msync", io::Error::last_os_error()));
-        }
-        Ok(())
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.dirty.store(false, Ordering::SeqCst);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.file
+            .sync_data()
+            .map_err(|e| io_err(&self.path, "write back to disk", e))
+    }
+
+    /// Syncs to disk issued so far by fences and [`Region::sync`] (zero on tmpfs and
+    /// DAX, where a fence needs none).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Address of usable offset `off`, for handing to a copy device that writes by
@@ -359,7 +538,52 @@ impl Region {
     /// [`Pmem`] so that they can be traced.
     pub fn device_addr(&self, off: u64, len: u64) -> *mut u8 {
         check_range(off, len, self.len());
+        self.check_writable(off);
+        // A device may write there: the next fence must reach the disk.
+        self.note_dirty();
         self.at(off)
+    }
+
+    /// Panics on a store into a region opened read-only (the mapping would fault).
+    #[inline]
+    #[track_caller]
+    fn check_writable(&self, off: u64) {
+        assert!(
+            self.writable,
+            "region {} is open read-only: store at offset {off}",
+            self.path.display()
+        );
+    }
+
+    /// Notes that a write-back or copy happened, for the next fence to sync; a
+    /// no-op unless the region is in a page cache.
+    #[inline]
+    fn note_dirty(&self) {
+        if self.durability == Durability::PageCache {
+            // SeqCst: the stores before this are visible before a sync that clears the
+            // flag can start, so that sync covers them.
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The page-cache half of a fence: writes back to disk whatever was noted dirty
+    /// since the last sync. A fence that finds another sync running waits for it, as
+    /// that sync may have taken this thread's flag.
+    #[cold]
+    fn sync_dirty(&self) {
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.dirty.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.file.sync_data() {
+            // Retry at the next fence; report the first failure to whoever asks.
+            self.dirty.store(true, Ordering::SeqCst);
+            let errno = e.raw_os_error().unwrap_or(libc::EIO) as u64;
+            let _ = self
+                .sync_error
+                .compare_exchange(0, errno, Ordering::SeqCst, Ordering::SeqCst);
+        }
     }
 
     #[inline]
@@ -391,12 +615,14 @@ impl Pmem for Region {
 
     fn write(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len());
+        self.check_writable(off);
         // SAFETY: bounds checked; `src` is ordinary memory, never inside the mapping
         // (a `&[u8]` into the mapping cannot be obtained from this API).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(off), src.len()) }
     }
 
     fn store_u64(&self, off: u64, val: u64) {
+        self.check_writable(off);
         self.word(off).store(val, Ordering::Release);
     }
 
@@ -414,16 +640,33 @@ impl Pmem for Region {
         check_range(off, len, self.len());
         // SAFETY: bounds checked.
         unsafe { persist::flush(self.at(off), len as usize) }
+        self.note_dirty();
     }
 
     fn fence(&self) {
         persist::fence();
+        if self.durability == Durability::PageCache {
+            self.sync_dirty();
+        }
     }
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
         check_range(off, src.len() as u64, self.len());
+        self.check_writable(off);
         // SAFETY: bounds checked; `src` lies outside the mapping.
         unsafe { persist::copy_nt(self.at(off), src.as_ptr(), src.len()) }
+        self.note_dirty();
+    }
+
+    fn take_sync_error(&self) -> Option<Error> {
+        let errno = self.sync_error.swap(0, Ordering::SeqCst);
+        (errno != 0).then(|| {
+            io_err(
+                &self.path,
+                "write back to disk",
+                io::Error::from_raw_os_error(errno as i32),
+            )
+        })
     }
 }
 
@@ -484,9 +727,13 @@ fn open_rw(path: &Path) -> Result<File> {
 /// Takes the region's exclusive lock. `flock` locks belong to the open file
 /// description, so a second open in the same process conflicts too, and the kernel
 /// drops the lock when the holder dies.
-fn lock(file: &File, path: &Path) -> Result<()> {
+fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
+    let how = match access {
+        Access::ReadWrite => libc::LOCK_EX,
+        Access::ReadOnly => libc::LOCK_SH,
+    };
     // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
     if rc == 0 {
         return Ok(());
     }
@@ -532,7 +779,7 @@ fn reclaim_abandoned_temps(dir: &Path) {
         let path = entry.path();
         // Held (by a process whose id we cannot see, say): not abandoned.
         if let Ok(file) = open_rw(&path) {
-            if lock(&file, &path).is_ok() {
+            if lock(&file, &path, Access::ReadWrite).is_ok() {
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -573,6 +820,55 @@ fn reserve(file: &File, path: &Path, size: u64) -> Result<()> {
             "reserve space",
             io::Error::from_raw_os_error(e),
         )),
+    }
+}
+
+/// Makes sure the host file system can back every page of an image file that has
+/// holes (made with `truncate`, or copied sparse): a page is allocated when first
+/// touched through the mapping, and a full file system answers that touch with
+/// SIGBUS, not an error. On a disk file system the holes are reserved now
+/// (`fallocate`, cheap: no data is written). In DRAM (tmpfs) reserving would take the
+/// memory for the whole image up front, so the free space is checked instead: a sparse
+/// image there is a deliberate choice (a large test image, say), and only a file
+/// system that fills up while it is open can still raise SIGBUS.
+fn back_holes(file: &File, path: &Path, len: u64) -> Result<()> {
+    let meta = file.metadata().map_err(|e| io_err(path, "stat", e))?;
+    let allocated = meta.blocks() * 512;
+    if allocated >= len {
+        return Ok(());
+    }
+    let missing = len - allocated;
+    if fs_durability(file) != Durability::Dram {
+        return reserve(file, path, len).map_err(|e| match e.errno() {
+            libc::ENOSPC => Error::Holes {
+                path: path.into(),
+                missing,
+                available: fs_available(file),
+            },
+            _ => e,
+        });
+    }
+    let available = fs_available(file);
+    if available < missing {
+        return Err(Error::Holes {
+            path: path.into(),
+            missing,
+            available,
+        });
+    }
+    Ok(())
+}
+
+/// Bytes an unprivileged writer can still allocate on the file's file system.
+fn fs_available(file: &File) -> u64 {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills the struct on success; we read it only then.
+    unsafe {
+        if libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+            return 0;
+        }
+        let st = st.assume_init();
+        st.f_bavail.saturating_mul(st.f_frsize)
     }
 }
 

@@ -281,6 +281,9 @@ impl Pmem for SlowMem {
     fn fence(&self) {
         self.inner.fence();
     }
+    fn take_sync_error(&self) -> Option<crate::Error> {
+        self.inner.take_sync_error()
+    }
     fn copy_nt(&self, off: u64, src: &[u8]) {
         self.timed(src.len(), true, |a, b| {
             self.inner.copy_nt(off + a as u64, &src[a..b])

@@ -268,3 +268,238 @@ fn a_leftover_name_of_this_process_is_skipped() {
     assert_eq!(r.len(), MIB - pmem::HEADER_LEN);
     assert!(taken.iter().all(|p| p.exists()));
 }
+
+/// A directory on a disk file system for region files (the build's scratch directory),
+/// or `None` with a note when it turns out to be in memory too.
+fn disk_dir(test: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("easyio-disk-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    if is_tmpfs(&dir) {
+        eprintln!(
+            "skip {test}: {} is not on a disk file system",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return None;
+    }
+    Some(dir)
+}
+
+fn is_tmpfs(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: statfs fills the struct on success, and it is read only then.
+    unsafe {
+        assert_eq!(libc::statfs(c.as_ptr(), st.as_mut_ptr()), 0);
+        st.assume_init().f_type == TMPFS_MAGIC
+    }
+}
+
+/// Pages of `path` that are dirty or under write-back in the page cache, from the
+/// kernel's `cachestat` (Linux 6.5); `None` where the kernel lacks it.
+fn unwritten_pages(path: &Path) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct CacheStat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let f = std::fs::File::open(path).unwrap();
+    let range = Range { off: 0, len: 0 };
+    let mut cs = CacheStat::default();
+    // SAFETY: cachestat reads `range` and writes `cs`, both live and of the kernel's
+    // layout; len 0 means "to the end of the file".
+    let rc = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::syscall(SYS_CACHESTAT, f.as_raw_fd(), &range, &mut cs, 0)
+    };
+    (rc == 0).then_some(cs.nr_dirty + cs.nr_writeback)
+}
+
+#[test]
+fn fences_on_a_disk_file_reach_the_disk() {
+    let Some(dir) = disk_dir("fence") else { return };
+    let path = dir.join("r");
+    let r = Region::create(&path, 8 * MIB).unwrap();
+    assert_eq!(r.durability(), Durability::PageCache);
+    let data: Vec<u8> = (0..MIB as u32).map(|i| (i * 13) as u8).collect();
+    r.copy_nt(4096, &data);
+    r.write(3 * MIB, b"entry");
+    r.flush(3 * MIB, 5);
+    let before = r.syncs();
+    if let Some(dirty) = unwritten_pages(&path) {
+        assert!(
+            dirty > 0,
+            "the page cache holds the stores before the fence"
+        );
+    }
+    r.fence();
+    assert_eq!(
+        r.syncs(),
+        before + 1,
+        "one sync covers everything before the fence"
+    );
+    match unwritten_pages(&path) {
+        Some(n) => assert_eq!(n, 0, "pages left unwritten after the fence"),
+        None => eprintln!("note: no cachestat here; checked only that the fence synced"),
+    }
+    // Nothing written since: fences and loads cost no sync.
+    r.fence();
+    r.persist(3 * MIB, 0);
+    assert_eq!(r.load_u64(3 * MIB) as u8, b'e');
+    assert_eq!(
+        r.syncs(),
+        before + 2,
+        "persist() flushed (nothing) then fenced"
+    );
+    r.fence();
+    assert_eq!(r.syncs(), before + 2);
+    assert!(r.take_sync_error().is_none());
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fences_in_dram_never_sync() {
+    let r = Region::create_temp(8 * MIB).unwrap();
+    assert_eq!(r.durability(), Durability::Dram);
+    r.copy_persist(0, &[7u8; 65536]);
+    r.write_persist(MIB, b"x");
+    r.store_u64_persist(2 * MIB, 1);
+    assert_eq!(r.syncs(), 0);
+}
+
+#[test]
+fn sparse_image_on_disk_is_reserved_at_open() {
+    let Some(dir) = disk_dir("sparse") else {
+        return;
+    };
+    let path = dir.join("r");
+    drop(Region::create(&path, 16 * MIB).unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    // SAFETY: punching a hole in a file this test owns; no mapping of it exists.
+    let rc = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            MIB as i64,
+            12 * MIB as i64,
+        )
+    };
+    assert_eq!(rc, 0);
+    drop(f);
+    let blocks = |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap());
+    assert!(blocks(&path) * 512 < 16 * MIB, "the hole was punched");
+    let r = Region::open(&path).unwrap();
+    assert!(
+        blocks(&path) * 512 >= 16 * MIB,
+        "open reserves the holes, so no later touch can find the disk full"
+    );
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sparse_image_in_dram_that_fits_opens_and_stays_sparse() {
+    let dir = Scratch::new("sparse-dram");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    // Grown without allocating: the header's length still fits, so this is a region
+    // whose tail is one hole.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let r = Region::open(&path).unwrap();
+    assert_eq!(r.mapped_len(), 64 * MIB);
+    drop(r);
+    let allocated =
+        std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap()) * 512;
+    assert!(
+        allocated < 64 * MIB,
+        "a DRAM image is checked, not reserved"
+    );
+}
+
+#[test]
+fn read_only_open_reads_shares_and_excludes_writers() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("ro");
+    let path = dir.path("r");
+    Region::create(&path, 4 * MIB)
+        .unwrap()
+        .write_persist(MIB, b"kept");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let a = Region::open_read_only(&path).unwrap();
+    let b = Region::open_read_only(&path).unwrap();
+    let mut got = [0u8; 4];
+    b.read(MIB, &mut got);
+    assert_eq!(&got, b"kept");
+    assert_eq!(a.len(), 4 * MIB - HEADER_LEN);
+    assert!(matches!(Region::open(&path), Err(Error::Busy { .. })));
+    drop((a, b));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let w = Region::open(&path).unwrap();
+    assert!(matches!(
+        Region::open_read_only(&path),
+        Err(Error::Busy { .. })
+    ));
+    drop(w);
+}
+
+#[test]
+#[should_panic(expected = "open read-only")]
+fn store_into_a_read_only_region_panics() {
+    let dir = Scratch::new("ro-store");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    Region::open_read_only(&path).unwrap().store_u64(64, 1);
+}
+
+#[test]
+fn overwrite_makes_any_file_a_region() {
+    let dir = Scratch::new("overwrite");
+    let path = dir.path("r");
+    drop(Region::create(&path, 4 * MIB).unwrap());
+    // A damaged header: open refuses, overwrite does not.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[9] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(Region::open(&path), Err(Error::BadHeader { .. })));
+    let r = Region::overwrite(&path, 0).unwrap();
+    assert_eq!(r.mapped_len(), 4 * MIB, "size 0 keeps the file's size");
+    drop(r);
+    Region::open(&path).unwrap();
+    // A file that never was a region, resized on the way.
+    let other = dir.path("text");
+    std::fs::write(&other, vec![b'x'; 3 * PAGE_SIZE as usize]).unwrap();
+    let r = Region::overwrite(&other, 2 * MIB).unwrap();
+    assert_eq!(r.mapped_len(), 2 * MIB);
+    drop(r);
+    assert_eq!(Region::open(&other).unwrap().mapped_len(), 2 * MIB);
+    // Nothing there, or held by another open: refused.
+    assert!(matches!(
+        Region::overwrite(dir.path("none"), 0),
+        Err(Error::NotFound { .. })
+    ));
+    let held = Region::open(&other).unwrap();
+    assert!(matches!(
+        Region::overwrite(&other, 0),
+        Err(Error::Busy { .. })
+    ));
+    drop(held);
+}

@@ -8,6 +8,7 @@ mod plot;
 mod qos;
 pub mod raw;
 mod rt;
+mod startup;
 pub mod target;
 
 use std::time::{Duration, Instant};
@@ -30,6 +31,9 @@ pub enum BenchCommand {
     /// Quality of service (EASYIO Fig. 12): a latency-critical reader beside a bulk
     /// copier under no, CPU and engine throttling.
     Qos(qos::QosArgs),
+    /// Start-up: `ls` of the same files on images of different sizes (sparse), as a
+    /// ratio to the smallest; opening an image should not cost more when it is larger.
+    Startup(startup::StartupArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -40,6 +44,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Rt(args) => rt::run(args),
         BenchCommand::App(args) => app::run(args),
         BenchCommand::Qos(args) => qos::run(args),
+        BenchCommand::Startup(args) => startup::run(args),
     }
 }
 
