@@ -16,7 +16,8 @@ fn bench_rt_json_has_every_operation_beside_its_kernel_thread_peer() {
             "yield-round-trip",
             "yield-switch",
             "spawn-join",
-            "ping-pong"
+            "ping-pong",
+            "ping-pong-2-workers"
         ]
     );
     for r in results {

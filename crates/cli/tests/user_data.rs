@@ -289,14 +289,17 @@ fn sigpipe_ends_cat_with_a_clean_unmount() {
         "{status:?}"
     );
     s.intact();
-    // A table printed to a closed pipe ends the same way, without a panic message.
+    // A table printed to a closed pipe ends the same way, without a panic message. The
+    // pipe's reading end is closed before the command starts, so its first write fails
+    // whatever the timing.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
     let mut engines = s
         .cmd(&["engines"])
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(engines.stdout.take());
     let status = wait_bounded(&mut engines);
     let mut err = String::new();
     engines
