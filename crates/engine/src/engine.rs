@@ -9,7 +9,9 @@ use pmem::{Pmem, Region};
 
 use crate::channel::{ChannelCore, ChannelStats};
 use crate::desc::{perform_on_cpu, Desc, Direction};
-use crate::dsa::{Corruption, Dsa, Portal};
+#[cfg(feature = "testing")]
+use crate::dsa::Corruption;
+use crate::dsa::{Dsa, Portal};
 use crate::error::{Error, Result};
 use crate::record::{self, RECORD_BYTES};
 use crate::sn::MAX_COUNTER;
@@ -171,12 +173,21 @@ impl Engine {
     /// was looked for, on a machine without them.
     pub fn dsa(region: Arc<Region>, cfg: &EngineConfig) -> Result<Engine> {
         let portals = crate::dsa::open_portals(cfg.channels)?;
-        Engine::dsa_with_portals(region, cfg, portals)
+        Engine::dsa_on(region, cfg, portals)
     }
 
-    /// The DSA engine on the given work-queue portals, one channel each (a device
-    /// model's portals in tests).
+    /// The DSA engine on the given work-queue portals, one channel each: a device
+    /// model's portals ([`crate::dsa::model`]) in tests.
+    #[cfg(feature = "testing")]
     pub fn dsa_with_portals(
+        region: Arc<Region>,
+        cfg: &EngineConfig,
+        portals: Vec<Box<dyn Portal>>,
+    ) -> Result<Engine> {
+        Engine::dsa_on(region, cfg, portals)
+    }
+
+    fn dsa_on(
         region: Arc<Region>,
         cfg: &EngineConfig,
         portals: Vec<Box<dyn Portal>>,
@@ -410,7 +421,8 @@ impl Engine {
         }
     }
 
-    /// Hooks for tests that must stop a channel at a chosen point.
+    /// Hooks for tests that must stop a channel at a chosen point (`testing` feature).
+    #[cfg(feature = "testing")]
     pub fn testing(&self) -> Testing<'_> {
         Testing { engine: self }
     }
@@ -492,11 +504,14 @@ impl Drop for Engine {
     }
 }
 
-/// Testing hooks, from [`Engine::testing`]. Not for production paths.
+/// Testing hooks, from [`Engine::testing`]. Not for production paths; only with the
+/// `testing` feature.
+#[cfg(feature = "testing")]
 pub struct Testing<'a> {
     engine: &'a Engine,
 }
 
+#[cfg(feature = "testing")]
 impl Testing<'_> {
     /// Software engine: from now on `channel`'s worker stops after the data of its
     /// current group is durable and before it publishes the counter, and stays stopped

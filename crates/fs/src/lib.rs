@@ -17,8 +17,10 @@ mod alloc;
 mod commit;
 mod epoch;
 mod error;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+mod fault;
 mod file;
 pub mod fsck;
 mod index;

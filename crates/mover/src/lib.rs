@@ -18,7 +18,10 @@ mod config;
 mod cpu;
 mod delegate;
 mod dma_sync;
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+mod fault;
 mod offload;
 pub mod profile;
 pub mod qos;

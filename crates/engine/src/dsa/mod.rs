@@ -18,6 +18,7 @@
 //! nothing more: its counter must not pass the copy that failed.
 
 mod hw;
+#[cfg(feature = "testing")]
 pub mod model;
 mod portal;
 mod sysfs;
@@ -106,7 +107,8 @@ impl DsaError {
 }
 
 /// Damage a test can ask for in the next batch's first copy descriptor
-/// ([`crate::Testing::corrupt_next`]).
+/// ([`crate::Testing::corrupt_next`]; `testing` feature).
+#[cfg(feature = "testing")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Corruption {
     /// Set a flag bit the specification reserves.
@@ -116,7 +118,11 @@ pub enum Corruption {
 }
 
 /// The reserved flag bit [`Corruption::InvalidFlags`] sets.
+#[cfg(feature = "testing")]
 const RESERVED_FLAG: u32 = 1 << 6;
+
+// A batch's descriptor list starts its page-aligned buffers (`BatchMem::list`).
+const _: () = assert!(pmem::PAGE_SIZE.is_multiple_of(hw::LIST_ALIGN));
 
 /// Descriptor list and completion records of one channel's in-flight batch, in DRAM
 /// the device reads and writes directly.
@@ -205,6 +211,7 @@ struct ChanState {
     mem: BatchMem,
     inflight: Option<InFlight>,
     failed: Option<DsaError>,
+    #[cfg(feature = "testing")]
     corrupt: Option<Corruption>,
 }
 
@@ -260,6 +267,7 @@ impl Dsa {
                     mem: BatchMem::new(max_batch + 1),
                     inflight: None,
                     failed: None,
+                    #[cfg(feature = "testing")]
                     corrupt: None,
                 }),
                 portal,
@@ -304,6 +312,7 @@ impl Dsa {
         }
         let mut next = ch.core.next.lock();
         let last = crate::engine::advance(channel, *next, descs.len())?;
+        #[cfg(feature = "testing")]
         let corrupt = st.corrupt.take();
         let mem = &st.mem;
         mem.clear_records();
@@ -336,6 +345,7 @@ impl Dsa {
         );
         // SAFETY: descs.len() <= max_batch < slots.
         unsafe { mem.list().add(descs.len()).write(publish) };
+        #[cfg(feature = "testing")]
         if let Some(how) = corrupt {
             // SAFETY: entry 0 exists (batches are never empty) and is ours.
             let first = unsafe { &mut *mem.list() };
@@ -473,6 +483,7 @@ impl Dsa {
             .load(Ordering::Relaxed)
     }
 
+    #[cfg(feature = "testing")]
     pub fn corrupt_next(&self, channel: u16, how: Corruption) {
         self.chans[channel as usize].state.lock().corrupt = Some(how);
     }
