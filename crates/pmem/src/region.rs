@@ -424,6 +424,10 @@ impl Pmem for Region {
         // SAFETY: bounds checked; `src` lies outside the mapping.
         unsafe { persist::copy_nt(self.at(off), src.as_ptr(), src.len()) }
     }
+
+    fn device_base(&self) -> Option<*mut u8> {
+        Some(self.at(0))
+    }
 }
 
 impl Drop for Region {
