@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use pmem::Region;
+use pmem::Pmem;
 
 pub use hw::{flags, opcode, status, Completion, HwDesc, COMPLETION_BYTES, DESC_BYTES};
 pub use portal::{enqcmd, movdir64b, Portal, WqPortal, PORTAL_BYTES, PORTAL_SLOTS};
@@ -226,7 +226,11 @@ struct DsaChannel {
 
 /// The DSA backend's channels.
 pub(crate) struct Dsa {
-    region: Arc<Region>,
+    /// The region the device copies to and from; held so that its mapping outlives
+    /// every batch.
+    region: Arc<dyn Pmem>,
+    /// Where usable offset 0 of the region lies for the device ([`Pmem::device_base`]).
+    base: u64,
     chans: Vec<DsaChannel>,
     max_batch: usize,
 }
@@ -242,10 +246,18 @@ pub(crate) fn open_portals(channels: usize) -> Result<Vec<Box<dyn Portal>>> {
 
 impl Dsa {
     pub fn new(
-        region: Arc<Region>,
+        region: Arc<dyn Pmem>,
         cores: &[Arc<ChannelCore>],
         portals: Vec<Box<dyn Portal>>,
     ) -> Result<Dsa> {
+        let base = region.device_base().ok_or_else(|| {
+            Error::Config(
+                "the dsa engine copies by address: it needs a mapped region (a devdax \
+                 device or a file), not one whose stores are traced, held in memory or \
+                 emulated"
+                    .into(),
+            )
+        })? as u64;
         let max_batch = portals
             .iter()
             .map(|p| p.max_batch())
@@ -277,6 +289,7 @@ impl Dsa {
             .collect();
         Ok(Dsa {
             region,
+            base,
             chans,
             max_batch,
         })
@@ -318,7 +331,7 @@ impl Dsa {
         mem.clear_records();
         let mut bytes = 0;
         for (i, d) in descs.iter().enumerate() {
-            let region = self.region.device_addr(d.region_off(), d.len() as u64) as u64;
+            let region = self.device_addr(d.region_off(), d.len() as u64);
             let dram = d.dram() as u64;
             let (src, dst, extra) = match d.direction() {
                 Direction::ToRegion => (dram, region, DURABLE_FLAGS),
@@ -335,7 +348,7 @@ impl Dsa {
             unsafe { mem.list().add(i).write(desc) };
             bytes += d.len() as u64;
         }
-        let counter = self.region.device_addr(ch.core.counter_off, 8) as u64;
+        let counter = self.device_addr(ch.core.counter_off, 8);
         let publish = HwDesc::memfill(
             last,
             counter,
@@ -377,6 +390,12 @@ impl Dsa {
             accounted: false,
         });
         Ok(Sn::new(channel, last).expect("counter checked by advance"))
+    }
+
+    /// The device's address of region offset `off`, for `len` bytes.
+    fn device_addr(&self, off: u64, len: u64) -> u64 {
+        pmem::check_range(off, len, self.region.len());
+        self.base + off
     }
 
     /// Checks the in-flight batch of `channel`; fails if the channel has failed.
