@@ -26,6 +26,8 @@ mod offload;
 pub mod profile;
 pub mod qos;
 mod semaphore;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::sync::Arc;
 
@@ -302,6 +304,7 @@ pub fn build(
     })
 }
 
+/// Opens the engine of `cfg.engine` on `pm`.
 fn open_engine(
     pm: Arc<dyn Pmem>,
     records_off: u64,
@@ -313,7 +316,11 @@ fn open_engine(
         nap: cfg.engine_nap,
         ..engine::EngineConfig::default()
     };
-    Ok(Arc::new(engine::Engine::software(pm, &ecfg)?))
+    #[cfg(feature = "testing")]
+    if let Some(e) = testing::engine_override(&pm, &ecfg)? {
+        return Ok(Arc::new(e));
+    }
+    Ok(Arc::new(engine::Engine::open(cfg.engine, pm, &ecfg)?))
 }
 
 /// Copies pieces into the region on the calling thread, one fence for all.
