@@ -10,7 +10,7 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::bench::app::{self, AppReport, AppSpec};
-use crate::bench::target::{Mode, Slowmem};
+use crate::bench::target::{EngineArg, Mode, Slowmem};
 use crate::report::{self, Machine};
 
 /// What the demo compares: an I/O-and-computation-balanced application and an
@@ -71,6 +71,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                         threads,
                         uthreads_per_core: UTHREADS_PER_CORE,
                         slowmem,
+                        engine: EngineArg::Software,
                         duration: Duration::from_secs_f64(duration),
                     });
                 }
