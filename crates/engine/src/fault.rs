@@ -17,8 +17,10 @@ pub enum Fault {
     /// Everything as designed.
     None = 0,
     /// A software worker publishes (stores, writes back and fences) a descriptor's
-    /// completion counter before copying its data, so the persistent record can say
-    /// "done" for a copy that never reached the region.
+    /// completion counter before copying its data, and the DSA backend puts a batch's
+    /// counter write before its copies, so the persistent record can say "done" for a
+    /// copy that never reached the region. Copies into the region only: a copy out of
+    /// it, reported done early, would write a buffer its owner already took back.
     PublishBeforeData = 1,
 }
 

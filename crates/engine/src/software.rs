@@ -394,7 +394,11 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
             break;
         }
         let Some(job) = ch.ring.pop() else { break };
-        if crate::fault::active(crate::fault::Fault::PublishBeforeData) {
+        // Only copies into the region: a copy out of it would write a buffer its owner
+        // already took back.
+        if crate::fault::active(crate::fault::Fault::PublishBeforeData)
+            && job.desc.direction() == crate::desc::Direction::ToRegion
+        {
             ch.core.publish(pmem, job.counter);
         }
         // SAFETY: the submitter promised (submit contract) that the DRAM range stays

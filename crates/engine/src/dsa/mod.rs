@@ -329,8 +329,20 @@ impl Dsa {
         let corrupt = st.corrupt.take();
         let mem = &st.mem;
         mem.clear_records();
+        // List entries: the copies, then the counter write. Under the test fault
+        // `PublishBeforeData` the counter write comes first instead, in batches that
+        // only copy into the region (a copy out of it would write a buffer its owner
+        // already took back).
+        let publish_first = crate::fault::active(crate::fault::Fault::PublishBeforeData)
+            && descs.iter().all(|d| d.direction() == Direction::ToRegion);
+        let (first_copy, publish_at) = if publish_first {
+            (1, 0)
+        } else {
+            (0, descs.len())
+        };
         let mut bytes = 0;
-        for (i, d) in descs.iter().enumerate() {
+        for (k, d) in descs.iter().enumerate() {
+            let i = first_copy + k;
             let region = self.device_addr(d.region_off(), d.len() as u64);
             let dram = d.dram() as u64;
             let (src, dst, extra) = match d.direction() {
@@ -354,10 +366,10 @@ impl Dsa {
             counter,
             8,
             COPY_FLAGS | DURABLE_FLAGS | flags::FENCE,
-            mem.member_cr(descs.len()) as u64,
+            mem.member_cr(publish_at) as u64,
         );
-        // SAFETY: descs.len() <= max_batch < slots.
-        unsafe { mem.list().add(descs.len()).write(publish) };
+        // SAFETY: publish_at <= descs.len() <= max_batch < slots.
+        unsafe { mem.list().add(publish_at).write(publish) };
         #[cfg(feature = "testing")]
         if let Some(how) = corrupt {
             // SAFETY: entry 0 exists (batches are never empty) and is ours.
