@@ -10,7 +10,7 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::bench::app::{self, AppReport, AppSpec};
-use crate::bench::target::{Mode, Slowmem};
+use crate::bench::target::{EngineArg, Mode, Slowmem};
 use crate::output::Output;
 use crate::report::{self, Machine};
 
@@ -79,6 +79,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                         threads,
                         uthreads_per_core: UTHREADS_PER_CORE,
                         slowmem,
+                        engine: EngineArg::Software,
                         duration: Duration::from_secs_f64(duration),
                     });
                 }

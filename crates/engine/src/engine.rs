@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use pmem::{Pmem, Region};
+use pmem::Pmem;
 
 use crate::channel::{ChannelCore, ChannelStats};
 use crate::desc::{perform_on_cpu, Desc, Direction};
-use crate::dsa::{Corruption, Dsa, Portal};
+#[cfg(feature = "testing")]
+use crate::dsa::Corruption;
+use crate::dsa::{Dsa, Portal};
 use crate::error::{Error, Result};
 use crate::record::{self, RECORD_BYTES};
 use crate::sn::MAX_COUNTER;
@@ -126,8 +128,9 @@ pub struct Engine {
 
 impl Engine {
     /// Opens an engine of `kind` on a region: the `dsa` backend needs the region's
-    /// device addresses, the others only its [`Pmem`] operations.
-    pub fn open(kind: BackendKind, region: Arc<Region>, cfg: &EngineConfig) -> Result<Engine> {
+    /// device addresses ([`Pmem::device_base`]), the others only its [`Pmem`]
+    /// operations.
+    pub fn open(kind: BackendKind, region: Arc<dyn Pmem>, cfg: &EngineConfig) -> Result<Engine> {
         match kind {
             BackendKind::Cpu => Engine::cpu(region, cfg),
             BackendKind::Software => Engine::software(region, cfg),
@@ -168,21 +171,57 @@ impl Engine {
 
     /// The DSA engine on the enabled user-mode work queues of this machine, one channel
     /// per queue up to `cfg.channels`. Fails with [`Error::DsaUnavailable`], saying what
-    /// was looked for, on a machine without them.
-    pub fn dsa(region: Arc<Region>, cfg: &EngineConfig) -> Result<Engine> {
+    /// was looked for, on a machine without them, and with [`Error::Config`] on a
+    /// region a device cannot address ([`Pmem::device_base`]).
+    pub fn dsa(region: Arc<dyn Pmem>, cfg: &EngineConfig) -> Result<Engine> {
         let portals = crate::dsa::open_portals(cfg.channels)?;
-        Engine::dsa_with_portals(region, cfg, portals)
+        Engine::dsa_on(region, cfg, portals)
     }
 
-    /// The DSA engine on the given work-queue portals, one channel each (a device
-    /// model's portals in tests).
+    /// The DSA engine on the given work-queue portals, one channel each: a device
+    /// model's portals ([`crate::dsa::model`]) in tests.
+    #[cfg(feature = "testing")]
     pub fn dsa_with_portals(
-        region: Arc<Region>,
+        region: Arc<dyn Pmem>,
+        cfg: &EngineConfig,
+        portals: Vec<Box<dyn Portal>>,
+    ) -> Result<Engine> {
+        Engine::dsa_on(region, cfg, portals)
+    }
+
+    /// The DSA engine on `cfg.channels` device models
+    /// ([`crate::dsa::model::DeviceModel`]), one dedicated queue each, that live as long
+    /// as the engine. On a region a real device could not address (a tracer, an image in
+    /// memory) the models reach it through a [`crate::dsa::model::Window`]: every copy
+    /// the device makes goes through the region's [`Pmem`] operations, so a tracer sees
+    /// it.
+    #[cfg(feature = "testing")]
+    pub fn dsa_model(
+        region: Arc<dyn Pmem>,
+        cfg: &EngineConfig,
+        model: crate::dsa::model::ModelConfig,
+    ) -> Result<Engine> {
+        use crate::dsa::model::{DeviceModel, Window};
+        let (view, window) = match region.device_base() {
+            Some(_) => (region, None),
+            None => {
+                let w = Arc::new(Window::over(region));
+                (w.clone() as Arc<dyn Pmem>, Some(w))
+            }
+        };
+        let portals = (0..cfg.channels)
+            .map(|_| Box::new(DeviceModel::owned_portal(model, window.clone())) as Box<dyn Portal>)
+            .collect();
+        Engine::dsa_on(view, cfg, portals)
+    }
+
+    fn dsa_on(
+        region: Arc<dyn Pmem>,
         cfg: &EngineConfig,
         portals: Vec<Box<dyn Portal>>,
     ) -> Result<Engine> {
         let channels = portals.len().min(cfg.channels);
-        let pmem: Arc<dyn Pmem> = region.clone();
+        let pmem = region.clone();
         let cores = open_cores(&*pmem, cfg.area_off, channels)?;
         let dsa = Dsa::new(region, &cores, portals.into_iter().take(channels).collect())?;
         Ok(Engine {
@@ -417,7 +456,8 @@ impl Engine {
         }
     }
 
-    /// Hooks for tests that must stop a channel at a chosen point.
+    /// Hooks for tests that must stop a channel at a chosen point (`testing` feature).
+    #[cfg(feature = "testing")]
     pub fn testing(&self) -> Testing<'_> {
         Testing { engine: self }
     }
@@ -499,11 +539,14 @@ impl Drop for Engine {
     }
 }
 
-/// Testing hooks, from [`Engine::testing`]. Not for production paths.
+/// Testing hooks, from [`Engine::testing`]. Not for production paths; only with the
+/// `testing` feature.
+#[cfg(feature = "testing")]
 pub struct Testing<'a> {
     engine: &'a Engine,
 }
 
+#[cfg(feature = "testing")]
 impl Testing<'_> {
     /// Software engine: from now on `channel`'s worker stops after the data of its
     /// current group is durable and before it publishes the counter, and stays stopped

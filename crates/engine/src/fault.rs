@@ -1,38 +1,57 @@
 //! Test-only fault injection: a completion ordering deliberately broken, so that the
 //! crash harness can show it catches an engine that reports a copy done before its
-//! data is durable. Off unless a test turns it on; never used by the product.
+//! data is durable. Off unless a test turns it on.
+//!
+//! Public only with the `testing` feature. Without it, [`active`] is a constant `false`
+//! the compiler folds away and the submission faults are no-ops: the product carries
+//! no hook and no check.
 
+#[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A deliberately broken ordering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub enum Fault {
     /// Everything as designed.
     None = 0,
     /// A software worker publishes (stores, writes back and fences) a descriptor's
-    /// completion counter before copying its data, so the persistent record can say
-    /// "done" for a copy that never reached the region.
+    /// completion counter before copying its data, and the DSA backend puts a batch's
+    /// counter write before its copies, so the persistent record can say "done" for a
+    /// copy that never reached the region. Copies into the region only: a copy out of
+    /// it, reported done early, would write a buffer its owner already took back.
     PublishBeforeData = 1,
 }
 
+#[cfg(feature = "testing")]
 static ACTIVE: AtomicU8 = AtomicU8::new(Fault::None as u8);
 
 /// Turns `fault` on for every engine in the process (`Fault::None` turns faults off).
 /// Tests that use this must run in a process of their own.
+#[cfg(feature = "testing")]
 pub fn inject(fault: Fault) {
     ACTIVE.store(fault as u8, Ordering::SeqCst);
 }
 
 /// Whether `fault` is on.
+#[cfg(feature = "testing")]
 pub(crate) fn active(fault: Fault) -> bool {
     ACTIVE.load(Ordering::Relaxed) == fault as u8
+}
+
+/// Whether `fault` is on: never, without the `testing` feature.
+#[cfg(not(feature = "testing"))]
+#[inline(always)]
+pub(crate) fn active(_fault: Fault) -> bool {
+    false
 }
 
 /// Test-only, per engine: submissions refused after a count, and batches capped
 /// smaller than the backend takes, so that a test can make a request that spans
 /// several batches fail at the batch it chooses ([`crate::Testing::refuse_after`],
 /// [`crate::Testing::cap_batch`]). Off unless a test turns it on.
+#[cfg(feature = "testing")]
 #[derive(Debug)]
 pub(crate) struct SubmitFaults {
     /// Submissions still accepted; `u64::MAX`: no limit.
@@ -41,6 +60,7 @@ pub(crate) struct SubmitFaults {
     batch_cap: std::sync::atomic::AtomicUsize,
 }
 
+#[cfg(feature = "testing")]
 impl Default for SubmitFaults {
     fn default() -> SubmitFaults {
         SubmitFaults {
@@ -50,6 +70,7 @@ impl Default for SubmitFaults {
     }
 }
 
+#[cfg(feature = "testing")]
 impl SubmitFaults {
     pub(crate) fn refuse_after(&self, accepted: Option<u64>) {
         self.accept_left
@@ -80,5 +101,28 @@ impl SubmitFaults {
             0 => max,
             cap => max.min(cap),
         }
+    }
+}
+
+/// Without the `testing` feature: no fault, nothing stored, nothing checked.
+#[cfg(not(feature = "testing"))]
+#[derive(Debug, Default)]
+pub(crate) struct SubmitFaults;
+
+#[cfg(not(feature = "testing"))]
+impl SubmitFaults {
+    /// Never.
+    #[inline(always)]
+    pub(crate) fn refuses(&self) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn accepted(&self) {}
+
+    /// `max`.
+    #[inline(always)]
+    pub(crate) fn capped(&self, max: usize) -> usize {
+        max
     }
 }

@@ -13,6 +13,10 @@
 //! embedded default) runs a worker thread per channel on a bounded ring; `dsa` drives
 //! Intel DSA user-mode work queues ([`dsa`]).
 //!
+//! Test hooks — fault injection (`fault`), `Engine::testing` and the DSA device model
+//! (`dsa::model`) — exist only with the `testing` feature, which tests and the
+//! crash harness's tests enable; the production build carries none of them.
+//!
 //! Setting up: reserve [`AREA_BYTES`] (= `MAX_CHANNELS * RECORD_BYTES`) cache-line
 //! aligned bytes of the region, [`format_records`] them once (at file-system format),
 //! and open engines on them with [`EngineConfig::area_off`]; an engine continues
@@ -26,16 +30,20 @@ mod desc;
 pub mod dsa;
 mod engine;
 mod error;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+mod fault;
 pub mod record;
 pub mod sn;
 mod software;
 
 pub use channel::ChannelStats;
 pub use desc::{Desc, Direction};
+#[cfg(feature = "testing")]
+pub use engine::Testing;
 pub use engine::{
-    BackendKind, Engine, EngineConfig, Testing, DEFAULT_NAP, DEFAULT_RING_CAPACITY, DEFAULT_SPIN,
+    BackendKind, Engine, EngineConfig, DEFAULT_NAP, DEFAULT_RING_CAPACITY, DEFAULT_SPIN,
 };
 pub use error::{Error, Result};
 pub use record::{

@@ -64,8 +64,10 @@ pub(crate) struct SwChannel {
     /// stamp may not precede.
     running: Mutex<Option<Instant>>,
     /// Testing: stop after the data is durable, before publishing.
+    #[cfg(feature = "testing")]
     freeze: AtomicBool,
     /// Testing: the counter whose data is durable but unpublished while frozen, else 0.
+    #[cfg(feature = "testing")]
     frozen_at: AtomicU64,
     stop: AtomicBool,
     /// Set by the worker as it exits.
@@ -147,7 +149,9 @@ impl Software {
                 epoch: Instant::now(),
                 suspended: AtomicBool::new(false),
                 running: Mutex::new(None),
+                #[cfg(feature = "testing")]
                 freeze: AtomicBool::new(false),
+                #[cfg(feature = "testing")]
                 frozen_at: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 exited: AtomicBool::new(false),
@@ -243,12 +247,14 @@ impl Software {
         self.chans.first().map_or(0, |c| c.ring.capacity())
     }
 
+    #[cfg(feature = "testing")]
     pub fn freeze_before_publish(&self, channel: u16) {
         self.chans[channel as usize]
             .freeze
             .store(true, Ordering::SeqCst);
     }
 
+    #[cfg(feature = "testing")]
     pub fn frozen_at(&self, channel: u16) -> Option<u64> {
         let at = self.chans[channel as usize]
             .frozen_at
@@ -256,6 +262,7 @@ impl Software {
         (at != 0).then_some(at)
     }
 
+    #[cfg(feature = "testing")]
     pub fn thaw(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
         ch.freeze.store(false, Ordering::SeqCst);
@@ -309,6 +316,7 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
                 idle_since = None;
                 continue;
             }
+            #[cfg(feature = "testing")]
             GroupEnd::Abandoned => return,
             GroupEnd::Empty if stopping => return,
             GroupEnd::Empty => {}
@@ -367,6 +375,7 @@ enum GroupEnd {
     /// Nothing in the ring.
     Empty,
     /// Frozen and told to stop: the group's data is durable, its counter unpublished.
+    #[cfg(feature = "testing")]
     Abandoned,
 }
 
@@ -385,7 +394,11 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
             break;
         }
         let Some(job) = ch.ring.pop() else { break };
-        if crate::fault::active(crate::fault::Fault::PublishBeforeData) {
+        // Only copies into the region: a copy out of it would write a buffer its owner
+        // already took back.
+        if crate::fault::active(crate::fault::Fault::PublishBeforeData)
+            && job.desc.direction() == crate::desc::Direction::ToRegion
+        {
             ch.core.publish(pmem, job.counter);
         }
         // SAFETY: the submitter promised (submit contract) that the DRAM range stays
@@ -408,6 +421,7 @@ fn run_group(ch: &SwChannel, pmem: &dyn Pmem) -> GroupEnd {
     // Everything copied so far is durable after this fence; only then may the counter
     // say so.
     pmem.fence();
+    #[cfg(feature = "testing")]
     if ch.freeze.load(Ordering::SeqCst) {
         ch.frozen_at.store(last, Ordering::Release);
         while ch.freeze.load(Ordering::SeqCst) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::{config, pattern, read, region, AREA, DATA};
 use engine::dsa::model::{DeviceModel, ModelConfig, ModelPortal};
 use engine::dsa::{Corruption, DsaError, Portal};
-use engine::{record, record_is_done, Desc, Engine, Error};
+use engine::{format_records, record, record_is_done, Desc, Engine, Error};
 use pmem::{Pmem, Region};
 
 fn engine_on_model(region: &Arc<Region>) -> (DeviceModel, Engine) {
@@ -322,4 +322,65 @@ fn selecting_dsa_without_a_device_says_what_was_looked_for() {
         .find(|b| b.kind == engine::BackendKind::Dsa)
         .unwrap();
     assert!(!dsa.available && dsa.detail[0].contains("/sys/bus/dsa"));
+}
+
+#[test]
+fn a_device_cannot_be_given_a_region_that_is_not_a_mapping() {
+    let mem: Arc<dyn Pmem> = Arc::new(pmem::MemPmem::new(4 << 20));
+    format_records(&*mem, AREA, 1).unwrap();
+    let (_model, portal) = DeviceModel::start(ModelConfig::default());
+    let err = Engine::dsa_with_portals(mem, &config(1), vec![Box::new(portal)])
+        .err()
+        .expect("a region in memory has no device addresses");
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("mapped region")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_model_reaches_a_traced_region_through_a_window_and_the_trace_sees_its_copies() {
+    let tp = Arc::new(pmem::TracePmem::new(vec![0u8; 4 << 20]));
+    format_records(&*tp, AREA, 2).unwrap();
+    let engine = Engine::dsa_model(tp.clone(), &config(2), ModelConfig::default()).unwrap();
+    assert_eq!((engine.kind().name(), engine.channels()), ("dsa", 2));
+    let src = pattern(70_000, 9);
+    engine.write_sync(1, &src, DATA + 5).unwrap();
+    let mut back = vec![0u8; src.len()];
+    engine.read_sync(1, DATA + 5, &mut back).unwrap();
+    assert_eq!(back, src);
+    drop(engine);
+    let tp = Arc::into_inner(tp).expect("the engine let go of the region");
+    let trace = tp.into_trace();
+    // The device thread stored the data and the counter, and fenced them itself.
+    let device: Vec<_> = trace
+        .events
+        .iter()
+        .filter(|e| trace.thread_of(e) == "easyio-engine-dsa-model")
+        .collect();
+    let counter = record::counter_off(AREA, 1);
+    let data_at = device
+        .iter()
+        .position(|e| e.off >= DATA && e.kind == pmem::trace::EventKind::NtStore)
+        .expect("the copy's non-temporal stores");
+    let counter_at = device
+        .iter()
+        .position(|e| e.off == counter)
+        .expect("the counter store");
+    assert!(data_at < counter_at);
+    assert!(device[data_at..counter_at]
+        .iter()
+        .any(|e| e.kind == pmem::trace::EventKind::Fence));
+    assert_eq!(final_contents(&trace, DATA + 5, src.len()), src);
+}
+
+/// The region's final contents at `off` according to a trace: its base image with
+/// every store applied in order.
+fn final_contents(trace: &pmem::Trace, off: u64, len: usize) -> Vec<u8> {
+    let mut img = trace.base.clone();
+    for e in &trace.events {
+        let data = trace.data_of(e);
+        img[e.off as usize..e.off as usize + data.len()].copy_from_slice(data);
+    }
+    img[off as usize..off as usize + len].to_vec()
 }

@@ -17,8 +17,10 @@ mod alloc;
 mod commit;
 mod epoch;
 mod error;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+mod fault;
 mod file;
 pub mod fsck;
 mod index;
@@ -74,7 +76,9 @@ pub struct FormatOptions {
 pub struct MountOptions {
     /// Who moves file data.
     pub mode: Mode,
-    /// Thresholds of the data movers.
+    /// Thresholds of the data movers, and the copy engine of the modes that use one
+    /// ([`MoverConfig::engine`]: `software` by default, or `dsa`, which needs the
+    /// region to be a mapping and the machine to have DSA work queues).
     pub mover: MoverConfig,
     /// For experiments only: hold a (uthread-aware) per-inode lock across the wait for
     /// the data copy, as a file system without EASYIO's two-level locking must. Correct
@@ -111,16 +115,18 @@ impl MountOptions {
         }
     }
 
+    /// These options with their modes' copy engine on `backend`.
+    pub fn with_engine(mut self, backend: engine::BackendKind) -> MountOptions {
+        self.mover.engine = backend;
+        self
+    }
+
     /// These options with the thresholds of a calibration profile (`easyio calibrate`)
     /// in place of the papers' defaults. A profile measured on another machine, or with
     /// an engine other than the one the file system opens, is refused.
     pub fn with_profile(mut self, path: &std::path::Path) -> Result<MountOptions> {
-        self.mover = mover::profile::Profile::load_into(
-            path,
-            engine::BackendKind::Software.name(),
-            self.mover,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        self.mover = mover::profile::Profile::load_into(path, self.mover.engine.name(), self.mover)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(self)
     }
 }

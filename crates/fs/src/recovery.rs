@@ -186,6 +186,14 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         // Heal the primary from the replica.
         geo.write(&*pm);
     }
+    if !opts.mode.uses_engine() && opts.mover.engine != engine::BackendKind::Software {
+        return Err(Error::Invalid(format!(
+            "the {} engine was asked for, but mode {} copies without an engine \
+             (dma-sync and async use one)",
+            opts.mover.engine.name(),
+            opts.mode
+        )));
+    }
     if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
         return Err(Error::Invalid(format!(
             "{} engine channels requested; the file system was formatted with {}",

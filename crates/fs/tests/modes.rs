@@ -217,6 +217,16 @@ fn crash_with_pending_copy_keeps_previous_contents() {
         let fd = fs.open("/f", rw_create(), 0o644).unwrap();
         fs.pwrite(fd, &old, 0).unwrap();
         let engine = fs.engine().unwrap().clone();
+        if engine.kind() != engine::BackendKind::Software {
+            // A DSA device publishes the counter itself, in the batch that copies the
+            // data; the crash harness crashes between the two on that engine.
+            eprintln!(
+                "skipped on the {} engine: stopping a channel between its data and its \
+                 counter is a software-engine hook",
+                engine.kind().name()
+            );
+            return;
+        }
         for ch in 0..engine.channels() as u16 {
             engine.testing().freeze_before_publish(ch).unwrap();
         }
@@ -280,4 +290,29 @@ fn lock_across_wait_variant_reads_and_writes() {
             .collect();
         hs.into_iter().for_each(|h| h.join().unwrap());
     });
+}
+
+/// The engine modes run on the engine the test run asked for: the software engine, or
+/// with `EASYIO_TEST_ENGINE=dsa-model` the DSA backend on device models, so that a run
+/// of this suite on the DSA path really is one.
+#[test]
+fn engine_modes_use_the_engine_the_run_asked_for() {
+    let want = match std::env::var(mover::testing::ENGINE_ENV).as_deref() {
+        Ok("dsa-model") => engine::BackendKind::Dsa,
+        _ => engine::BackendKind::Software,
+    };
+    let pm = fresh(16 * MIB);
+    for mode in [Mode::DmaSync, Mode::Async] {
+        let fs = mount_mode(&pm, mode);
+        assert_eq!(fs.engine().unwrap().kind(), want, "{mode}");
+        let fd = fs.open("/f", rw_create(), 0o644).unwrap();
+        let data = pattern(256 * 1024, 7);
+        fs.pwrite(fd, &data, 0).unwrap();
+        let mut back = vec![0u8; data.len()];
+        fs.pread(fd, &mut back, 0).unwrap();
+        assert_eq!(back, data, "{mode}");
+        fs.close(fd).unwrap();
+        fs.unmount().unwrap();
+    }
+    assert_fsck_clean(&pm);
 }

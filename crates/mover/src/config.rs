@@ -45,6 +45,10 @@ pub struct Config {
     /// only for machines where the engine's threads have cores of their own. `None`
     /// (default): they spin, then park.
     pub engine_nap: Option<std::time::Duration>,
+    /// `async`, `dma-sync`: the copy engine's backend: `software` (worker threads, the
+    /// default) or `dsa` (the machine's DSA work queues; the region must be a mapping).
+    #[serde(serialize_with = "backend_name")]
+    pub engine: engine::BackendKind,
     /// `async`: the channel manager (EASYIO §4.4) — L and B clients on separate
     /// channels, B copies split and throttled. `None`: every client shares every channel.
     pub qos: Option<QosConfig>,
@@ -65,9 +69,14 @@ impl Default for Config {
             delegation_threads: 2,
             semaphore_k: 2,
             engine_nap: None,
+            engine: engine::BackendKind::Software,
             qos: None,
         }
     }
+}
+
+fn backend_name<S: serde::Serializer>(kind: &engine::BackendKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.name())
 }
 
 impl Config {

@@ -18,11 +18,16 @@ mod config;
 mod cpu;
 mod delegate;
 mod dma_sync;
+#[cfg(feature = "testing")]
 pub mod fault;
+#[cfg(not(feature = "testing"))]
+mod fault;
 mod offload;
 pub mod profile;
 pub mod qos;
 mod semaphore;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::sync::Arc;
 
@@ -301,6 +306,7 @@ pub fn build(
     })
 }
 
+/// Opens the engine of `cfg.engine` on `pm`.
 fn open_engine(
     pm: Arc<dyn Pmem>,
     records_off: u64,
@@ -312,7 +318,11 @@ fn open_engine(
         nap: cfg.engine_nap,
         ..engine::EngineConfig::default()
     };
-    Ok(Arc::new(engine::Engine::software(pm, &ecfg)?))
+    #[cfg(feature = "testing")]
+    if let Some(e) = testing::engine_override(&pm, &ecfg)? {
+        return Ok(Arc::new(e));
+    }
+    Ok(Arc::new(engine::Engine::open(cfg.engine, pm, &ecfg)?))
 }
 
 /// Copies pieces into the region on the calling thread, one fence for all.
@@ -361,9 +371,17 @@ pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(),
     Ok(())
 }
 
-/// Submits `descs` to `channel` as batches no larger than the engine takes, yielding
-/// while the channel is full; returns the SN of the last batch, which covers all of them
-/// (a channel completes in order).
+/// Submits `descs` to `channel` as batches no larger than the engine takes, waiting on
+/// this thread while the channel is full; returns the SN of the last batch, which covers
+/// all of them (a channel completes in order).
+///
+/// The wait for room never switches to another uthread: a write submits while it holds
+/// its inode's level-1 lock, and a uthread run meanwhile on this worker could block the
+/// worker's thread on that lock (EASYIO's level 1 is never held across a yield). A
+/// full channel drains without this thread's help — a software channel has its worker,
+/// a DSA queue its device, and its next submission reaps the batch before it — so the
+/// wait ends. A DSA channel, which takes one batch at a time, is full whenever a batch
+/// is in flight.
 ///
 /// A request completes as a whole: if a batch is refused after earlier ones were
 /// accepted, those are waited out before the error is returned, so that on `Err` no
@@ -386,7 +404,7 @@ pub(crate) unsafe fn submit_all(
                     last = Some(sn);
                     break;
                 }
-                Err(engine::Error::Busy { .. }) => rt::yield_now(),
+                Err(engine::Error::Busy { .. }) => wait_for_room(),
                 Err(e) => {
                     if let Some(sn) = last {
                         settle(engine, sn);
@@ -397,6 +415,15 @@ pub(crate) unsafe fn submit_all(
         }
     }
     last.ok_or(engine::Error::BadBatch("empty request".into()))
+}
+
+/// One step of waiting for room on a full channel, on this thread (see [`submit_all`]):
+/// a spin, and now and then a turn of the OS scheduler to whoever drains the channel.
+fn wait_for_room() {
+    for _ in 0..64 {
+        std::hint::spin_loop();
+    }
+    std::thread::yield_now();
 }
 
 /// Waits until the engine no longer touches the buffers of `sn` and of every batch

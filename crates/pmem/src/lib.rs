@@ -108,6 +108,15 @@ pub trait Pmem: Send + Sync {
         self.copy_nt(off, src);
         self.fence();
     }
+
+    /// Where usable offset 0 lies in this process's address space, for a copy device
+    /// that reads and writes the region by address (DSA): `Some` for a mapped
+    /// [`Region`]; `None` (the default) for a region whose every store must pass
+    /// through this trait — a tracer, an image in memory, emulated slow memory — which
+    /// a device would bypass.
+    fn device_base(&self) -> Option<*mut u8> {
+        None
+    }
 }
 
 /// Panics unless `off..off + len` lies inside a region of `region_len` usable bytes.

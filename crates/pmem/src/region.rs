@@ -668,6 +668,10 @@ impl Pmem for Region {
             )
         })
     }
+
+    fn device_base(&self) -> Option<*mut u8> {
+        Some(self.at(0))
+    }
 }
 
 impl Drop for Region {

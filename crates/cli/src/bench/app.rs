@@ -34,7 +34,9 @@ use serde::Serialize;
 pub use super::applications::App;
 use super::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
 use super::plot;
-use super::target::{run_clients, timed_loop, Gate, Mode, Slowmem, Target, ThreadResult};
+use super::target::{
+    run_clients, timed_loop, EngineArg, Gate, Mode, Slowmem, Target, ThreadResult,
+};
 use crate::args;
 use crate::output;
 use crate::report::{self, Machine};
@@ -64,6 +66,9 @@ pub struct AppArgs {
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
     slowmem: Slowmem,
+    /// Copy engine of the dma-sync and async modes.
+    #[arg(long, value_enum, default_value = "software")]
+    engine: EngineArg,
     /// Seconds per run (more than 0, at most 3600).
     #[arg(long, default_value_t = 1.0, value_parser = args::seconds)]
     duration: f64,
@@ -88,6 +93,7 @@ pub struct AppSpec {
     pub threads: usize,
     pub uthreads_per_core: usize,
     pub slowmem: Slowmem,
+    pub engine: EngineArg,
     pub duration: Duration,
 }
 
@@ -248,6 +254,7 @@ pub fn run_one(
     let kernel_dir = PathBuf::from(format!("/dev/shm/easyio-bench-app-{}", std::process::id()));
     let target = Arc::new(Target::set_up(
         spec.mode,
+        spec.engine,
         region,
         spec.slowmem.model(),
         &kernel_dir,
@@ -469,6 +476,7 @@ pub fn run(a: AppArgs) -> anyhow::Result<()> {
                     threads,
                     uthreads_per_core: a.uthreads_per_core,
                     slowmem: a.slowmem,
+                    engine: a.engine,
                     duration,
                 });
             }

@@ -34,8 +34,8 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use super::target::{
-    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, Gate, Mode, Slowmem, Target,
-    ThreadResult,
+    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mode, Slowmem,
+    Target, ThreadResult,
 };
 use super::{gib_per_s, raw};
 use crate::report::{self, Machine};
@@ -97,6 +97,9 @@ pub struct MicroArgs {
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
     slowmem: Slowmem,
+    /// Copy engine of the dma-sync and async modes.
+    #[arg(long, value_enum, default_value = "software")]
+    engine: EngineArg,
     /// Uthreads per worker in async modes (1 to 1024).
     #[arg(long, default_value_t = 1, value_parser = args::threads())]
     uthreads_per_core: usize,
@@ -358,6 +361,7 @@ struct RunSpec {
     threads: usize,
     uthreads_per_core: usize,
     slowmem: Option<Model>,
+    engine: EngineArg,
     compute_uthread: bool,
     params: RunParams,
 }
@@ -369,7 +373,14 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         "/dev/shm/easyio-bench-kernel-{}",
         std::process::id()
     ));
-    let target = Target::set_up(mode, region, spec.slowmem, &kernel_dir, threads)?;
+    let target = Target::set_up(
+        mode,
+        spec.engine,
+        region,
+        spec.slowmem,
+        &kernel_dir,
+        threads,
+    )?;
     let target = Arc::new(target);
     let clients = if mode.uthreads() {
         threads * spec.uthreads_per_core
@@ -518,6 +529,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                         threads: t,
                         uthreads_per_core: a.uthreads_per_core,
                         slowmem: a.slowmem.model(),
+                        engine: a.engine,
                         compute_uthread: a.compute_uthread,
                         params: RunParams {
                             io,

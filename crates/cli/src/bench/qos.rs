@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::raw::open_region;
+use super::target::EngineArg;
 use crate::output::Output;
 use crate::report::{self, Machine};
 use crate::{args, progress, signals};
@@ -60,6 +61,9 @@ pub struct QosArgs {
     /// Where to create the benchmark region (as for `bench raw`).
     #[arg(long)]
     image: Option<PathBuf>,
+    /// Copy engine of the file system; `dsa` needs `--medium none`.
+    #[arg(long, value_enum, default_value = "software")]
+    engine: EngineArg,
     /// Seconds per policy run (more than 0, at most 3600).
     #[arg(long, default_value_t = 2.0, value_parser = args::seconds)]
     seconds: f64,
@@ -318,10 +322,13 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
     FileSystem::format(&*pm, &FormatOptions::default())?;
     let epoch = Duration::from_micros(args.epoch_us);
     let base = match &args.profile {
-        Some(p) => MountOptions::with_mode(Mode::Async).with_profile(p)?,
+        Some(p) => MountOptions::with_mode(Mode::Async)
+            .with_engine(args.engine.backend())
+            .with_profile(p)?,
         None => MountOptions {
             mover: MoverConfig {
                 cpu_max: L_BYTES,
+                engine: args.engine.backend(),
                 ..MoverConfig::default()
             },
             ..MountOptions::with_mode(Mode::Async)

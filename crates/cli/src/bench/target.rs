@@ -387,13 +387,33 @@ pub fn engine_nap(workers: usize, channels: usize) -> Option<std::time::Duration
     (workers + channels <= cores).then_some(engine::DEFAULT_NAP)
 }
 
+/// The copy engine of the modes that use one (`--engine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// Worker threads copy (the embedded default).
+    #[default]
+    Software,
+    /// The machine's DSA work queues; the region must not be emulated slow memory.
+    Dsa,
+}
+
+impl EngineArg {
+    pub fn backend(self) -> engine::BackendKind {
+        match self {
+            EngineArg::Software => engine::BackendKind::Software,
+            EngineArg::Dsa => engine::BackendKind::Dsa,
+        }
+    }
+}
+
 impl Target {
     /// Formats `region` and mounts it in `mode` (wrapped in the slow-memory model if
-    /// one is given), or for `kernel` makes an empty `kernel_dir` in the host tmpfs.
-    /// `workers`: the application's threads, for the engine's idle policy
-    /// ([`engine_nap`]).
+    /// one is given), its copy engine on `engine` if the mode uses one, or for `kernel`
+    /// makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
+    /// threads, for the engine's idle policy ([`engine_nap`]).
     pub fn set_up(
         mode: Mode,
+        engine: EngineArg,
         region: &Arc<dyn Pmem>,
         slowmem: Option<Model>,
         kernel_dir: &Path,
@@ -410,6 +430,9 @@ impl Target {
                     lock_across_wait: mode == Mode::AsyncLocked,
                     ..MountOptions::with_mode(m)
                 };
+                if m.uses_engine() {
+                    opts.mover.engine = engine.backend();
+                }
                 opts.mover.engine_nap = engine_nap(workers, opts.mover.channels_needed());
                 Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
             }

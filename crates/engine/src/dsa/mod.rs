@@ -20,6 +20,7 @@
 //! completes nothing more: its counter must not pass the copy that failed.
 
 mod hw;
+#[cfg(feature = "testing")]
 pub mod model;
 mod portal;
 mod sysfs;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use pmem::Region;
+use pmem::Pmem;
 
 pub use hw::{flags, opcode, status, Completion, HwDesc, COMPLETION_BYTES, DESC_BYTES};
 pub use portal::{enqcmd, movdir64b, Portal, WqPortal, PORTAL_BYTES, PORTAL_SLOTS};
@@ -108,7 +109,8 @@ impl DsaError {
 }
 
 /// Damage a test can ask for in the next batch's first copy descriptor
-/// ([`crate::Testing::corrupt_next`]).
+/// ([`crate::Testing::corrupt_next`]; `testing` feature).
+#[cfg(feature = "testing")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Corruption {
     /// Set a flag bit the specification reserves.
@@ -118,7 +120,11 @@ pub enum Corruption {
 }
 
 /// The reserved flag bit [`Corruption::InvalidFlags`] sets.
+#[cfg(feature = "testing")]
 const RESERVED_FLAG: u32 = 1 << 6;
+
+// A batch's descriptor list starts its page-aligned buffers (`BatchMem::list`).
+const _: () = assert!(pmem::PAGE_SIZE.is_multiple_of(hw::LIST_ALIGN));
 
 /// Descriptor list and completion records of one channel's in-flight batch, in DRAM
 /// the device reads and writes directly.
@@ -210,6 +216,7 @@ struct ChanState {
     /// A software error the device raised while the in-flight batch had no record yet:
     /// kept to classify the batch's failure once its record says the device is done.
     swerr: Option<u8>,
+    #[cfg(feature = "testing")]
     corrupt: Option<Corruption>,
 }
 
@@ -224,7 +231,11 @@ struct DsaChannel {
 
 /// The DSA backend's channels.
 pub(crate) struct Dsa {
-    region: Arc<Region>,
+    /// The region the device copies to and from; held so that its mapping outlives
+    /// every batch.
+    region: Arc<dyn Pmem>,
+    /// Where usable offset 0 of the region lies for the device ([`Pmem::device_base`]).
+    base: u64,
     chans: Vec<DsaChannel>,
     max_batch: usize,
 }
@@ -240,10 +251,18 @@ pub(crate) fn open_portals(channels: usize) -> Result<Vec<Box<dyn Portal>>> {
 
 impl Dsa {
     pub fn new(
-        region: Arc<Region>,
+        region: Arc<dyn Pmem>,
         cores: &[Arc<ChannelCore>],
         portals: Vec<Box<dyn Portal>>,
     ) -> Result<Dsa> {
+        let base = region.device_base().ok_or_else(|| {
+            Error::Config(
+                "the dsa engine copies by address: it needs a mapped region (a devdax \
+                 device or a file), not one whose stores are traced, held in memory or \
+                 emulated"
+                    .into(),
+            )
+        })? as u64;
         let max_batch = portals
             .iter()
             .map(|p| p.max_batch())
@@ -266,6 +285,7 @@ impl Dsa {
                     inflight: None,
                     failed: None,
                     swerr: None,
+                    #[cfg(feature = "testing")]
                     corrupt: None,
                 }),
                 portal,
@@ -275,6 +295,7 @@ impl Dsa {
             .collect();
         Ok(Dsa {
             region,
+            base,
             chans,
             max_batch,
         })
@@ -310,12 +331,25 @@ impl Dsa {
         }
         let mut next = ch.core.next.lock();
         let last = crate::engine::advance(channel, *next, descs.len())?;
+        #[cfg(feature = "testing")]
         let corrupt = st.corrupt.take();
         let mem = &st.mem;
         mem.clear_records();
+        // List entries: the copies, then the counter write. Under the test fault
+        // `PublishBeforeData` the counter write comes first instead, in batches that
+        // only copy into the region (a copy out of it would write a buffer its owner
+        // already took back).
+        let publish_first = crate::fault::active(crate::fault::Fault::PublishBeforeData)
+            && descs.iter().all(|d| d.direction() == Direction::ToRegion);
+        let (first_copy, publish_at) = if publish_first {
+            (1, 0)
+        } else {
+            (0, descs.len())
+        };
         let mut bytes = 0;
-        for (i, d) in descs.iter().enumerate() {
-            let region = self.region.device_addr(d.region_off(), d.len() as u64) as u64;
+        for (k, d) in descs.iter().enumerate() {
+            let i = first_copy + k;
+            let region = self.device_addr(d.region_off(), d.len() as u64);
             let dram = d.dram() as u64;
             let (src, dst, extra) = match d.direction() {
                 Direction::ToRegion => (dram, region, DURABLE_FLAGS),
@@ -332,16 +366,17 @@ impl Dsa {
             unsafe { mem.list().add(i).write(desc) };
             bytes += d.len() as u64;
         }
-        let counter = self.region.device_addr(ch.core.counter_off, 8) as u64;
+        let counter = self.device_addr(ch.core.counter_off, 8);
         let publish = HwDesc::memfill(
             last,
             counter,
             8,
             COPY_FLAGS | DURABLE_FLAGS | flags::FENCE,
-            mem.member_cr(descs.len()) as u64,
+            mem.member_cr(publish_at) as u64,
         );
-        // SAFETY: descs.len() <= max_batch < slots.
-        unsafe { mem.list().add(descs.len()).write(publish) };
+        // SAFETY: publish_at <= descs.len() <= max_batch < slots.
+        unsafe { mem.list().add(publish_at).write(publish) };
+        #[cfg(feature = "testing")]
         if let Some(how) = corrupt {
             // SAFETY: entry 0 exists (batches are never empty) and is ours.
             let first = unsafe { &mut *mem.list() };
@@ -373,6 +408,12 @@ impl Dsa {
             accounted: false,
         });
         Ok(Sn::new(channel, last).expect("counter checked by advance"))
+    }
+
+    /// The device's address of region offset `off`, for `len` bytes.
+    fn device_addr(&self, off: u64, len: u64) -> u64 {
+        pmem::check_range(off, len, self.region.len());
+        self.base + off
     }
 
     /// Checks the in-flight batch of `channel`; fails if the channel has failed.
@@ -487,6 +528,7 @@ impl Dsa {
             .load(Ordering::Relaxed)
     }
 
+    #[cfg(feature = "testing")]
     pub fn corrupt_next(&self, channel: u16, how: Corruption) {
         self.chans[channel as usize].state.lock().corrupt = Some(how);
     }

@@ -10,11 +10,20 @@
 //! process, so an unmapped page becomes a page-fault completion instead of a crash —
 //! and writes the completion record, status byte last. Errors it cannot report in a
 //! completion record go to a software-error register.
+//!
+//! A real device addresses the region's mapping. A region that is not a mapping — a
+//! crash tracer, an image in memory — is given the device through a [`Window`]: an
+//! address range reserved for it, whose accesses the model turns into the region's
+//! [`Pmem`] operations (a copy into it as non-temporal stores, made durable by a fence
+//! of the device thread when the descriptor asks for destination readback), so the
+//! tracer records the device's stores as it records a software engine's.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use pmem::{Durability, Pmem};
 
 use super::hw::{
     flags, opcode, status, Completion, HwDesc, COMPLETION_ALIGN, DESC_BYTES, LIST_ALIGN,
@@ -58,6 +67,9 @@ impl Default for ModelConfig {
 struct Shared {
     page: *mut u8,
     cfg: ModelConfig,
+    /// The region, when the device reaches it through a window rather than by its
+    /// mapping.
+    window: Option<Arc<Window>>,
     stop: AtomicBool,
     swerr: AtomicU32,
     descriptors: AtomicU64,
@@ -70,6 +82,15 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
+    /// The window and region offset of `addr..addr + len`, if it lies inside the
+    /// window. A range only partly inside reaches the window's reserved pages, which
+    /// fault.
+    fn in_window(&self, addr: u64, len: usize) -> Option<(&Window, u64)> {
+        let w = self.window.as_deref()?;
+        let off = addr.checked_sub(w.base as u64)?;
+        (off.checked_add(len as u64)? <= w.region.len()).then_some((w, off))
+    }
+
     fn slot(&self, i: usize) -> &[AtomicU64; DESC_BYTES / 8] {
         // SAFETY: slot `i % PORTAL_SLOTS` lies inside the mapped page, 64-byte aligned;
         // the page lives until the device thread has been joined and both handles
@@ -97,11 +118,28 @@ pub struct DeviceModel {
 pub struct ModelPortal {
     shared: Arc<Shared>,
     next_slot: std::sync::atomic::AtomicUsize,
+    /// The device itself, when the portal owns it ([`DeviceModel::owned_portal`]):
+    /// dropped (stopped) with the engine that holds the portal.
+    _device: Option<DeviceModel>,
 }
 
 impl DeviceModel {
-    /// Maps the portal page and starts the device thread.
+    /// Maps the portal page and starts the device thread; the device addresses
+    /// memory of this process directly.
     pub fn start(cfg: ModelConfig) -> (DeviceModel, ModelPortal) {
+        DeviceModel::launch(cfg, None)
+    }
+
+    /// A device whose portal owns it, reaching the region through `window` if given
+    /// (else by address): for an engine that keeps its device as long as it lives
+    /// ([`crate::Engine::dsa_model`]).
+    pub fn owned_portal(cfg: ModelConfig, window: Option<Arc<Window>>) -> ModelPortal {
+        let (device, mut portal) = DeviceModel::launch(cfg, window);
+        portal._device = Some(device);
+        portal
+    }
+
+    fn launch(cfg: ModelConfig, window: Option<Arc<Window>>) -> (DeviceModel, ModelPortal) {
         assert!(
             cfg.wq_size <= PORTAL_SLOTS,
             "the model's queue is one portal page"
@@ -121,18 +159,22 @@ impl DeviceModel {
         let shared = Arc::new(Shared {
             page: page as *mut u8,
             cfg,
+            window,
             stop: AtomicBool::new(false),
             swerr: AtomicU32::new(0),
             descriptors: AtomicU64::new(0),
         });
         let dev = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("dsa-model".into())
+            // The engine's device: named like the software engine's workers, so that
+            // the crash harness finds its copies in a trace.
+            .name("easyio-engine-dsa-model".into())
             .spawn(move || run(&dev))
             .expect("spawning the device model");
         let portal = ModelPortal {
             shared: shared.clone(),
             next_slot: Default::default(),
+            _device: None,
         };
         (
             DeviceModel {
@@ -156,6 +198,118 @@ impl Drop for DeviceModel {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// A region a device model reaches through an address range reserved for it rather than
+/// a mapping: the engine is opened on the window (which is the region for every
+/// [`Pmem`] operation, and whose [`Pmem::device_base`] is the reserved range), and the
+/// model turns its accesses inside the range into the region's operations.
+pub struct Window {
+    region: Arc<dyn Pmem>,
+    base: *mut u8,
+    reserved: usize,
+}
+
+// SAFETY: `base` only names an address range that nothing dereferences (accesses inside
+// it become the region's operations; the pages are inaccessible), released once, on
+// drop; the region is Send + Sync.
+unsafe impl Send for Window {}
+// SAFETY: as above.
+unsafe impl Sync for Window {}
+
+impl Window {
+    /// Reserves an inaccessible address range as long as `region`, so that no real
+    /// buffer can lie inside it.
+    pub fn over(region: Arc<dyn Pmem>) -> Window {
+        let reserved = region.len().max(1).next_multiple_of(PAGE) as usize;
+        // SAFETY: an anonymous, inaccessible, unbacked reservation; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            base != libc::MAP_FAILED,
+            "reserving the device model's window"
+        );
+        Window {
+            region,
+            base: base as *mut u8,
+            reserved,
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        // SAFETY: releasing the reservation made in `Window::over`; the engine that
+        // handed its addresses to the device has shut down, as the device's portal
+        // (which holds this window) drops with it.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.reserved) };
+    }
+}
+
+impl Pmem for Window {
+    fn len(&self) -> u64 {
+        self.region.len()
+    }
+
+    fn durability(&self) -> Durability {
+        self.region.durability()
+    }
+
+    fn write(&self, off: u64, src: &[u8]) {
+        self.region.write(off, src)
+    }
+
+    fn store_u64(&self, off: u64, val: u64) {
+        self.region.store_u64(off, val)
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        self.region.load_u64(off)
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.region.read(off, dst)
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        self.region.flush(off, len)
+    }
+
+    fn fence(&self) {
+        self.region.fence()
+    }
+
+    fn copy_nt(&self, off: u64, src: &[u8]) {
+        self.region.copy_nt(off, src)
+    }
+
+    fn persist(&self, off: u64, len: u64) {
+        self.region.persist(off, len)
+    }
+
+    fn write_persist(&self, off: u64, src: &[u8]) {
+        self.region.write_persist(off, src)
+    }
+
+    fn store_u64_persist(&self, off: u64, val: u64) {
+        self.region.store_u64_persist(off, val)
+    }
+
+    fn copy_persist(&self, off: u64, src: &[u8]) {
+        self.region.copy_persist(off, src)
+    }
+
+    fn device_base(&self) -> Option<*mut u8> {
+        Some(self.base)
     }
 }
 
@@ -338,13 +492,13 @@ fn check(dev: &Shared, d: &HwDesc, in_batch: bool) -> Option<Outcome> {
 /// Performs a checked descriptor.
 fn perform(dev: &Shared, d: &HwDesc) -> Outcome {
     match d.opcode() {
-        opcode::MEMMOVE => copy(d.src(), d.dst(), d.size(), d.flags()),
+        opcode::MEMMOVE => copy(dev, d.src(), d.dst(), d.size(), d.flags()),
         opcode::MEMFILL => {
             let pattern = d.src().to_le_bytes();
             let buf: Vec<u8> = (0..d.size() as usize).map(|i| pattern[i % 8]).collect();
-            match write_mem(d.dst(), &buf) {
+            match write_mem(dev, d.dst(), &buf) {
                 Ok(()) => {
-                    readback(d.dst(), buf.len(), d.flags());
+                    readback(dev, d.dst(), buf.len(), d.flags());
                     Outcome::ok(d.size())
                 }
                 Err(done) => fault(d.dst() + done as u64, true, done as u32),
@@ -358,7 +512,7 @@ fn perform(dev: &Shared, d: &HwDesc) -> Outcome {
 fn batch(dev: &Shared, d: &HwDesc) -> Outcome {
     let n = d.size() as usize;
     let mut list = vec![0u8; n * DESC_BYTES];
-    if let Err(done) = read_mem(d.src(), &mut list) {
+    if let Err(done) = read_mem(dev, d.src(), &mut list) {
         return Outcome {
             fault: d.src() + done as u64,
             ..Outcome::err(status::BATCH_PAGE_FAULT)
@@ -393,7 +547,7 @@ fn batch(dev: &Shared, d: &HwDesc) -> Outcome {
 }
 
 /// Copies page by page through a bounce buffer, so a fault reports how far it got.
-fn copy(src: u64, dst: u64, len: u32, fl: u32) -> Outcome {
+fn copy(dev: &Shared, src: u64, dst: u64, len: u32, fl: u32) -> Outcome {
     let mut done = 0u64;
     let mut buf = vec![0u8; PAGE as usize];
     while done < len as u64 {
@@ -401,15 +555,15 @@ fn copy(src: u64, dst: u64, len: u32, fl: u32) -> Outcome {
         let chunk = (len as u64 - done)
             .min(PAGE - s % PAGE)
             .min(PAGE - t % PAGE) as usize;
-        if let Err(k) = read_mem(s, &mut buf[..chunk]) {
+        if let Err(k) = read_mem(dev, s, &mut buf[..chunk]) {
             return fault(s + k as u64, false, (done + k as u64) as u32);
         }
-        if let Err(k) = write_mem(t, &buf[..chunk]) {
+        if let Err(k) = write_mem(dev, t, &buf[..chunk]) {
             return fault(t + k as u64, true, (done + k as u64) as u32);
         }
         done += chunk as u64;
     }
-    readback(dst, len as usize, fl);
+    readback(dev, dst, len as usize, fl);
     Outcome::ok(len)
 }
 
@@ -423,8 +577,14 @@ fn fault(addr: u64, write: bool, bytes: u32) -> Outcome {
 }
 
 /// Destination readback: the written lines are in memory before completion.
-fn readback(dst: u64, len: usize, fl: u32) {
-    if fl & flags::DRDBK != 0 {
+fn readback(dev: &Shared, dst: u64, len: usize, fl: u32) {
+    if fl & flags::DRDBK == 0 {
+        return;
+    }
+    if let Some((w, _)) = dev.in_window(dst, len) {
+        // The device thread's own non-temporal stores are durable after its fence.
+        w.region.fence();
+    } else {
         // SAFETY: the range was just written successfully, so it is mapped; write-back
         // does not change memory contents.
         unsafe { pmem::persist::flush(dst as *const u8, len) };
@@ -452,8 +612,8 @@ fn complete(dev: &Shared, d: &HwDesc, o: &Outcome) {
         invalid_flags: o.invalid_flags,
     }
     .encode();
-    if write_mem(d.completion() + 1, &rec[1..]).is_err()
-        || write_mem(d.completion(), &rec[..1]).is_err()
+    if write_mem(dev, d.completion() + 1, &rec[1..]).is_err()
+        || write_mem(dev, d.completion(), &rec[..1]).is_err()
     {
         software_error(dev, status::CRA_XLAT);
     }
@@ -466,7 +626,11 @@ fn software_error(dev: &Shared, code: u8) {
 
 /// Reads `buf.len()` bytes at `addr` of this process; `Err(n)` after `n` bytes when a
 /// page is not readable.
-fn read_mem(addr: u64, buf: &mut [u8]) -> Result<(), usize> {
+fn read_mem(dev: &Shared, addr: u64, buf: &mut [u8]) -> Result<(), usize> {
+    if let Some((w, off)) = dev.in_window(addr, buf.len()) {
+        w.region.read(off, buf);
+        return Ok(());
+    }
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -487,7 +651,11 @@ fn read_mem(addr: u64, buf: &mut [u8]) -> Result<(), usize> {
 
 /// Writes `buf` at `addr` of this process; `Err(n)` after `n` bytes when a page is not
 /// writable.
-fn write_mem(addr: u64, buf: &[u8]) -> Result<(), usize> {
+fn write_mem(dev: &Shared, addr: u64, buf: &[u8]) -> Result<(), usize> {
+    if let Some((w, off)) = dev.in_window(addr, buf.len()) {
+        w.region.copy_nt(off, buf);
+        return Ok(());
+    }
     let local = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
