@@ -26,11 +26,13 @@ mod desc;
 pub mod dsa;
 mod engine;
 mod error;
+mod facade;
 #[doc(hidden)]
 pub mod fault;
 pub mod record;
 pub mod sn;
 mod software;
+mod wake;
 
 pub use channel::ChannelStats;
 pub use desc::{Desc, Direction};
