@@ -17,6 +17,7 @@ mod alloc;
 mod commit;
 mod epoch;
 mod error;
+mod facade;
 #[doc(hidden)]
 pub mod fault;
 mod file;
