@@ -204,7 +204,7 @@ fn caught(f: impl Fn() + Send + Sync + Clone + 'static) -> bool {
 }
 
 #[test]
-fn a_parking_worker_runs_every_submitted_copy_in_any_interleaving() {
+fn a_parking_worker_runs_every_submitted_copy() {
     shuttle::check_dfs(
         || submit_and_wait(1, false, Caller::Real),
         Some(DFS_ITERATIONS),
