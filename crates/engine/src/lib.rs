@@ -30,6 +30,7 @@ mod desc;
 pub mod dsa;
 mod engine;
 mod error;
+mod facade;
 #[cfg(feature = "testing")]
 pub mod fault;
 #[cfg(not(feature = "testing"))]
@@ -37,6 +38,7 @@ mod fault;
 pub mod record;
 pub mod sn;
 mod software;
+mod wake;
 
 pub use channel::ChannelStats;
 pub use desc::{Desc, Direction};

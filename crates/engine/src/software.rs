@@ -16,9 +16,9 @@
 //! callers that poll (uthreads) do not pay for a core spinning between their
 //! submissions.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -28,6 +28,7 @@ use pmem::Pmem;
 use crate::channel::ChannelCore;
 use crate::desc::{perform_on_cpu, Desc};
 use crate::error::{Error, Result};
+use crate::wake::Wake;
 use crate::Sn;
 
 /// A worker publishes the counter at least once per this many bytes copied, so that a
@@ -50,13 +51,8 @@ struct Job {
 pub(crate) struct SwChannel {
     core: Arc<ChannelCore>,
     ring: ArrayQueue<Job>,
-    /// Set by the worker just before it parks; submitters unpark it when set.
-    parked: AtomicBool,
-    /// Set by the worker just before it naps; only [`SwChannel::wake_now`] ends a nap.
-    napping: AtomicBool,
-    /// Until when (ns since `epoch`) an idle worker spins instead of napping, because
-    /// someone waits in place for it.
-    hurry_until: AtomicU64,
+    /// How the idle worker parks or naps and who wakes it; its clock is ns since `epoch`.
+    wake: Wake,
     epoch: Instant,
     suspended: AtomicBool,
     /// Held by the worker while it runs a group of descriptors; `suspend` takes it to
@@ -72,44 +68,12 @@ pub(crate) struct SwChannel {
     stop: AtomicBool,
     /// Set by the worker as it exits.
     exited: AtomicBool,
-    thread: Mutex<Option<Thread>>,
 }
 
 impl SwChannel {
-    /// After a submission: unparks a parked worker (a napping one looks soon anyway).
-    fn wake(&self) {
-        // Pairs with the fence in `park`: either the worker sees the new ring entries
-        // (or flag) before it parks, or we see `parked` and unpark it.
-        fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) {
-            self.unpark();
-        }
-    }
-
-    /// Unparks the worker whether it parks or naps (flags changed, someone waits).
-    fn wake_now(&self) {
-        fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) || self.napping.load(Ordering::SeqCst) {
-            self.unpark();
-        }
-    }
-
-    fn unpark(&self) {
-        if let Some(t) = self.thread.lock().as_ref() {
-            t.unpark();
-        }
-    }
-
-    /// Someone waits with nothing else to do: spin instead of napping for [`HURRY`].
-    fn hurry(&self) {
-        let until = self.epoch.elapsed() + HURRY;
-        self.hurry_until
-            .fetch_max(until.as_nanos() as u64, Ordering::SeqCst);
-    }
-
-    fn hurried(&self, now: Instant) -> bool {
-        let now = now.saturating_duration_since(self.epoch).as_nanos() as u64;
-        now < self.hurry_until.load(Ordering::SeqCst)
+    /// `at` on the clock of [`SwChannel::wake`]: ns since `epoch`.
+    fn clock(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 }
 
@@ -143,9 +107,7 @@ impl Software {
             let ch = Arc::new(SwChannel {
                 core: core.clone(),
                 ring: ArrayQueue::new(cfg.ring_capacity),
-                parked: AtomicBool::new(false),
-                napping: AtomicBool::new(false),
-                hurry_until: AtomicU64::new(0),
+                wake: Wake::new(),
                 epoch: Instant::now(),
                 suspended: AtomicBool::new(false),
                 running: Mutex::new(None),
@@ -155,7 +117,6 @@ impl Software {
                 frozen_at: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
                 exited: AtomicBool::new(false),
-                thread: Mutex::new(None),
             });
             let (worker_ch, pmem) = (ch.clone(), sw.pmem.clone());
             let handle = thread::Builder::new()
@@ -168,7 +129,7 @@ impl Software {
                     what: format!("spawning the worker of channel {}", core.index),
                     source,
                 })?;
-            *ch.thread.lock() = Some(handle.thread().clone());
+            ch.wake.set_thread(handle.thread().clone());
             sw.chans.push(ch);
             sw.workers.lock().push(handle);
         }
@@ -208,7 +169,7 @@ impl Software {
         }
         *next = last;
         drop(next);
-        ch.wake();
+        ch.wake.wake();
         Ok(Sn::new(channel, last).expect("counter checked by advance"))
     }
 
@@ -223,7 +184,7 @@ impl Software {
     pub fn resume(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
         ch.suspended.store(false, Ordering::SeqCst);
-        ch.wake_now();
+        ch.wake.wake_now();
     }
 
     /// Someone is about to wait for `channel` with nothing else to do: its idle worker
@@ -233,8 +194,9 @@ impl Software {
             return;
         }
         let ch = &self.chans[channel as usize];
-        ch.hurry();
-        ch.wake_now();
+        // The window first: a worker that misses the wake-up sees it before it naps.
+        ch.wake.hurry(ch.clock(Instant::now() + HURRY));
+        ch.wake.wake_now();
     }
 
     pub fn is_suspended(&self, channel: u16) -> bool {
@@ -266,7 +228,7 @@ impl Software {
     pub fn thaw(&self, channel: u16) {
         let ch = &self.chans[channel as usize];
         ch.freeze.store(false, Ordering::SeqCst);
-        ch.wake_now();
+        ch.wake.wake_now();
     }
 
     /// Stops every worker once its ring is drained (a frozen worker stops at once,
@@ -277,7 +239,7 @@ impl Software {
             // the draining worker will run it) or sees the flag and is refused.
             let _next = ch.core.next.lock();
             ch.stop.store(true, Ordering::SeqCst);
-            ch.wake_now();
+            ch.wake.wake_now();
         }
         for handle in self.workers.lock().drain(..) {
             // A worker that panicked has already reported it; nothing more to do here.
@@ -335,9 +297,13 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
             continue;
         }
         match idle.nap {
-            Some(d) if !ch.hurried(now) => {
+            Some(d) if !ch.wake.hurried(ch.clock(now)) => {
                 spinning = false;
-                nap(ch, d);
+                ch.wake.nap(
+                    d,
+                    || ch.clock(Instant::now()),
+                    || ch.stop.load(Ordering::SeqCst),
+                );
             }
             _ => {
                 spinning = true;
@@ -347,26 +313,10 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
     }
 }
 
-/// Sleeps for `nap` unless someone waits in place (or a stop request came) once
-/// `napping` is visible to them; only [`SwChannel::wake_now`] cuts it short.
-fn nap(ch: &SwChannel, nap: Duration) {
-    ch.napping.store(true, Ordering::SeqCst);
-    fence(Ordering::SeqCst);
-    if !ch.hurried(Instant::now()) && !ch.stop.load(Ordering::SeqCst) {
-        thread::park_timeout(nap);
-    }
-    ch.napping.store(false, Ordering::SeqCst);
-}
-
-/// Parks until woken, unless `ready` (or a stop request) already holds once `parked`
-/// is visible to submitters.
+/// Parks until woken, unless `ready` (or a stop request) already holds once the worker
+/// is seen parked by submitters.
 fn park(ch: &SwChannel, ready: impl Fn() -> bool) {
-    ch.parked.store(true, Ordering::SeqCst);
-    fence(Ordering::SeqCst);
-    if !ready() && !ch.stop.load(Ordering::SeqCst) {
-        thread::park();
-    }
-    ch.parked.store(false, Ordering::SeqCst);
+    ch.wake.park(|| ready() || ch.stop.load(Ordering::SeqCst));
 }
 
 enum GroupEnd {

@@ -6,11 +6,11 @@
 //! Blocks retired in epoch `e` are handed back once the epoch reaches `e + 2`. A guard
 //! is a plain value that may move between threads, so a uthread that migrates while its
 //! copy is in flight keeps its registration.
+//!
+//! This file uses only `super::facade` for synchronisation, so a model checker can compile
+//! it against its own primitives (`tests/model_check.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use parking_lot::Mutex;
-
+use super::facade::{AtomicU64, Mutex, Ordering};
 use crate::alloc::{cpu_slot, Extent, SHARDS};
 
 /// Retired extents kept before a collection is attempted on the retiring path.
@@ -134,31 +134,35 @@ mod tests {
 
     #[test]
     fn retired_blocks_wait_for_readers() {
-        let ep = Epoch::new();
-        let x = Extent { start: 7, len: 1 };
-        let reader = ep.pin();
-        ep.retire(x, |_| panic!("freed early"));
-        let mut freed = Vec::new();
-        for _ in 0..4 {
+        crate::facade::check(|| {
+            let ep = Epoch::new();
+            let x = Extent { start: 7, len: 1 };
+            let reader = ep.pin();
+            ep.retire(x, |_| panic!("freed early"));
+            let mut freed = Vec::new();
+            for _ in 0..4 {
+                ep.collect(|e| freed.push(e));
+            }
+            assert!(freed.is_empty(), "freed while a reader was pinned");
+            drop(reader);
             ep.collect(|e| freed.push(e));
-        }
-        assert!(freed.is_empty(), "freed while a reader was pinned");
-        drop(reader);
-        ep.collect(|e| freed.push(e));
-        assert_eq!(freed, vec![x]);
+            assert_eq!(freed, vec![x]);
+        });
     }
 
     #[test]
     fn readers_after_retire_do_not_hold_it_back() {
-        let ep = Epoch::new();
-        let x = Extent { start: 9, len: 2 };
-        ep.retire(x, |_| {});
-        let mut freed = Vec::new();
-        ep.collect(|e| freed.push(e));
-        assert_eq!(freed, vec![x]);
-        let _late = ep.pin();
-        ep.retire(Extent { start: 20, len: 1 }, |_| {});
-        // A reader pinned before this retire blocks it, and only it.
-        assert_eq!(ep.collect(|_| {}), 0);
+        crate::facade::check(|| {
+            let ep = Epoch::new();
+            let x = Extent { start: 9, len: 2 };
+            ep.retire(x, |_| {});
+            let mut freed = Vec::new();
+            ep.collect(|e| freed.push(e));
+            assert_eq!(freed, vec![x]);
+            let _late = ep.pin();
+            ep.retire(Extent { start: 20, len: 1 }, |_| {});
+            // A reader pinned before this retire blocks it, and only it.
+            assert_eq!(ep.collect(|_| {}), 0);
+        });
     }
 }

@@ -17,6 +17,7 @@ mod alloc;
 mod commit;
 mod epoch;
 mod error;
+mod facade;
 #[cfg(feature = "testing")]
 pub mod fault;
 #[cfg(not(feature = "testing"))]

@@ -9,11 +9,12 @@
 //!   64 KiB descriptors, so a suspended channel only ever holds back a small copy.
 //! - **Throttling loop (Listing 1).** Every epoch the manager compares each L client's
 //!   worst latency of the epoch with its target; if any missed, the B limit drops by
-//!   [`QosConfig::delta`]; if all had slack above [`QosConfig::slack`], it rises. The
-//!   limit is enforced on the engine: the B channels get a byte budget per epoch
-//!   (limit × elapsed, less what they overran before), are suspended once they have
-//!   copied it and resumed at the next epoch. Bytes are counted from the channel's own
-//!   statistics, so the long-run rate is the limit whatever the timer's precision.
+//!   [`QosConfig::delta_fraction`] of its maximum; if all had slack above
+//!   [`QosConfig::slack`], it rises. The limit is enforced on the engine: the B channels
+//!   get a byte budget per epoch (limit × elapsed, less what they overran before), are
+//!   suspended once they have copied it and resumed at the next epoch. Bytes are counted
+//!   from the channel's own statistics, so the long-run rate is the limit whatever the
+//!   timer's precision.
 //! - **No busy core.** The loop runs on a thread that sleeps between epochs (and between
 //!   resuming the B channel and its expected budget-exhaustion time); its CPU time is
 //!   counted ([`QosStats::loop_cpu_ns`]).
