@@ -417,8 +417,9 @@ pub(crate) unsafe fn submit_all(
     last.ok_or(engine::Error::BadBatch("empty request".into()))
 }
 
-/// One step of waiting for room on a full channel, on this thread (see [`submit_all`]):
-/// a spin, and now and then a turn of the OS scheduler to whoever drains the channel.
+/// One step of waiting on this thread for a channel to make progress (room on a full
+/// channel, see [`submit_all`]; a batch to be over, see [`settle`]): a spin, and now and
+/// then a turn of the OS scheduler to whoever drains the channel.
 fn wait_for_room() {
     for _ in 0..64 {
         std::hint::spin_loop();
@@ -430,9 +431,16 @@ fn wait_for_room() {
 /// before it on its channel: `sn` is done, or its channel reports that it never will
 /// be — a software worker that has exited, a DSA batch whose record says it failed
 /// (the device has finished with it either way).
+///
+/// It waits on this thread, never switching to another uthread, for the reason
+/// [`submit_all`] gives: its callers (a request refused part-way, a copy unwinding) may
+/// hold their inode's level-1 lock.
 pub(crate) fn settle(engine: &engine::Engine, sn: engine::Sn) {
+    engine.hurry(sn);
     // Whether it failed is the caller's concern; only that it is over matters here.
-    let _ = wait_engine(engine, sn);
+    while matches!(engine.poll(sn), Ok(false)) {
+        wait_for_room();
+    }
 }
 
 /// An engine copy whose buffers the caller borrows: waited out ([`settle`]) if dropped

@@ -194,3 +194,47 @@ fn a_read_refused_part_way_leaves_no_copy_running() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// Waiting out the accepted batches of a request refused part-way never switches to
+/// another uthread: the caller may hold its inode's level-1 lock (a write submits under
+/// it), and a uthread run meanwhile on the same worker could block the worker's thread
+/// on that lock for good. A second uthread, ready on the same one-worker runtime, must
+/// not run while the first is inside the refused submission, although the accepted
+/// batch stays queued on a suspended channel for [`HOLD`].
+#[test]
+fn a_request_refused_part_way_is_waited_out_without_switching_uthreads() {
+    let runtime = rt::Runtime::new(1).unwrap();
+    let s = setup(Kind::Async);
+    let ran_during = runtime.block_on(move || {
+        let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = other_ran.clone();
+        let other = rt::spawn(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+        let n = PER_BATCH * BATCHES;
+        let srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u8, PIECE)).collect();
+        let releaser = hold(&s.engine, 1);
+        let ran_during = {
+            let pieces: Vec<WritePiece<'_>> = srcs
+                .iter()
+                .enumerate()
+                .map(|(i, src)| WritePiece {
+                    dst: DATA + (i * PIECE) as u64,
+                    src,
+                })
+                .collect();
+            // SAFETY: the buffers outlive the call, and the copy is waited for.
+            let p = unsafe { s.mover.start_write_for(s.client, &pieces) };
+            let ran = other_ran.load(std::sync::atomic::Ordering::SeqCst);
+            let _ = s.mover.wait(p);
+            ran
+        };
+        releaser.join().unwrap();
+        other.join().unwrap();
+        s.engine.testing().refuse_after(None);
+        s.engine.shutdown();
+        ran_during
+    });
+    assert!(
+        !ran_during,
+        "another uthread ran while a refused request waited out its accepted batch"
+    );
+}
