@@ -268,8 +268,8 @@ impl Engine {
     /// the DRAM range of every descriptor must stay valid: readable and unchanged for a
     /// copy to the region, writable and neither read nor written by anyone else for a
     /// copy from the region. Dropping or shutting down the engine waits for every
-    /// submitted descriptor, except behind a channel frozen through [`Testing`].
-    /// Test-only: while [`crate::fault::Fault::PublishBeforeData`] is injected, a software
+    /// submitted descriptor, except behind a channel frozen through `Testing` (test builds).
+    /// Test-only: while `fault::Fault::PublishBeforeData` is injected, a software
     /// channel says an SN is done before copying it, so the ranges must then stay valid
     /// until the engine is dropped.
     pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {

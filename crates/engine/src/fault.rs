@@ -2,7 +2,7 @@
 //! crash harness can show it catches an engine that reports a copy done before its
 //! data is durable. Off unless a test turns it on.
 //!
-//! Public only with the `testing` feature. Without it, [`active`] is a constant `false`
+//! Public only with the `testing` feature. Without it, `active` is a constant `false`
 //! the compiler folds away and the submission faults are no-ops: the product carries
 //! no hook and no check.
 

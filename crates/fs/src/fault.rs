@@ -2,7 +2,7 @@
 //! crash harness can show it catches a missing write-back or fence. Off unless a test
 //! turns it on.
 //!
-//! Public only with the `testing` feature. Without it, [`active`] is a constant `false`
+//! Public only with the `testing` feature. Without it, `active` is a constant `false`
 //! the compiler folds away: the product carries no hook and no check.
 
 #[cfg(feature = "testing")]

@@ -2,7 +2,7 @@
 //! tests can show a caller gets an error, not a panic or a hang, and only once nothing
 //! touches its buffers any more. Off unless a test turns it on.
 //!
-//! Public only with the `testing` feature. Without it, [`take`] is a constant
+//! Public only with the `testing` feature. Without it, `take` is a constant
 //! `Fault::None` the compiler folds away: the product carries no hook and no check.
 
 #[cfg(feature = "testing")]
