@@ -463,7 +463,7 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
             report::print_json(&[fs::DirEntry {
                 name: a.path.clone(),
                 ino: st.ino,
-                kind: st.kind,
+                kind: Some(st.kind),
             }])?;
         } else if a.long {
             writeln!(out, "{}", long_line(&st, &a.path))?;
@@ -478,7 +478,10 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
         report::print_json(&entries)?;
     } else {
         for e in &entries {
-            if a.long {
+            if a.long && e.kind.is_none() {
+                // As `ls -l` shows an entry whose inode it cannot stat.
+                writeln!(out, "?????? {:>3} {:>12} {}", "?", "?", e.name)?;
+            } else if a.long {
                 let full = join(&a.path, &e.name);
                 let st = m.fs.lstat(&full)?;
                 writeln!(out, "{}", long_line(&st, &e.name))?;
@@ -544,7 +547,7 @@ fn put_temp() -> String {
 fn remove_put_leftovers(fs: &FileSystem) -> anyhow::Result<Vec<String>> {
     let mut removed = Vec::new();
     for e in fs.readdir("/")? {
-        if e.kind == FileKind::File && e.name.starts_with(PUT_TEMP_PREFIX) {
+        if e.kind == Some(FileKind::File) && e.name.starts_with(PUT_TEMP_PREFIX) {
             let path = format!("/{}", e.name);
             fs.unlink(&path).with_context(|| path.clone())?;
             removed.push(path);
@@ -692,7 +695,7 @@ fn remove_tree(fs: &FileSystem, path: &str, keep: bool) -> anyhow::Result<u64> {
     for e in fs.readdir(path).with_context(|| path.to_string())? {
         signals::check()?;
         let child = join(path, &e.name);
-        if e.kind == FileKind::Dir {
+        if e.kind == Some(FileKind::Dir) {
             removed += remove_tree(fs, &child, false)?;
         } else {
             fs.unlink(&child).with_context(|| child.clone())?;
