@@ -64,6 +64,12 @@ pub struct FsckArgs {
     image: ImageArg,
     #[arg(long)]
     json: bool,
+    /// Repair what can be repaired (opens the image writable): drop damaged inodes
+    /// with the entries naming them and the blocks only they referenced, fix link
+    /// counts, rebuild the allocator. Exit 0 when the image is clean afterwards, 4
+    /// when problems remain (a refusal changes nothing and says why).
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Args)]
@@ -324,6 +330,9 @@ fn replace_image(
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
+    if a.repair {
+        return fsck_repair(a);
+    }
     let region = Region::open_read_only(&a.image.image)?;
     let spin = progress::spinner("checking the image", a.json);
     let r = fs::fsck::check(&region);
@@ -362,6 +371,50 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
                 format!("{} problem(s) found", r.problems.len())
             }
         )?;
+    }
+    if !r.ok() {
+        std::process::exit(4);
+    }
+    Ok(())
+}
+
+fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
+    let region: Arc<dyn Pmem> = Arc::new(Region::open(&a.image.image)?);
+    let spin = progress::spinner("repairing the image", a.json);
+    let r = fs::fsck::repair(region);
+    spin.finish_and_clear();
+    let r = r?;
+    let out = &mut std::io::stdout().lock();
+    if a.json {
+        report::print_json(&r)?;
+    } else {
+        let image = a.image.image.display();
+        if r.before.ok() {
+            writeln!(out, "{image}: no problems found; nothing to repair")?;
+        }
+        for act in &r.actions {
+            writeln!(out, "repaired: {act}")?;
+        }
+        for why in &r.refused {
+            writeln!(out, "REFUSED: {why}")?;
+        }
+        if !r.refused.is_empty() {
+            writeln!(out, "{image}: not repaired; the image was not changed")?;
+        }
+        for p in &r.after.problems {
+            writeln!(out, "PROBLEM: {p}")?;
+        }
+        if !r.before.ok() {
+            writeln!(
+                out,
+                "{image}: {}",
+                if r.ok() {
+                    "no problems found after repair".to_string()
+                } else {
+                    format!("{} problem(s) remain", r.after.problems.len())
+                }
+            )?;
+        }
     }
     if !r.ok() {
         std::process::exit(4);

@@ -93,3 +93,92 @@ fn ls_shows_a_damaged_entry_as_unknown_and_naming_it_is_euclean() {
     assert_eq!(stat.status.code(), Some(libc::EUCLEAN), "{stat:?}");
     assert_eq!(ok(&run(&image.0, &["cat", "/keep"])), "kept\n");
 }
+
+/// Runs `easyio fsck [--repair]`; returns its exit code and standard output.
+fn fsck(image: &Path, repair: bool) -> (Option<i32>, String) {
+    let mut args = vec!["fsck"];
+    if repair {
+        args.push("--repair");
+    }
+    let out = run(image, &args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn fsck_repair_drops_the_damaged_inode_and_leaves_a_clean_image() {
+    let (image, ino) = damaged_image("repair");
+    let (code, out) = fsck(&image.0, false);
+    assert_eq!(code, Some(4), "{out}");
+    assert!(out.contains(&format!("inode {ino}: checksum mismatch")), "{out}");
+
+    let (code, out) = fsck(&image.0, true);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!("repaired: dropped inode {ino}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("repaired: removed entry \"bad\" (inode {ino})")),
+        "{out}"
+    );
+    assert!(out.contains("no problems found after repair"), "{out}");
+
+    let (code, out) = fsck(&image.0, false);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("no problems found"), "{out}");
+    assert_eq!(ok(&run(&image.0, &["ls", "/d"])), "");
+    assert_eq!(ok(&run(&image.0, &["cat", "/keep"])), "kept\n");
+    ok(&run(&image.0, &["mkdir", "/d/new"]));
+    assert_eq!(fsck(&image.0, false).0, Some(0));
+
+    // A clean image: nothing to do.
+    let (code, out) = fsck(&image.0, true);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("nothing to repair"), "{out}");
+}
+
+#[test]
+fn fsck_repair_reports_as_json() {
+    let (image, ino) = damaged_image("repair-json");
+    let out = run(&image.0, &["fsck", "--repair", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!r["before"]["problems"].as_array().unwrap().is_empty());
+    assert!(r["after"]["problems"].as_array().unwrap().is_empty());
+    let actions = r["actions"].as_array().unwrap();
+    assert!(
+        actions.iter().any(|a| a
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("dropped inode {ino}"))),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn fsck_repair_refuses_an_image_whose_superblocks_are_both_damaged() {
+    let (image, _) = damaged_image("repair-refused");
+    {
+        let region = pmem::Region::open(&image.0).unwrap();
+        for off in [0, fs::BLOCK_SIZE] {
+            let mut b = [0u8];
+            region.read(off + 20, &mut b);
+            region.write_persist(off + 20, &[b[0] ^ 0x10]);
+        }
+    }
+    let before = std::fs::read(&image.0).unwrap();
+    let (code, out) = fsck(&image.0, true);
+    assert_eq!(code, Some(4), "{out}");
+    assert!(out.contains("REFUSED: no superblock reads"), "{out}");
+    assert!(
+        out.contains("not repaired; the image was not changed"),
+        "{out}"
+    );
+    assert!(
+        std::fs::read(&image.0).unwrap() == before,
+        "a refused repair changed the image"
+    );
+}
