@@ -3,12 +3,15 @@
 //! corpus and seeded corruptions. For every image that mounts read-only, repair must
 //! leave an image that fsck finds clean, that mounts read-write, where every path that
 //! read back before repair (on the read-only mount) reads back the same, and where a
-//! write, an unmount and fsck are clean again.
+//! write, an unmount and fsck are clean again. A crash at any point of a repair leaves
+//! an image that a second repair brings to the same state.
 
 use std::sync::Arc;
 
 use crash::fuzz::{targets, Field};
 use fs::{FileKind, FileSystem, MountOptions, OpenFlags};
+use pmem::crash::CrashCursor;
+use pmem::trace::TracePmem;
 use pmem::{MemPmem, Pmem};
 
 /// What a path of the sample image holds, as read back.
@@ -182,4 +185,65 @@ fn the_fuzz_corpus_and_seeded_corruptions_are_repaired() {
     let (repaired, damaged) = repair_all(images.into_iter());
     eprintln!("{repaired} corpus images repaired ({damaged} had problems before)");
     assert!(repaired > 0 && damaged > 0);
+}
+
+/// Damaged-field images whose repair does each kind of step: drops an inode, removes
+/// an entry, sets a link count, rewrites a superblock or record headers, rolls back a
+/// journal (the first found per target and kind).
+fn repairs_of_every_kind() -> Vec<(String, Vec<u8>)> {
+    let mut picked = Vec::new();
+    for (t, target) in targets().iter().enumerate() {
+        let mut kinds = vec![
+            "dropped inode",
+            "removed entry",
+            "set the link count",
+            "rewrote the superblock",
+            "rewrote the headers",
+            "rolled back",
+        ];
+        for &Field { off, width, .. } in &target.fields {
+            let mut image = target.image.clone();
+            image[off as usize] ^= 1;
+            if read_only_view(&image).is_none() {
+                continue;
+            }
+            let pm = Arc::new(MemPmem::from_image(image.clone())) as Arc<dyn Pmem>;
+            let r = fs::fsck::repair(pm).unwrap();
+            let before = kinds.len();
+            kinds.retain(|k| !r.actions.iter().any(|a| a.starts_with(k)));
+            if kinds.len() < before {
+                picked.push((
+                    format!("target {t}, field at {off:#x} (width {width})"),
+                    image,
+                ));
+            }
+        }
+        eprintln!("target {t}: no repair of one flipped bit does {kinds:?}");
+    }
+    picked
+}
+
+#[test]
+fn a_crash_anywhere_in_a_repair_leaves_an_image_a_second_repair_finishes() {
+    let picked = repairs_of_every_kind();
+    assert!(picked.len() >= 3, "{} images", picked.len());
+    let mut crashes = 0;
+    for (what, image) in picked {
+        let want = read_only_view(&image).unwrap();
+        let traced = Arc::new(TracePmem::new(image));
+        let r = fs::fsck::repair(traced.clone() as Arc<dyn Pmem>).unwrap();
+        assert!(r.ok(), "{what}: {r:#?}");
+        let trace = Arc::try_unwrap(traced).expect("unshared").into_trace();
+        let mut cursor = CrashCursor::new(&trace);
+        for pos in 0..=trace.len() {
+            cursor.advance_to(pos);
+            for choice in cursor.choices(1, pos as u64) {
+                crashes += 1;
+                if let Err(e) = repair_and_check(cursor.image(choice), &want) {
+                    panic!("{what}: crash at event {pos} ({choice}): {e}");
+                }
+            }
+        }
+    }
+    eprintln!("{crashes} crash images of repairs repaired");
 }
