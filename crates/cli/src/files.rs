@@ -65,9 +65,10 @@ pub struct FsckArgs {
     #[arg(long)]
     json: bool,
     /// Repair what can be repaired (opens the image writable): drop damaged inodes
-    /// with the entries naming them and the blocks only they referenced, fix link
-    /// counts, rebuild the allocator. Exit 0 when the image is clean afterwards, 4
-    /// when problems remain (a refusal changes nothing and says why).
+    /// with the entries naming them and the blocks only they referenced, keep what
+    /// only a dropped directory reached in /lost+found as #INO, fix link counts,
+    /// rebuild the allocator. Exit 0 when the image is clean afterwards, 4 when
+    /// problems remain (a refusal changes nothing and says why).
     #[arg(long)]
     repair: bool,
 }

@@ -19,8 +19,13 @@
 //! | interrupted operations in the journals | rolled back, as mount does |
 //! | a completion record whose header (magic, channel, version) does not read | the headers rewritten, every counter kept |
 //!
-//! Dropping a directory drops what only it reached: the files and directories under
-//! it are freed with it (no directory entry that could be trusted names them).
+//! What only a dropped directory reached — inodes that read, with links, that no
+//! directory of the tree names — is kept: each one no other kept directory names gets
+//! an entry `#INO` in `/lost+found` (created if absent, mode 0700), a file its link
+//! count set to 1; a kept directory keeps what it names. (Inodes with no links that no
+//! directory names were unlinked while open before a crash: freed, as recovery does.)
+//! A kept directory's own entries are checked from the next pass on: repair runs up to
+//! [`REPAIR_PASSES`] passes while one changes something and problems remain.
 //!
 //! Refused, with nothing written: no superblock that reads (primary and replica both
 //! damaged); a journal that fails its checks; a root directory that cannot be read or
@@ -197,11 +202,35 @@ impl RepairReport {
     }
 }
 
+/// Passes of [`repair`] at most: a directory kept in lost+found is checked as part of
+/// the tree only from the pass after the one that linked it (one more pass fixes what
+/// it names), and a pass that changes nothing ends the repair.
+pub const REPAIR_PASSES: usize = 3;
+
 /// Repairs the image on `pm` as the module documentation says: damaged inodes are
 /// dropped with the directory entries naming them and the blocks only they
-/// referenced, link counts fixed, the allocator rebuilt. An image whose damage repair
-/// does not handle is left unchanged, with why in [`RepairReport::refused`].
+/// referenced, what only a dropped directory reached is kept in `/lost+found`, link
+/// counts fixed, the allocator rebuilt. An image whose damage repair does not handle
+/// is left unchanged, with why in [`RepairReport::refused`].
 pub fn repair(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
+    let mut r = repair_pass(pm.clone())?;
+    for _ in 1..REPAIR_PASSES {
+        if r.ok() || r.actions.is_empty() || !r.refused.is_empty() {
+            break;
+        }
+        let next = repair_pass(pm.clone())?;
+        if next.actions.is_empty() {
+            break;
+        }
+        r.actions.extend(next.actions);
+        r.refused = next.refused;
+        r.after = next.after;
+    }
+    Ok(r)
+}
+
+/// One pass of [`repair`].
+fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
     let before = check(&*pm)?;
     let mut r = RepairReport {
         before: before.clone(),
@@ -256,6 +285,7 @@ pub fn repair(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
                     "directory {dir}: entry {name:?} names inode {ino}, which is not in use"
                 ),
                 Fix::LinkCount { ino, .. } => format!("inode {ino}: link count"),
+                Fix::Lost { ino } => format!("inode {ino} is not in any directory"),
             });
         }
         for p in &s.problems {
@@ -322,8 +352,10 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
     // Per inode: its dangling entries (name, inode named) and its link count to set.
     type InodeFixes = (Vec<(String, u64)>, Option<u32>);
     let mut per_inode: std::collections::BTreeMap<u64, InodeFixes> = Default::default();
+    let mut lost = Vec::new();
     for f in fixes {
         match f {
+            Fix::Lost { ino } => lost.push(*ino),
             Fix::Dangling { dir, name, ino } => per_inode
                 .entry(*dir)
                 .or_default()
@@ -358,6 +390,87 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
         if let Some(nlink) = nlink {
             actions.push(format!("set the link count of inode {ino} to {nlink}"));
         }
+    }
+    if !lost.is_empty() {
+        keep_lost(fs, &lost, actions)?;
+    }
+    Ok(())
+}
+
+/// Where [`repair`] keeps what only a dropped directory reached.
+pub const LOST_FOUND: &str = "/lost+found";
+
+/// Links each inode of `lost` into [`LOST_FOUND`] (created if absent) as `#INO`: the
+/// entry and the inode's link count (1, for a non-directory) committed together
+/// through a journal.
+fn keep_lost(fs: &crate::FileSystem, lost: &[u64], actions: &mut Vec<String>) -> Result<()> {
+    match fs.lstat(LOST_FOUND) {
+        Ok(st) if st.kind == FileKind::Dir => {}
+        Ok(_) => {
+            actions.push(format!(
+                "kept {} inode(s) only dropped directories reached, but {LOST_FOUND} is not a \
+                 directory: they stay unlinked",
+                lost.len()
+            ));
+            return Ok(());
+        }
+        Err(crate::Error::NotFound) => {
+            fs.mkdir(LOST_FOUND, 0o700)?;
+            actions.push(format!("created {LOST_FOUND}"));
+        }
+        Err(e) => return Err(e),
+    }
+    let dir = fs.resolve(LOST_FOUND, false)?;
+    for &ino in lost {
+        let name = format!("#{ino}");
+        let child = fs.inode(ino)?;
+        let mut dst = dir.state.write();
+        if dst.children.contains_key(&name) {
+            actions.push(format!(
+                "kept inode {ino}, but {LOST_FOUND}/{name} exists: it stays unlinked"
+            ));
+            continue;
+        }
+        let mut cst = child.state.write();
+        let is_dir = cst.kind == FileKind::Dir;
+        let now = crate::now_ns();
+        let mut entries = vec![Entry::DentryAdd {
+            ino,
+            ctime: now,
+            name: name.clone(),
+        }];
+        if is_dir {
+            entries.push(Entry::Link {
+                nlink: dst.nlink + 1,
+                ctime: now,
+            });
+        }
+        let ps = fs.stage(dir.ino, &mut dst, entries)?;
+        let cs = if is_dir {
+            None
+        } else {
+            Some(fs.stage(
+                ino,
+                &mut cst,
+                vec![Entry::Link {
+                    nlink: 1,
+                    ctime: now,
+                }],
+            )?)
+        };
+        let mut staged = vec![&ps];
+        staged.extend(cs.as_ref());
+        fs.commit_journaled(&staged, &[]);
+        crate::FileSystem::apply_staged(&mut dst, ps);
+        if let Some(cs) = cs {
+            crate::FileSystem::apply_staged(&mut cst, cs);
+        }
+        if is_dir {
+            cst.parent = dir.ino;
+        }
+        actions.push(format!(
+            "kept inode {ino}, which only a dropped directory reached, as {LOST_FOUND}/{name}"
+        ));
     }
     Ok(())
 }

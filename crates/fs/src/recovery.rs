@@ -94,6 +94,9 @@ pub(crate) enum Fix {
     Dangling { dir: u64, name: String, ino: u64 },
     /// Inode `ino`'s link count is not the `expect` references the tree holds.
     LinkCount { ino: u64, expect: u32 },
+    /// Inode `ino` has links but no directory the tree reaches names it: what only a
+    /// dropped directory reached. Kept, for `/lost+found`, with what it reaches.
+    Lost { ino: u64 },
 }
 
 /// Writes an empty file system: superblock, cleared metadata, root directory.
@@ -353,8 +356,29 @@ fn full_scan(
     if !scan.problems.is_empty() && !fixable {
         return Ok(Err(scan.problems));
     }
+    let mut orphans = std::mem::take(&mut scan.orphans);
+    if repair {
+        // An inode unlinked while open has no links left; one with links that no
+        // reached directory names was reached through a dropped one: it is kept, and
+        // so is what it reaches; those no other kept directory names go to lost+found.
+        let kept: Vec<u64> = orphans
+            .iter()
+            .copied()
+            .filter(|i| scan.states[i].nlink > 0)
+            .collect();
+        let named: std::collections::HashSet<u64> = kept
+            .iter()
+            .flat_map(|i| scan.states[i].children.values().copied())
+            .collect();
+        for &ino in &kept {
+            if !named.contains(&ino) {
+                scan.fixes.push(Fix::Lost { ino });
+            }
+        }
+        orphans.retain(|i| !kept.contains(i));
+    }
     // Free orphans durably before anything can reuse their number.
-    for &ino in &scan.orphans {
+    for &ino in &orphans {
         pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
         if let Some(st) = scan.states.remove(&ino) {
             for p in &st.log.pages {

@@ -92,39 +92,81 @@ fn a_file_whose_record_is_damaged_is_dropped_and_its_blocks_freed() {
 }
 
 #[test]
-fn a_damaged_directory_is_dropped_with_what_only_it_reached_and_link_counts_fixed() {
+fn a_damaged_directory_is_dropped_and_what_only_it_reached_kept_in_lost_found() {
     let pm = fresh(8 * MIB);
     let fs = populate(&pm);
     let ino = fs.lstat("/d").unwrap().ino;
+    let one = fs.lstat("/d/one").unwrap().ino;
+    let sub = fs.lstat("/d/sub").unwrap().ino;
     let geo = *fs.geometry();
     assert_eq!(fs.lstat("/").unwrap().nlink, 3);
     fs.unmount().unwrap();
-    let twin = fresh(8 * MIB);
-    let t = mount(&twin);
-    write_file(&t, "/keep", b"keep");
-    t.unmount().unwrap();
-    let want_free = free_blocks(&twin);
 
     flip(&pm, geo.inode_off(ino) + 33);
     let r = repair_clean(&pm);
-    assert!(
-        r.actions
-            .iter()
-            .any(|a| a.starts_with("set the link count of inode 1 to 2")),
-        "{r:#?}"
-    );
+    for want in [
+        format!("dropped inode {ino}"),
+        "set the link count of inode 1 to 2".into(),
+        "created /lost+found".into(),
+        format!("kept inode {one}, which only a dropped directory reached, as /lost+found/#{one}"),
+        format!("kept inode {sub}, which only a dropped directory reached, as /lost+found/#{sub}"),
+    ] {
+        assert!(
+            r.actions.iter().any(|a| a.starts_with(&want)),
+            "{want}: {r:#?}"
+        );
+    }
     let fs = mount(&pm);
-    assert_eq!(fs.lstat("/").unwrap().nlink, 2);
+    // The root lost /d and gained /lost+found.
+    assert_eq!(fs.lstat("/").unwrap().nlink, 3);
     let names: Vec<String> = fs
         .readdir("/")
         .unwrap()
         .into_iter()
         .map(|e| e.name)
         .collect();
-    assert_eq!(names, ["keep"]);
+    assert_eq!(names, ["keep", "lost+found"]);
     assert_eq!(read_file(&fs, "/keep"), b"keep");
+    assert_eq!(
+        read_file(&fs, &format!("/lost+found/#{one}")),
+        vec![1u8; 9000]
+    );
+    assert_eq!(fs.lstat(&format!("/lost+found/#{one}")).unwrap().nlink, 1);
+    assert_eq!(
+        read_file(&fs, &format!("/lost+found/#{sub}/two")),
+        vec![2u8; 20000]
+    );
+    // What was kept is an ordinary part of the tree again.
+    fs.rename(&format!("/lost+found/#{sub}"), "/sub").unwrap();
+    fs.unlink(&format!("/lost+found/#{one}")).unwrap();
     fs.unmount().unwrap();
-    assert_eq!(free_blocks(&pm), want_free);
+    assert_fsck_clean(&pm);
+}
+
+#[test]
+fn a_directory_kept_in_lost_found_loses_its_entries_to_dropped_inodes() {
+    let pm = fresh(8 * MIB);
+    let fs = populate(&pm);
+    let d = fs.lstat("/d").unwrap().ino;
+    let sub = fs.lstat("/d/sub").unwrap().ino;
+    let two = fs.lstat("/d/sub/two").unwrap().ino;
+    let geo = *fs.geometry();
+    fs.unmount().unwrap();
+    flip(&pm, geo.inode_off(d) + 33);
+    flip(&pm, geo.inode_off(two) + 33);
+    let r = repair_clean(&pm);
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| a == &format!("removed entry \"two\" (inode {two}) from directory {sub}")),
+        "{r:#?}"
+    );
+    let fs = mount(&pm);
+    assert!(fs
+        .readdir(&format!("/lost+found/#{sub}"))
+        .unwrap()
+        .is_empty());
+    fs.unmount().unwrap();
 }
 
 #[test]
