@@ -61,16 +61,23 @@ pub fn damaged_image(name: &str) -> (Image, u64) {
         ok(&out);
     }
     let _ = std::fs::remove_file(&local);
+    let ino = damage(&image.0, "/d/bad");
+    (image, ino)
+}
+
+/// Flips one bit of the inode record of `path` (its checksum left stale); returns
+/// the inode.
+fn damage(image: &Path, path: &str) -> u64 {
     let stat: serde_json::Value =
-        serde_json::from_str(&ok(&run(&image.0, &["stat", "/d/bad", "--json"]))).unwrap();
+        serde_json::from_str(&ok(&run(image, &["stat", path, "--json"]))).unwrap();
     let ino = stat["ino"].as_u64().unwrap();
-    let region = pmem::Region::open(&image.0).unwrap();
+    let region = pmem::Region::open(image).unwrap();
     let (geo, _) = fs::layout::Geometry::read(&region).unwrap();
     let off = geo.inode_off(ino) + 33;
     let mut b = [0u8];
     region.read(off, &mut b);
     region.write_persist(off, &[b[0] ^ 1]);
-    (image, ino)
+    ino
 }
 
 #[test]
@@ -112,7 +119,10 @@ fn fsck_repair_drops_the_damaged_inode_and_leaves_a_clean_image() {
     let (image, ino) = damaged_image("repair");
     let (code, out) = fsck(&image.0, false);
     assert_eq!(code, Some(4), "{out}");
-    assert!(out.contains(&format!("inode {ino}: checksum mismatch")), "{out}");
+    assert!(
+        out.contains(&format!("inode {ino}: checksum mismatch")),
+        "{out}"
+    );
 
     let (code, out) = fsck(&image.0, true);
     assert_eq!(code, Some(0), "{out}");
@@ -181,4 +191,44 @@ fn fsck_repair_refuses_an_image_whose_superblocks_are_both_damaged() {
         std::fs::read(&image.0).unwrap() == before,
         "a refused repair changed the image"
     );
+}
+
+#[test]
+fn fsck_repair_keeps_a_damaged_directorys_files_in_lost_found() {
+    let (image, bad) = damaged_image("repair-lost");
+    // Repair the file first, then damage the directory that held it.
+    assert_eq!(fsck(&image.0, true).0, Some(0));
+    let local = PathBuf::from(format!("{}.txt", image.0.display()));
+    std::fs::write(&local, b"in d\n").unwrap();
+    let put = easyio()
+        .args(["put", "--image"])
+        .arg(&image.0)
+        .arg(&local)
+        .arg("/d/f")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&local);
+    ok(&put);
+    let f: serde_json::Value =
+        serde_json::from_str(&ok(&run(&image.0, &["stat", "/d/f", "--json"]))).unwrap();
+    let f = f["ino"].as_u64().unwrap();
+    let d = damage(&image.0, "/d");
+    assert_ne!(d, bad);
+    let (code, out) = fsck(&image.0, true);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!("repaired: dropped inode {d}")),
+        "{out}"
+    );
+    assert!(out.contains("repaired: created /lost+found"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "repaired: kept inode {f}, which only a dropped directory reached, as /lost+found/#{f}"
+        )),
+        "{out}"
+    );
+    assert_eq!(ok(&run(&image.0, &["ls", "/"])), "keep\nlost+found\n");
+    let kept = format!("/lost+found/#{f}");
+    assert_eq!(ok(&run(&image.0, &["cat", &kept])), "in d\n");
+    assert_eq!(fsck(&image.0, false).0, Some(0));
 }
