@@ -64,6 +64,13 @@ pub struct FsckArgs {
     image: ImageArg,
     #[arg(long)]
     json: bool,
+    /// Repair what can be repaired (opens the image writable): drop damaged inodes
+    /// with the entries naming them and the blocks only they referenced, keep what
+    /// only a dropped directory reached in /lost+found as #INO, fix link counts,
+    /// rebuild the allocator. Exit 0 when the image is clean afterwards, 4 when
+    /// problems remain (a refusal changes nothing and says why).
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Args)]
@@ -324,6 +331,9 @@ fn replace_image(
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
+    if a.repair {
+        return fsck_repair(a);
+    }
     let region = Region::open_read_only(&a.image.image)?;
     let spin = progress::spinner("checking the image", a.json);
     let r = fs::fsck::check(&region);
@@ -362,6 +372,50 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
                 format!("{} problem(s) found", r.problems.len())
             }
         )?;
+    }
+    if !r.ok() {
+        std::process::exit(4);
+    }
+    Ok(())
+}
+
+fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
+    let region: Arc<dyn Pmem> = Arc::new(Region::open(&a.image.image)?);
+    let spin = progress::spinner("repairing the image", a.json);
+    let r = fs::fsck::repair(region);
+    spin.finish_and_clear();
+    let r = r?;
+    let out = &mut std::io::stdout().lock();
+    if a.json {
+        report::print_json(&r)?;
+    } else {
+        let image = a.image.image.display();
+        if r.before.ok() {
+            writeln!(out, "{image}: no problems found; nothing to repair")?;
+        }
+        for act in &r.actions {
+            writeln!(out, "repaired: {act}")?;
+        }
+        for why in &r.refused {
+            writeln!(out, "REFUSED: {why}")?;
+        }
+        if !r.refused.is_empty() {
+            writeln!(out, "{image}: not repaired; the image was not changed")?;
+        }
+        for p in &r.after.problems {
+            writeln!(out, "PROBLEM: {p}")?;
+        }
+        if !r.before.ok() {
+            writeln!(
+                out,
+                "{image}: {}",
+                if r.ok() {
+                    "no problems found after repair".to_string()
+                } else {
+                    format!("{} problem(s) remain", r.after.problems.len())
+                }
+            )?;
+        }
     }
     if !r.ok() {
         std::process::exit(4);
@@ -463,7 +517,7 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
             report::print_json(&[fs::DirEntry {
                 name: a.path.clone(),
                 ino: st.ino,
-                kind: st.kind,
+                kind: Some(st.kind),
             }])?;
         } else if a.long {
             writeln!(out, "{}", long_line(&st, &a.path))?;
@@ -478,7 +532,10 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
         report::print_json(&entries)?;
     } else {
         for e in &entries {
-            if a.long {
+            if a.long && e.kind.is_none() {
+                // As `ls -l` shows an entry whose inode it cannot stat.
+                writeln!(out, "?????? {:>3} {:>12} {}", "?", "?", e.name)?;
+            } else if a.long {
                 let full = join(&a.path, &e.name);
                 let st = m.fs.lstat(&full)?;
                 writeln!(out, "{}", long_line(&st, &e.name))?;
@@ -544,7 +601,7 @@ fn put_temp() -> String {
 fn remove_put_leftovers(fs: &FileSystem) -> anyhow::Result<Vec<String>> {
     let mut removed = Vec::new();
     for e in fs.readdir("/")? {
-        if e.kind == FileKind::File && e.name.starts_with(PUT_TEMP_PREFIX) {
+        if e.kind == Some(FileKind::File) && e.name.starts_with(PUT_TEMP_PREFIX) {
             let path = format!("/{}", e.name);
             fs.unlink(&path).with_context(|| path.clone())?;
             removed.push(path);
@@ -692,7 +749,7 @@ fn remove_tree(fs: &FileSystem, path: &str, keep: bool) -> anyhow::Result<u64> {
     for e in fs.readdir(path).with_context(|| path.to_string())? {
         signals::check()?;
         let child = join(path, &e.name);
-        if e.kind == FileKind::Dir {
+        if e.kind == Some(FileKind::Dir) {
             removed += remove_tree(fs, &child, false)?;
         } else {
             fs.unlink(&child).with_context(|| child.clone())?;

@@ -19,7 +19,7 @@ const EXIT_STATUS: &str = "\
 Exit status:
   0    success
   1    failure with no errno of its own (e.g. a refusal: rm -r /, writing over the image)
-  4    fsck found problems
+  4    fsck found problems (fsck --repair: problems remain after repair)
   64   usage error: an unknown command, or a bad or missing argument (nothing was done)
   N    otherwise the errno of what failed, e.g. 2 ENOENT (no such file or image),
        5 EIO, 16 EBUSY (image in use), 17 EEXIST, 20 ENOTDIR, 21 EISDIR, 28 ENOSPC,

@@ -6,8 +6,8 @@
 //! inodes only). Fields no checksum covers (pointers checked only for range, counters)
 //! can change what a file holds without any check noticing; for those the property is
 //! the weaker one: no panic, and errors are EUCLEAN or ENOENT. The region is never
-//! written. (A directory listing leaves out the entries it cannot read; each is
-//! EUCLEAN when named.)
+//! written. (A directory listing shows the entries it cannot read with no kind; each
+//! is EUCLEAN when named.)
 
 use std::sync::Arc;
 
@@ -28,7 +28,20 @@ const PATHS: [&str; 6] = ["/", "/a", "/d", "/d/a2", "/c", "/s"];
 fn read_path(fs: &FileSystem, path: &str) -> fs::Result<Content> {
     let st = fs.lstat(path)?;
     Ok(match st.kind {
-        FileKind::Dir => Content::Dir(fs.readdir(path)?.into_iter().map(|e| e.name).collect()),
+        FileKind::Dir => {
+            let mut names = Vec::new();
+            for e in fs.readdir(path)? {
+                if e.kind.is_some() {
+                    names.push(e.name);
+                    continue;
+                }
+                // Listed with no kind: its inode cannot be read, and naming it says so.
+                let child = format!("{}/{}", path.trim_end_matches('/'), e.name);
+                let err = fs.lstat(&child).unwrap_err();
+                assert!(matches!(err, fs::Error::Corrupt(_)), "{child}: {err}");
+            }
+            Content::Dir(names)
+        }
         FileKind::Symlink => Content::Link(fs.readlink(path)?),
         FileKind::File => {
             let fd = fs.open(path, OpenFlags::RDONLY, 0)?;

@@ -49,7 +49,8 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use record::{
-    format_records, read_counters, record_is_done, AREA_BYTES, MAX_CHANNELS, RECORD_BYTES,
+    format_records, read_counters, record_is_done, rewrite_record_headers, AREA_BYTES,
+    MAX_CHANNELS, RECORD_BYTES,
 };
 pub use sn::Sn;
 

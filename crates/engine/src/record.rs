@@ -64,6 +64,23 @@ pub fn format_records(pmem: &dyn Pmem, area_off: u64, channels: usize) -> Result
     Ok(())
 }
 
+/// Rewrites the header (magic, channel, version) of the records of channels
+/// `0..channels`, keeping each counter: what a repair does to records whose header is
+/// damaged. A counter is one atomic word no header byte shares, so a crash part-way
+/// leaves every counter as it was.
+pub fn rewrite_record_headers(pmem: &dyn Pmem, area_off: u64, channels: usize) -> Result<()> {
+    check_area(pmem, area_off, channels)?;
+    let mut header = [0u8; (USED - MAGIC_OFF) as usize];
+    let at = |o: u64| (o - MAGIC_OFF) as usize;
+    header[at(MAGIC_OFF)..at(CHANNEL_OFF)].copy_from_slice(&MAGIC);
+    header[at(VERSION_OFF)..at(USED)].copy_from_slice(&RECORD_VERSION.to_le_bytes());
+    for c in 0..channels as u16 {
+        header[at(CHANNEL_OFF)..at(VERSION_OFF)].copy_from_slice(&(c as u32).to_le_bytes());
+        pmem.write_persist(record_off(area_off, c) + MAGIC_OFF, &header);
+    }
+    Ok(())
+}
+
 /// True when the persistent record of `sn`'s channel says `sn` is done: one load and a
 /// compare, needing no engine (crash recovery, another process). The record itself is
 /// not validated here: check the area once with [`read_counters`] before relying on it.
@@ -125,6 +142,18 @@ fn check_area(pmem: &dyn Pmem, area_off: u64, channels: usize) -> Result<()> {
 mod tests {
     use super::*;
     use pmem::Region;
+
+    #[test]
+    fn rewritten_headers_read_and_keep_their_counters() {
+        let pm = pmem::MemPmem::new(4096);
+        format_records(&pm, 0, 2).unwrap();
+        pm.store_u64(counter_off(0, 1), 7);
+        pm.write(record_off(0, 1) + MAGIC_OFF, b"garbage!");
+        pm.write(record_off(0, 0) + CHANNEL_OFF, &9u32.to_le_bytes());
+        assert!(read_counters(&pm, 0, 2).is_err());
+        rewrite_record_headers(&pm, 0, 2).unwrap();
+        assert_eq!(read_counters(&pm, 0, 2).unwrap(), vec![0, 7]);
+    }
 
     #[test]
     fn format_then_read_and_done() {

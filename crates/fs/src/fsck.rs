@@ -1,19 +1,58 @@
-//! `fsck`: a read-only check of a file system image.
+//! `fsck`: a read-only check of a file system image, and its repair.
 //!
-//! Checks the superblock and its replica, the journals, every inode record and log
-//! entry checksum, every pointer, that every pool block is referenced at most once,
-//! that (after a clean unmount) the saved allocator agrees with what is referenced,
-//! link counts, and that every inode is reachable from the root.
+//! [`check`] checks the superblock and its replica, the journals, every inode record
+//! and log entry checksum, every pointer, that every pool block is referenced at most
+//! once, that (after a clean unmount) the saved allocator agrees with what is
+//! referenced, link counts, and that every inode is reachable from the root.
+//!
+//! [`repair`] (`easyio fsck --repair`) makes an image with damaged inodes mount
+//! read-write again. What it does, per kind of damage [`check`] reports:
+//!
+//! | damage | repair |
+//! |--------|--------|
+//! | an inode that cannot be read: valid word neither valid nor free, record checksum, log head/tail seal, a log page or entry that fails its checks, a pointer out of range | the inode is dropped: its valid word cleared, every directory entry naming it removed, the link count of those directories fixed, the blocks it referenced freed |
+//! | a block referenced by two inodes | the lower-numbered inode keeps it; the other is dropped as above |
+//! | a directory entry naming an inode not in use | the entry is removed |
+//! | a link count that is not the references the tree holds | set to those references |
+//! | after a clean unmount: orphan inodes, a saved allocator that is corrupt or disagrees with the references | orphans are freed and the allocator rebuilt, as recovery after a crash does |
+//! | a primary superblock that fails its checks, or a replica that differs | both rewritten from the one that reads |
+//! | interrupted operations in the journals | rolled back, as mount does |
+//! | a completion record whose header (magic, channel, version) does not read | the headers rewritten, every counter kept |
+//!
+//! What only a dropped directory reached — inodes that read, with links, that no
+//! directory of the tree names — is kept: each one no other kept directory names gets
+//! an entry `#INO` in `/lost+found` (created if absent, mode 0700), a file its link
+//! count set to 1; a kept directory keeps what it names. (Inodes with no links that no
+//! directory names were unlinked while open before a crash: freed, as recovery does.)
+//! A kept directory's own entries are checked from the next pass on: repair runs up to
+//! [`REPAIR_PASSES`] passes while one changes something and problems remain.
+//!
+//! Refused, with nothing written: no superblock that reads (primary and replica both
+//! damaged); a journal that fails its checks; a root directory that cannot be read or
+//! is not a directory; a directory linked from two places; any problem not in the
+//! table. The report says which, and `easyio fsck --repair` exits 4.
+//!
+//! Every change goes through the paths a mount uses: journal rollback, a durable
+//! clear of the clean word (so that a crash part-way leaves an image whose next mount
+//! does a full recovery), durable clears of valid words, then a read-write mount whose
+//! full scan rebuilds the allocator, and entries appended to directory and inode logs
+//! (each committed by its tail store). A crash at any point leaves an image that
+//! `repair` takes up again.
 
 use std::collections::HashMap;
+
+use std::sync::Arc;
 
 use pmem::{Durability, Pmem};
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::inode::VALID_OFF;
 use crate::journal;
-use crate::layout::{Geometry, BLOCK_SIZE};
-use crate::recovery::{load_bitmap, scan, CLEAN};
+use crate::layout::{Geometry, BLOCK_SIZE, ROOT_INO};
+use crate::log::Entry;
+use crate::recovery::{load_bitmap, scan, Fix, CLEAN, CLEAN_OFF};
+use crate::FileKind;
 
 /// What fsck found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -141,6 +180,299 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
         }
     }
     Ok(r)
+}
+
+/// What [`repair`] found and did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RepairReport {
+    /// The check before repair.
+    pub before: FsckReport,
+    /// What was changed, one line per step.
+    pub actions: Vec<String>,
+    /// Why nothing was changed, when repair refused the image.
+    pub refused: Vec<String>,
+    /// The check after repair (the one before, if nothing was changed).
+    pub after: FsckReport,
+}
+
+impl RepairReport {
+    /// The image is clean now.
+    pub fn ok(&self) -> bool {
+        self.after.ok()
+    }
+}
+
+/// Passes of [`repair`] at most: a directory kept in lost+found is checked as part of
+/// the tree only from the pass after the one that linked it (one more pass fixes what
+/// it names), and a pass that changes nothing ends the repair.
+pub const REPAIR_PASSES: usize = 3;
+
+/// Repairs the image on `pm` as the module documentation says: damaged inodes are
+/// dropped with the directory entries naming them and the blocks only they
+/// referenced, what only a dropped directory reached is kept in `/lost+found`, link
+/// counts fixed, the allocator rebuilt. An image whose damage repair does not handle
+/// is left unchanged, with why in [`RepairReport::refused`].
+pub fn repair(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
+    let mut r = repair_pass(pm.clone())?;
+    for _ in 1..REPAIR_PASSES {
+        if r.ok() || r.actions.is_empty() || !r.refused.is_empty() {
+            break;
+        }
+        let next = repair_pass(pm.clone())?;
+        if next.actions.is_empty() {
+            break;
+        }
+        r.actions.extend(next.actions);
+        r.refused = next.refused;
+        r.after = next.after;
+    }
+    Ok(r)
+}
+
+/// One pass of [`repair`].
+fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
+    let before = check(&*pm)?;
+    let mut r = RepairReport {
+        before: before.clone(),
+        after: before,
+        ..RepairReport::default()
+    };
+    if r.before.ok() {
+        return Ok(r);
+    }
+    let geo = match Geometry::read(&*pm) {
+        Ok((g, _)) => g,
+        Err(e) => {
+            r.refused.push(format!("no superblock reads: {e}"));
+            return Ok(r);
+        }
+    };
+    // What mount will see once the journals are rolled back and the unreadable
+    // inodes dropped: every problem left must be one a mounted file system fixes.
+    let mut words = std::collections::HashMap::new();
+    for j in 0..geo.journals {
+        match journal::pending(&*pm, &geo, j) {
+            Ok(Some(records)) => words.extend(records),
+            Ok(None) => {}
+            Err(e) => r.refused.push(format!("{e} (journals are not repaired)")),
+        }
+    }
+    let records_bad =
+        engine::read_counters(&*pm, geo.records_off(), geo.channels as usize).is_err();
+    if !r.refused.is_empty() {
+        return Ok(r);
+    }
+    let rolled = RolledBack {
+        pm: &*pm,
+        words: words.clone(),
+    };
+    let drop = crate::recovery::unreadable_inodes(&rolled, &geo);
+    if let Some((_, why)) = drop.iter().find(|(ino, _)| *ino == ROOT_INO) {
+        r.refused
+            .push(format!("the root directory cannot be read: {why}"));
+        return Ok(r);
+    }
+    for (ino, _) in &drop {
+        words.insert(geo.inode_off(*ino) + VALID_OFF, 0);
+    }
+    let after_drop = RolledBack { pm: &*pm, words };
+    let s = scan(&after_drop, geo, false)?;
+    if s.problems.len() != s.fixes.len() {
+        let mut fixable: Vec<String> = Vec::new();
+        for f in &s.fixes {
+            fixable.push(match f {
+                Fix::Dangling { dir, name, ino } => format!(
+                    "directory {dir}: entry {name:?} names inode {ino}, which is not in use"
+                ),
+                Fix::LinkCount { ino, .. } => format!("inode {ino}: link count"),
+                Fix::Lost { ino } => format!("inode {ino} is not in any directory"),
+            });
+        }
+        for p in &s.problems {
+            if !fixable.iter().any(|f| p.starts_with(f.as_str())) {
+                r.refused.push(format!("{p} (not repaired)"));
+            }
+        }
+        if r.refused.is_empty() {
+            r.refused
+                .push("problems remain that repair does not handle".into());
+        }
+        return Ok(r);
+    }
+    if !s
+        .states
+        .get(&ROOT_INO)
+        .is_some_and(|st| st.kind == FileKind::Dir)
+    {
+        r.refused.push("the root is not a directory".into());
+        return Ok(r);
+    }
+
+    // From here on the image changes, each step durable before the next.
+    if records_bad {
+        engine::rewrite_record_headers(&*pm, geo.records_off(), geo.channels as usize)
+            .map_err(|e| crate::Error::Corrupt(format!("completion records: {e}")))?;
+        r.actions
+            .push("rewrote the headers of the completion records (counters kept)".into());
+    }
+    let replay = journal::replay(&*pm, &geo)?;
+    if replay.rolled_back > 0 {
+        r.actions.push(format!(
+            "rolled back {} interrupted operation(s)",
+            replay.rolled_back
+        ));
+    }
+    if r.before.problems.iter().any(|p| p.contains("superblock")) {
+        geo.write(&*pm);
+        r.actions
+            .push("rewrote the superblock and its replica".into());
+    }
+    // A crash from here on recovers with a full scan; the saved allocator is stale.
+    pm.store_u64_persist(CLEAN_OFF, 0);
+    for (ino, why) in &drop {
+        pm.store_u64_persist(geo.inode_off(*ino) + VALID_OFF, 0);
+        r.actions.push(format!("dropped inode {ino} ({why})"));
+    }
+    let (fs, fixes) = crate::recovery::mount_for_repair(pm.clone())?;
+    let result = apply_fixes(&fs, &fixes, &mut r.actions);
+    fs.unmount()?;
+    result?;
+    r.actions.push(
+        "rebuilt the block allocator from what the inodes reference (freed what only \
+         dropped inodes referenced)"
+            .into(),
+    );
+    r.after = check(&*pm)?;
+    Ok(r)
+}
+
+/// Fixes the tree problems a repair mount accepted: per inode, its dangling entries
+/// removed and its link count set, committed together by one tail store.
+fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>) -> Result<()> {
+    // Per inode: its dangling entries (name, inode named) and its link count to set.
+    type InodeFixes = (Vec<(String, u64)>, Option<u32>);
+    let mut per_inode: std::collections::BTreeMap<u64, InodeFixes> = Default::default();
+    let mut lost = Vec::new();
+    for f in fixes {
+        match f {
+            Fix::Lost { ino } => lost.push(*ino),
+            Fix::Dangling { dir, name, ino } => per_inode
+                .entry(*dir)
+                .or_default()
+                .0
+                .push((name.clone(), *ino)),
+            Fix::LinkCount { ino, expect } => per_inode.entry(*ino).or_default().1 = Some(*expect),
+        }
+    }
+    for (ino, (dangling, nlink)) in per_inode {
+        let inode = fs.inode(ino)?;
+        let mut st = inode.state.write();
+        let now = crate::now_ns();
+        let mut entries: Vec<Entry> = dangling
+            .iter()
+            .map(|(name, child)| Entry::DentryDel {
+                ino: *child,
+                ctime: now,
+                name: name.clone(),
+            })
+            .collect();
+        if let Some(nlink) = nlink {
+            entries.push(Entry::Link { nlink, ctime: now });
+        }
+        let staged = fs.stage(ino, &mut st, entries)?;
+        let displaced = fs.commit_one(&mut st, staged);
+        debug_assert!(displaced.is_empty());
+        for (name, child) in &dangling {
+            actions.push(format!(
+                "removed entry {name:?} (inode {child}) from directory {ino}"
+            ));
+        }
+        if let Some(nlink) = nlink {
+            actions.push(format!("set the link count of inode {ino} to {nlink}"));
+        }
+    }
+    if !lost.is_empty() {
+        keep_lost(fs, &lost, actions)?;
+    }
+    Ok(())
+}
+
+/// Where [`repair`] keeps what only a dropped directory reached.
+pub const LOST_FOUND: &str = "/lost+found";
+
+/// Links each inode of `lost` into [`LOST_FOUND`] (created if absent) as `#INO`: the
+/// entry and the inode's link count (1, for a non-directory) committed together
+/// through a journal.
+fn keep_lost(fs: &crate::FileSystem, lost: &[u64], actions: &mut Vec<String>) -> Result<()> {
+    match fs.lstat(LOST_FOUND) {
+        Ok(st) if st.kind == FileKind::Dir => {}
+        Ok(_) => {
+            actions.push(format!(
+                "kept {} inode(s) only dropped directories reached, but {LOST_FOUND} is not a \
+                 directory: they stay unlinked",
+                lost.len()
+            ));
+            return Ok(());
+        }
+        Err(crate::Error::NotFound) => {
+            fs.mkdir(LOST_FOUND, 0o700)?;
+            actions.push(format!("created {LOST_FOUND}"));
+        }
+        Err(e) => return Err(e),
+    }
+    let dir = fs.resolve(LOST_FOUND, false)?;
+    for &ino in lost {
+        let name = format!("#{ino}");
+        let child = fs.inode(ino)?;
+        let mut dst = dir.state.write();
+        if dst.children.contains_key(&name) {
+            actions.push(format!(
+                "kept inode {ino}, but {LOST_FOUND}/{name} exists: it stays unlinked"
+            ));
+            continue;
+        }
+        let mut cst = child.state.write();
+        let is_dir = cst.kind == FileKind::Dir;
+        let now = crate::now_ns();
+        let mut entries = vec![Entry::DentryAdd {
+            ino,
+            ctime: now,
+            name: name.clone(),
+        }];
+        if is_dir {
+            entries.push(Entry::Link {
+                nlink: dst.nlink + 1,
+                ctime: now,
+            });
+        }
+        let ps = fs.stage(dir.ino, &mut dst, entries)?;
+        let cs = if is_dir {
+            None
+        } else {
+            Some(fs.stage(
+                ino,
+                &mut cst,
+                vec![Entry::Link {
+                    nlink: 1,
+                    ctime: now,
+                }],
+            )?)
+        };
+        let mut staged = vec![&ps];
+        staged.extend(cs.as_ref());
+        fs.commit_journaled(&staged, &[]);
+        crate::FileSystem::apply_staged(&mut dst, ps);
+        if let Some(cs) = cs {
+            crate::FileSystem::apply_staged(&mut cst, cs);
+        }
+        if is_dir {
+            cst.parent = dir.ino;
+        }
+        actions.push(format!(
+            "kept inode {ino}, which only a dropped directory reached, as {LOST_FOUND}/{name}"
+        ));
+    }
+    Ok(())
 }
 
 /// The region as mount sees it after rolling back the pending journals: the words they

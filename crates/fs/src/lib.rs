@@ -156,7 +156,9 @@ pub struct Stat {
 pub struct DirEntry {
     pub name: String,
     pub ino: u64,
-    pub kind: FileKind,
+    /// `None` when the inode the entry names cannot be read (damaged: naming it is
+    /// `Error::Corrupt`), as `ls` shows `?` for an inode it cannot stat.
+    pub kind: Option<FileKind>,
 }
 
 /// Usage of the region.

@@ -371,18 +371,19 @@ impl FileSystem {
         String::from_utf8(buf).map_err(|_| Error::Corrupt("symlink target is not UTF-8".into()))
     }
 
-    /// Lists a directory (without `.` and `..`), sorted by name.
+    /// Lists a directory (without `.` and `..`), sorted by name. An entry whose inode
+    /// cannot be read is listed with no kind.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let dir = self.resolve(path, true)?;
         // The inodes are taken while the entries name them (see `lookup`).
-        let children: Vec<(String, u64, Arc<Inode>)> = {
+        let children: Vec<(String, u64, Option<Arc<Inode>>)> = {
             let st = dir.state.read();
             if st.kind != FileKind::Dir {
                 return Err(Error::NotDir);
             }
             st.children
                 .iter()
-                .filter_map(|(n, &i)| Some((n.clone(), i, self.child_inode(dir.ino, i).ok()?)))
+                .map(|(n, &i)| (n.clone(), i, self.child_inode(dir.ino, i).ok()))
                 .collect()
         };
         let mut out: Vec<DirEntry> = children
@@ -390,7 +391,7 @@ impl FileSystem {
             .map(|(name, ino, inode)| DirEntry {
                 name,
                 ino,
-                kind: inode.state.read().kind,
+                kind: inode.map(|inode| inode.state.read().kind),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -43,7 +43,7 @@ use crate::{FileSystem, Mode, MountOptions};
 
 /// Clean word of a cleanly unmounted file system.
 pub const CLEAN: u64 = 0x4E41_454C_434F_4945; // "EIOCLEAN"
-const CLEAN_OFF: u64 = MOUNT_BLOCK * BLOCK_SIZE;
+pub(crate) const CLEAN_OFF: u64 = MOUNT_BLOCK * BLOCK_SIZE;
 const BITMAP_CSUM_OFF: u64 = CLEAN_OFF + 8;
 const BITMAP_FREE_OFF: u64 = CLEAN_OFF + 16;
 
@@ -81,7 +81,22 @@ pub(crate) struct Scan {
     /// Things a mount would repair (fsck reports them without failing).
     pub notes: Vec<String>,
     pub orphans: Vec<u64>,
+    /// Problems of the tree `fsck --repair` fixes through the normal paths once the
+    /// inodes they concern are readable; each is also in `problems`.
+    pub fixes: Vec<Fix>,
     pub report: MountReport,
+}
+
+/// A tree problem `fsck --repair` fixes on a mounted file system.
+#[derive(Clone, Debug)]
+pub(crate) enum Fix {
+    /// Directory `dir` has an entry `name` naming inode `ino`, which is not in use.
+    Dangling { dir: u64, name: String, ino: u64 },
+    /// Inode `ino`'s link count is not the `expect` references the tree holds.
+    LinkCount { ino: u64, expect: u32 },
+    /// Inode `ino` has links but no directory the tree reaches names it: what only a
+    /// dropped directory reached. Kept, for `/lost+found`, with what it reaches.
+    Lost { ino: u64 },
 }
 
 /// Writes an empty file system: superblock, cleared metadata, root directory.
@@ -122,13 +137,33 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
 }
 
 pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
+    mount_with(pm, opts, false).map(|(fs, report, _)| (fs, report))
+}
+
+/// A read-write mount for `fsck --repair` of an image that is not marked clean: the
+/// full scan accepts the problems in [`Fix`] (returned for the caller to fix) and
+/// refuses every other one.
+pub(crate) fn mount_for_repair(pm: Arc<dyn Pmem>) -> Result<(FileSystem, Vec<Fix>)> {
+    let opts = MountOptions {
+        read_only_on_damage: false,
+        ..MountOptions::default()
+    };
+    mount_with(pm, opts, true).map(|(fs, _, fixes)| (fs, fixes))
+}
+
+fn mount_with(
+    pm: Arc<dyn Pmem>,
+    opts: MountOptions,
+    repair: bool,
+) -> Result<(FileSystem, MountReport, Vec<Fix>)> {
     let start = Instant::now();
+    let mut fixes = Vec::new();
     if opts.read_only {
-        return mount_read_only(pm, opts, Vec::new(), start);
+        return mount_read_only(pm, opts, Vec::new(), start).map(|(fs, r)| (fs, r, fixes));
     }
     let (geo, replica_reason) = Geometry::read(&*pm)?;
     let replay = journal::replay(&*pm, &geo)?;
-    let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
+    let clean = pm.load_u64(CLEAN_OFF) == CLEAN && !repair;
     let lazy = clean;
     let (states, blocks, mut report) = if clean {
         // After a clean unmount nothing needs repair: the allocator is the saved one,
@@ -152,10 +187,13 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
             )
         }
     } else {
-        match full_scan(&*pm, geo)? {
-            Ok((states, blocks, report)) => (states, Blocks::built(blocks), report),
+        match full_scan(&*pm, geo, repair)? {
+            Ok((states, blocks, report, found)) => {
+                fixes = found;
+                (states, Blocks::built(blocks), report)
+            }
             Err(problems) if opts.read_only_on_damage => {
-                return mount_read_only(pm, opts, problems, start)
+                return mount_read_only(pm, opts, problems, start).map(|(fs, r)| (fs, r, fixes))
             }
             Err(problems) => return Err(damage_error(&problems)),
         }
@@ -220,7 +258,7 @@ pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem
         unmounted: AtomicBool::new(false),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
-    Ok((fs, report))
+    Ok((fs, report, fixes))
 }
 
 /// The error of a mount that found damage and may not fall back to read-only.
@@ -303,18 +341,44 @@ fn mount_read_only(
 /// Mount after a crash (or with a saved allocator that fails its checksum): every
 /// inode read and checked, orphans freed, the allocator rebuilt from what the logs
 /// reference.
-/// Damage found (as `fsck` words it) is the inner error.
+/// Damage found (as `fsck` words it) is the inner error. With `repair`, problems that
+/// are all [`Fix`]es are accepted and returned.
 #[allow(clippy::type_complexity)]
 fn full_scan(
     pm: &dyn Pmem,
     geo: Geometry,
-) -> Result<std::result::Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport), Vec<String>>> {
+    repair: bool,
+) -> Result<
+    std::result::Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport, Vec<Fix>), Vec<String>>,
+> {
     let mut scan = scan(pm, geo, true)?;
-    if !scan.problems.is_empty() {
+    let fixable = repair && scan.problems.len() == scan.fixes.len();
+    if !scan.problems.is_empty() && !fixable {
         return Ok(Err(scan.problems));
     }
+    let mut orphans = std::mem::take(&mut scan.orphans);
+    if repair {
+        // An inode unlinked while open has no links left; one with links that no
+        // reached directory names was reached through a dropped one: it is kept, and
+        // so is what it reaches; those no other kept directory names go to lost+found.
+        let kept: Vec<u64> = orphans
+            .iter()
+            .copied()
+            .filter(|i| scan.states[i].nlink > 0)
+            .collect();
+        let named: std::collections::HashSet<u64> = kept
+            .iter()
+            .flat_map(|i| scan.states[i].children.values().copied())
+            .collect();
+        for &ino in &kept {
+            if !named.contains(&ino) {
+                scan.fixes.push(Fix::Lost { ino });
+            }
+        }
+        orphans.retain(|i| !kept.contains(i));
+    }
     // Free orphans durably before anything can reuse their number.
-    for &ino in &scan.orphans {
+    for &ino in &orphans {
         pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
         if let Some(st) = scan.states.remove(&ino) {
             for p in &st.log.pages {
@@ -332,7 +396,7 @@ fn full_scan(
         geo.total_blocks,
         free_extents(&scan.used, geo.pool_start),
     );
-    Ok(Ok((scan.states, blocks, scan.report)))
+    Ok(Ok((scan.states, blocks, scan.report, scan.fixes)))
 }
 
 /// The free blocks when the saved bitmap fails its checksum: those no inode that
@@ -502,6 +566,7 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
         problems: Vec::new(),
         notes: Vec::new(),
         orphans: Vec::new(),
+        fixes: Vec::new(),
         report: MountReport::default(),
     };
     for ino in ROOT_INO..geo.inodes {
@@ -530,6 +595,55 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     }
     check_tree(&mut s);
     Ok(s)
+}
+
+/// The inodes in use that cannot be kept: a valid word that is neither valid nor free,
+/// or a record or log that fails its checks, or a block also referenced by an inode of
+/// a lower number that reads (which keeps it). Each with why.
+pub(crate) fn unreadable_inodes(pm: &dyn Pmem, geo: &Geometry) -> Vec<(u64, String)> {
+    let mut used = vec![false; geo.pool_blocks() as usize];
+    let mut out = Vec::new();
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    for ino in ROOT_INO..geo.inodes {
+        match pm.load_u64(geo.inode_off(ino) + VALID_OFF) {
+            0 => continue,
+            VALID => {}
+            w => {
+                out.push((ino, format!("inode {ino}: invalid valid word {w:#x}")));
+                continue;
+            }
+        }
+        let mut blocks = Vec::new();
+        let mut mine = std::collections::HashSet::new();
+        let mut mark = |b: u64| {
+            if !mine.insert(b) {
+                return Err(format!("block {b} referenced twice"));
+            }
+            blocks.push(b);
+            Ok(())
+        };
+        let mut found = Found {
+            report: &mut report,
+            notes: &mut notes,
+        };
+        if let Err(e) = scan_inode(pm, geo, ino, false, &mut mark, &mut found) {
+            out.push((ino, e.to_string()));
+            continue;
+        }
+        let index = |b: u64| (b - geo.pool_start) as usize;
+        if let Some(b) = blocks.iter().find(|&&b| used[index(b)]) {
+            out.push((
+                ino,
+                format!("inode {ino}: block {b} is also referenced by a lower-numbered inode"),
+            ));
+            continue;
+        }
+        for b in blocks {
+            used[index(b)] = true;
+        }
+    }
+    out
 }
 
 fn mark_used(used: &mut [bool], pool_start: u64, block: u64) -> std::result::Result<(), String> {
@@ -744,6 +858,11 @@ fn check_tree(s: &mut Scan) {
                 s.problems.push(format!(
                     "directory {dir}: entry {name:?} names inode {child}, which is not in use"
                 ));
+                s.fixes.push(Fix::Dangling {
+                    dir,
+                    name,
+                    ino: child,
+                });
                 continue;
             };
             *refs.entry(child).or_default() += 1;
@@ -782,6 +901,7 @@ fn check_tree(s: &mut Scan) {
                 "inode {ino}: link count {} but {expect} references",
                 st.nlink
             ));
+            s.fixes.push(Fix::LinkCount { ino, expect });
         }
     }
     s.report.orphans_freed = s.orphans.len() as u64;

@@ -449,11 +449,12 @@ fn walk_everything(fs: &FileSystem) {
             let p = format!("{}/{}", d.trim_end_matches('/'), e.name);
             let _ = fs.lstat(&p);
             match e.kind {
-                fs::FileKind::Dir => dirs.push(p),
-                fs::FileKind::Symlink => {
+                None => {}
+                Some(fs::FileKind::Dir) => dirs.push(p),
+                Some(fs::FileKind::Symlink) => {
                     let _ = fs.readlink(&p);
                 }
-                fs::FileKind::File => {
+                Some(fs::FileKind::File) => {
                     if let Ok(fd) = fs.open(&p, OpenFlags::RDWR, 0) {
                         let mut buf = vec![0u8; 64 * 1024];
                         let _ = fs.pread(fd, &mut buf, 0);

@@ -174,7 +174,7 @@ fn walk(fs: &FileSystem, dir: &str, out: &mut Vec<String>) {
     for e in fs.readdir(dir).unwrap() {
         let path = format!("{}/{}", dir.trim_end_matches('/'), e.name);
         out.push(path.clone());
-        if e.kind == FileKind::Dir {
+        if e.kind == Some(FileKind::Dir) {
             walk(fs, &path, out);
         }
     }

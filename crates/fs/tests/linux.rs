@@ -55,7 +55,7 @@ fn easyio_tree(fs: &FileSystem, rel: &str, out: &mut Tree) {
             continue;
         }
         let name = format!("{rel}/{}", e.name);
-        match e.kind {
+        match e.kind.expect("every inode reads") {
             FileKind::Symlink => {
                 let t = fs.readlink(&name).unwrap();
                 out.insert(name, format!("-> {t}"));

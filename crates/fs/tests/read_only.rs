@@ -111,6 +111,20 @@ fn damage_recovery_cannot_repair_falls_back_to_read_only() {
     let e = fs.stat("/d/one").unwrap_err();
     assert!(matches!(e, Error::Corrupt(_)), "{e}");
     assert_eq!(e.errno(), libc::EUCLEAN);
+    // The listing shows the damaged entry, with no kind, as `ls` shows `?`.
+    let listed: Vec<(String, Option<fs::FileKind>)> = fs
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.kind))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("one".into(), None),
+            ("two".into(), Some(fs::FileKind::File))
+        ]
+    );
     assert_eq!(read_file(&fs, "/d/two"), vec![2u8; 20000]);
     assert_eq!(read_file(&fs, "/top"), b"top");
     assert!(matches!(

@@ -272,7 +272,7 @@ fn prune(fs: &FileSystem, dir: &str) {
     };
     for e in list {
         let p = format!("{dir}/{}", e.name);
-        if e.kind == fs::FileKind::Dir {
+        if e.kind == Some(fs::FileKind::Dir) {
             prune(fs, &p);
             tolerate("prune rmdir", fs.rmdir(&p));
         } else {
@@ -405,7 +405,7 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
         for e in fs.readdir(&d).unwrap() {
             let p = format!("{d}/{}", e.name);
             match e.kind {
-                fs::FileKind::Dir => dirs.push(p),
+                Some(fs::FileKind::Dir) => dirs.push(p),
                 _ => check_content(&p, &read_file(&fs, &p)),
             }
         }
