@@ -257,6 +257,16 @@ impl FileSystem {
         }
     }
 
+    /// Allocates `n` contiguous blocks, collecting retired blocks first if no run
+    /// that long is free.
+    pub(crate) fn alloc_run(&self, n: u64) -> Result<Extent> {
+        self.check_writable()?;
+        self.blocks.alloc_run(n).or_else(|_| {
+            self.reclaim();
+            self.blocks.alloc_run(n)
+        })
+    }
+
     /// Compacts `st`'s log if most of it is dead. Called with the inode write-locked,
     /// after a commit. Failure to find space only postpones cleaning.
     pub(crate) fn maybe_clean(&self, inode: &Arc<Inode>, st: &mut InodeState) {
@@ -361,7 +371,8 @@ fn log_page(log: &LogState, new_pages: &[u64], idx: usize) -> u64 {
 }
 
 /// The entries that rebuild `st` from its creation record: data extents, link count,
-/// directory entries, then one attribute entry that sets every field last.
+/// directory entries, extended attributes, then one attribute entry that sets every
+/// field last.
 pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut run: Option<(u64, u64, u32)> = None; // (pgoff, block, npages)
@@ -392,6 +403,9 @@ pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
             ctime: st.ctime,
             name: name.clone(),
         });
+    }
+    if let Some(x) = st.xattr {
+        out.push(x.entry(st.ctime));
     }
     out.push(Entry::Attr {
         mask: attr::ALL,

@@ -20,7 +20,7 @@
 //! bits, a 16-bit check of (inode, word, offset) in the high 16.
 //!
 //! Everything that changes after creation (size, attributes, links, data, directory
-//! entries) is in the log.
+//! entries, extended attributes) is in the log.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
@@ -165,6 +165,8 @@ pub struct InodeState {
     /// Level 2 of the two-level lock: the copy of the latest write, which a later read
     /// or write of this inode waits for before touching data.
     pub last_write: mover::Pending,
+    /// Where the inode's extended attributes are stored (`None`: it has none).
+    pub xattr: Option<crate::xattr::SetRef>,
 }
 
 impl InodeState {
@@ -186,6 +188,7 @@ impl InodeState {
             parent: 0,
             freed: false,
             last_write: mover::Pending::Done,
+            xattr: None,
         }
     }
 
@@ -261,22 +264,56 @@ impl InodeState {
                 self.mtime = *ctime;
                 self.ctime = *ctime;
             }
+            Entry::Xattr {
+                block,
+                blocks,
+                bytes,
+                crc,
+                ctime,
+            } => {
+                if let Some(old) = self.xattr.take() {
+                    displaced.push(old.extent());
+                }
+                self.xattr = (*block != 0).then_some(crate::xattr::SetRef {
+                    block: *block,
+                    blocks: *blocks,
+                    bytes: *bytes,
+                    crc: *crc,
+                });
+                self.ctime = *ctime;
+            }
+            Entry::Punch {
+                pgoff,
+                npages,
+                time,
+            } => {
+                for b in self
+                    .pages
+                    .remove_range(*pgoff, pgoff.saturating_add(*npages))
+                {
+                    push_block(displaced, b);
+                }
+                self.mtime = *time;
+                self.ctime = *time;
+            }
             Entry::Void => {}
         }
     }
 
-    /// Data blocks the inode references, as extents.
+    /// Blocks the inode references besides its log — file data and the blocks of its
+    /// extended attributes — as extents.
     pub fn data_extents(&self) -> Vec<Extent> {
         let mut out = Vec::new();
         for b in self.pages.blocks() {
             push_block(&mut out, b);
         }
+        out.extend(self.xattr.map(|x| x.extent()));
         out
     }
 
     /// Entries a compacted log would hold: a lower bound on the live entries.
     pub fn live_entries(&self) -> u64 {
-        2 + self.pages.len() as u64 + self.children.len() as u64
+        2 + self.pages.len() as u64 + self.children.len() as u64 + self.xattr.is_some() as u64
     }
 }
 

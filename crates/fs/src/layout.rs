@@ -18,7 +18,7 @@
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
 //! | 0      | 8    | magic `b"EASYIOFS"`                                |
-//! | 8      | 4    | format version ([`FORMAT_VERSION`])                |
+//! | 8      | 4    | format version ([`FORMAT_VERSION`]; see below)     |
 //! | 12     | 4    | block size (4096)                                  |
 //! | 16     | 8    | total blocks                                       |
 //! | 24     | 8    | first journal block                                |
@@ -32,6 +32,17 @@
 //! | 96     | 4    | CRC-32C of bytes 0..96                             |
 //!
 //! Every later offset is derived from the geometry, never stored twice.
+//!
+//! Format versions: 2 sealed the log head and tail words; 3 added the xattr and punch
+//! log entries (`crate::log`), and nothing else — the layout and every structure of
+//! version 2 are unchanged, so this build reads both ([`OLDEST_READ_VERSION`] ..=
+//! [`FORMAT_VERSION`]). A version-2 image is upgraded to 3 by its first writable mount,
+//! before anything else is written: the replica is rewritten first, then the primary,
+//! each durable before the next, so a crash leaves a valid superblock of version 2 (and
+//! the next writable mount upgrades again) or both of version 3; the primary is only
+//! ever version 3 once the replica is, and entries of version 3 are written only after
+//! both say so. A read-only mount (and `fsck`) never writes the version. An image of a
+//! version newer than this build reads is refused with both versions named.
 
 use crate::error::{Error, Result};
 use pmem::Pmem;
@@ -62,8 +73,11 @@ pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 /// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".
 pub const ROOT_INO: u64 = 1;
 
-/// Format version written by this code (2: sealed log head and tail words).
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version written by this code (2: sealed log head and tail words; 3: xattr
+/// and punch log entries).
+pub const FORMAT_VERSION: u32 = 3;
+/// Oldest format version this code mounts (upgrading it on a writable mount).
+pub const OLDEST_READ_VERSION: u32 = 2;
 
 /// Bits of a sealed log word that hold the region offset; the region can be at most
 /// 2^48 bytes (256 TiB).
@@ -150,6 +164,9 @@ pub struct Geometry {
     pub pool_start: u64,
     pub channels: u64,
     pub id: [u8; 16],
+    /// Format version of the image: [`FORMAT_VERSION`] for a new one, else what its
+    /// superblock says (until a writable mount upgrades it).
+    pub version: u32,
 }
 
 impl Geometry {
@@ -194,6 +211,7 @@ impl Geometry {
             pool_start,
             channels,
             id: random_id(),
+            version: FORMAT_VERSION,
         })
     }
 
@@ -250,7 +268,7 @@ impl Geometry {
     fn encode(&self) -> [u8; SB_LEN] {
         let mut b = [0u8; SB_LEN];
         b[SB_MAGIC_OFF..SB_VERSION_OFF].copy_from_slice(&SB_MAGIC);
-        put32(&mut b, SB_VERSION_OFF, FORMAT_VERSION);
+        put32(&mut b, SB_VERSION_OFF, self.version);
         put32(&mut b, SB_BLOCK_SIZE_OFF, BLOCK_SIZE as u32);
         put64(&mut b, SB_TOTAL_OFF, self.total_blocks);
         put64(&mut b, SB_JOURNAL_START_OFF, self.journal_start);
@@ -274,9 +292,16 @@ impl Geometry {
             return Err("superblock checksum mismatch".into());
         }
         let version = get32(b, SB_VERSION_OFF);
-        if version != FORMAT_VERSION {
+        if version > FORMAT_VERSION {
             return Err(format!(
-                "format version {version}; this build reads version {FORMAT_VERSION}"
+                "format version {version} was written by a newer easyio; this build \
+                 reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
+            ));
+        }
+        if version < OLDEST_READ_VERSION {
+            return Err(format!(
+                "format version {version} was written by an older easyio; this build \
+                 reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
             ));
         }
         if get32(b, SB_BLOCK_SIZE_OFF) as u64 != BLOCK_SIZE {
@@ -294,6 +319,7 @@ impl Geometry {
             pool_start: get64(b, SB_POOL_START_OFF),
             channels: get64(b, SB_CHANNELS_OFF),
             id,
+            version,
         };
         // Checked first: a block count beyond the region would also overflow the byte
         // arithmetic below.
@@ -324,6 +350,15 @@ impl Geometry {
         let b = self.encode();
         pm.write_persist(SB_BLOCK * BLOCK_SIZE, &b);
         pm.write_persist(SB_REPLICA_BLOCK * BLOCK_SIZE, &b);
+    }
+
+    /// Rewrites an image of an older format version as [`FORMAT_VERSION`]: the replica
+    /// first, then the primary, each durable before the next (see the module docs).
+    pub fn upgrade(&mut self, pm: &dyn Pmem) {
+        self.version = FORMAT_VERSION;
+        let b = self.encode();
+        pm.write_persist(SB_REPLICA_BLOCK * BLOCK_SIZE, &b);
+        pm.write_persist(SB_BLOCK * BLOCK_SIZE, &b);
     }
 
     /// Reads the superblock, falling back to the replica. Returns the geometry and
@@ -407,6 +442,22 @@ mod tests {
         let mut huge = g;
         huge.total_blocks = u64::MAX / 3;
         assert!(Geometry::decode(&huge.encode(), 64 << 20).is_err());
+    }
+
+    #[test]
+    fn older_versions_read_and_newer_ones_are_refused_by_name() {
+        let mut g = Geometry::new(64 << 20, None, 8).unwrap();
+        g.version = 2;
+        assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 2);
+        g.version = FORMAT_VERSION + 1;
+        let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
+        assert!(
+            e.contains("version 4") && e.contains("newer") && e.contains("to 3"),
+            "{e}"
+        );
+        g.version = 1;
+        let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
+        assert!(e.contains("version 1") && e.contains("older"), "{e}");
     }
 
     #[test]

@@ -30,6 +30,12 @@
 //! - link: 8 link count u32 · 16 ctime i64
 //! - dentry add / remove: 8 inode u64 · 16 ctime i64 · 24 name bytes (spilling into
 //!   further slots)
+//! - xattr (format version 3): 8 first block u64 (0: no extended attributes) · 16
+//!   block count u32 · 20 bytes of the encoded set u32 · 24 CRC-32C of those bytes u32
+//!   · 32 ctime i64. The inode's whole set of extended attributes now lives in those
+//!   blocks (layout in `crate::xattr`); the blocks of the set before are dropped.
+//! - punch (format version 3): 8 first page u64 · 16 page count u64 · 24 time i64
+//!   (mtime and ctime). Pages `first..first + count` become holes.
 //!
 //! A recovered write entry whose SN never completed is voided in place: one atomic store
 //! replaces its first word with kind [`Kind::Void`], so it can never come back to life
@@ -82,6 +88,8 @@ pub enum Kind {
     Link = 3,
     DentryAdd = 4,
     DentryDel = 5,
+    Xattr = 6,
+    Punch = 7,
     Void = 0xFF,
 }
 
@@ -126,6 +134,17 @@ pub enum Entry {
     DentryAdd { ino: u64, ctime: i64, name: String },
     /// Directory entry `name` removed.
     DentryDel { ino: u64, ctime: i64, name: String },
+    /// The inode's extended attributes are now the set encoded in `bytes` bytes of
+    /// blocks `block..block + blocks` (`block` 0: none), whose CRC-32C is `crc`.
+    Xattr {
+        block: u64,
+        blocks: u32,
+        bytes: u32,
+        crc: u32,
+        ctime: i64,
+    },
+    /// Pages `pgoff..pgoff + npages` become holes (their blocks are dropped).
+    Punch { pgoff: u64, npages: u64, time: i64 },
     /// An entry voided by recovery.
     Void,
 }
@@ -201,6 +220,30 @@ impl Entry {
                     Kind::DentryDel
                 }
             }
+            Entry::Xattr {
+                block,
+                blocks,
+                bytes,
+                crc,
+                ctime,
+            } => {
+                put64(b, 8, *block);
+                put32(b, 16, *blocks);
+                put32(b, 20, *bytes);
+                put32(b, 24, *crc);
+                put64(b, 32, *ctime as u64);
+                Kind::Xattr
+            }
+            Entry::Punch {
+                pgoff,
+                npages,
+                time,
+            } => {
+                put64(b, 8, *pgoff);
+                put64(b, 16, *npages);
+                put64(b, 24, *time as u64);
+                Kind::Punch
+            }
             Entry::Void => Kind::Void,
         };
         b[0] = kind as u8;
@@ -272,6 +315,18 @@ impl Entry {
                 ctime: get64(b, 16) as i64,
                 name: name()?,
             },
+            k if k == Kind::Xattr as u8 => Entry::Xattr {
+                block: get64(b, 8),
+                blocks: get32(b, 16),
+                bytes: get32(b, 20),
+                crc: get32(b, 24),
+                ctime: get64(b, 32) as i64,
+            },
+            k if k == Kind::Punch as u8 => Entry::Punch {
+                pgoff: get64(b, 8),
+                npages: get64(b, 16),
+                time: get64(b, 24) as i64,
+            },
             k => return Err(bad(format!("unknown kind {k}"))),
         })
     }
@@ -341,6 +396,18 @@ mod tests {
                 ino: 5,
                 ctime: 6,
                 name: "short".into(),
+            },
+            Entry::Xattr {
+                block: 77,
+                blocks: 17,
+                bytes: 65_000,
+                crc: 0xDEAD_BEEF,
+                ctime: 8,
+            },
+            Entry::Punch {
+                pgoff: 3,
+                npages: 9,
+                time: -1,
             },
         ]
     }

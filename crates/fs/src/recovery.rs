@@ -54,6 +54,9 @@ pub struct MountReport {
     pub clean: bool,
     /// Why the primary superblock was skipped, if it was.
     pub superblock_replica_used: Option<String>,
+    /// The format version this writable mount upgraded the image from (to
+    /// [`crate::layout::FORMAT_VERSION`]), if it was older.
+    pub format_upgraded_from: Option<u32>,
     pub journals_rolled_back: u64,
     pub journal_words_restored: u64,
     pub inodes: u64,
@@ -161,7 +164,12 @@ fn mount_with(
     if opts.read_only {
         return mount_read_only(pm, opts, Vec::new(), start).map(|(fs, r)| (fs, r, fixes));
     }
-    let (geo, replica_reason) = Geometry::read(&*pm)?;
+    let (mut geo, replica_reason) = Geometry::read(&*pm)?;
+    let upgraded_from = (geo.version < crate::layout::FORMAT_VERSION).then_some(geo.version);
+    if upgraded_from.is_some() {
+        // Before anything else is written (see `crate::layout`).
+        geo.upgrade(&*pm);
+    }
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN && !repair;
     let lazy = clean;
@@ -215,6 +223,7 @@ fn mount_with(
         })
         .collect();
     report.clean = lazy;
+    report.format_upgraded_from = upgraded_from;
     report.superblock_replica_used = replica_reason;
     report.journals_rolled_back = replay.rolled_back;
     report.journal_words_restored = replay.words_restored;
@@ -774,6 +783,9 @@ fn scan_inode(
             mark(b).map_err(|why| bad(format!("data: {why}")))?;
         }
     }
+    if let Some(x) = &st.xattr {
+        x.load(pm).map_err(bad)?;
+    }
     if st.kind == FileKind::Dir && st.size != 0 {
         return Err(bad("directory with data".into()));
     }
@@ -814,6 +826,15 @@ fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Re
         Entry::Attr { size, .. } if *size > crate::MAX_FILE_SIZE => {
             return Err("impossible file size".into())
         }
+        Entry::Xattr { .. } => validate_xattr_entry(geo, e)?,
+        Entry::Punch { pgoff, npages, .. } => {
+            if st.kind != FileKind::File {
+                return Err("punch entry in a non-file".into());
+            }
+            if pgoff.checked_add(*npages).is_none() {
+                return Err("impossible punched range".into());
+            }
+        }
         Entry::DentryAdd { ino, name, .. } | Entry::DentryDel { ino, name, .. } => {
             if st.kind != FileKind::Dir {
                 return Err("directory entry in a non-directory".into());
@@ -826,6 +847,40 @@ fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Re
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// An xattr entry names a run inside the pool that can hold its bytes, or nothing.
+fn validate_xattr_entry(geo: &Geometry, e: &Entry) -> std::result::Result<(), String> {
+    let Entry::Xattr {
+        block,
+        blocks,
+        bytes,
+        ..
+    } = *e
+    else {
+        return Ok(());
+    };
+    if block == 0 {
+        if blocks != 0 || bytes != 0 {
+            return Err("empty extended attribute set with blocks".into());
+        }
+        return Ok(());
+    }
+    let end = block.checked_add(blocks as u64);
+    if blocks == 0 || block < geo.pool_start || end.is_none_or(|end| end > geo.total_blocks) {
+        return Err(format!(
+            "extended attribute blocks {block}+{blocks} outside the pool"
+        ));
+    }
+    if bytes == 0
+        || bytes as u64 > blocks as u64 * BLOCK_SIZE
+        || bytes as usize > crate::xattr::MAX_XATTR_SET_BYTES
+    {
+        return Err(format!(
+            "extended attribute set of {bytes} bytes in {blocks} blocks"
+        ));
     }
     Ok(())
 }
