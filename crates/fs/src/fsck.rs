@@ -80,8 +80,21 @@ impl FsckReport {
 /// read from the persistent completion records.
 pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
     let mut r = FsckReport::default();
+    let mut sb = vec![0u8; 128];
+    let mut replica = vec![0u8; 128];
+    pm.read(0, &mut sb);
+    pm.read(BLOCK_SIZE, &mut replica);
+    let upgrading = crate::layout::differ_in_version_only(&sb, &replica);
     let geo = match Geometry::read(pm) {
         Ok((g, None)) => g,
+        Ok((g, Some(_))) if upgrading => {
+            r.notes.push(
+                "primary superblock torn by an interrupted format upgrade; the next \
+                 writable mount completes it from the replica"
+                    .into(),
+            );
+            g
+        }
         Ok((g, Some(why))) => {
             r.problems
                 .push(format!("primary superblock bad ({why}); replica is good"));
@@ -92,13 +105,17 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
             return Ok(r);
         }
     };
-    let mut sb = vec![0u8; 128];
-    let mut replica = vec![0u8; 128];
-    pm.read(0, &mut sb);
-    pm.read(BLOCK_SIZE, &mut replica);
-    if sb != replica && r.problems.is_empty() {
-        r.problems
-            .push("superblock replica differs from the primary".into());
+    if sb != replica && r.problems.is_empty() && r.notes.is_empty() {
+        if upgrading {
+            r.notes.push(
+                "superblock replica is of a newer format version than the primary (an \
+                 interrupted upgrade); the next writable mount completes it"
+                    .into(),
+            );
+        } else {
+            r.problems
+                .push("superblock replica differs from the primary".into());
+        }
     }
     let mut pending_journals = 0;
     let mut rolled_back = HashMap::new();

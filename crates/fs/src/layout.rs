@@ -385,6 +385,22 @@ impl Geometry {
     }
 }
 
+/// Whether two superblocks (primary, replica) differ only as an interrupted upgrade
+/// leaves them: the replica already of the newer version, the primary of the older one
+/// or torn on its way there (version written, checksum not yet), all else alike.
+pub fn differ_in_version_only(primary: &[u8], replica: &[u8]) -> bool {
+    if primary.len() < SB_LEN || replica.len() < SB_LEN {
+        return false;
+    }
+    let outside = |i: usize| {
+        !(SB_VERSION_OFF..SB_VERSION_OFF + 4).contains(&i) && !(SB_CSUM_OFF..SB_LEN).contains(&i)
+    };
+    let same_rest = (0..primary.len().min(replica.len()))
+        .filter(|&i| outside(i))
+        .all(|i| primary[i] == replica[i]);
+    same_rest && get32(replica, SB_VERSION_OFF) >= get32(primary, SB_VERSION_OFF)
+}
+
 fn random_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     // SAFETY: getrandom fills at most id.len() bytes of a buffer we own.

@@ -22,7 +22,8 @@ use fs::{
     FileKind, FileSystem, FormatOptions, MountOptions, OpenFlags, Whence, FALLOC_FL_KEEP_SIZE,
     FALLOC_FL_PUNCH_HOLE, ROOT_INO,
 };
-use pmem::{Pmem, Region, HEADER_LEN};
+use pmem::crash::CrashCursor;
+use pmem::{MemPmem, Pmem, Region, TracePmem, HEADER_LEN};
 
 /// The format version of the newest checked-in image: the one this build writes.
 const GOLDEN_VERSION: u32 = 3;
@@ -465,6 +466,49 @@ fn an_image_of_a_newer_format_is_refused_naming_both_versions() {
         bytes,
         "nothing was written"
     );
+}
+
+#[test]
+fn a_crash_during_the_upgrade_leaves_an_image_that_checks_clean_mounts_and_reads() {
+    for version in OLDER_VERSIONS {
+        let bytes = golden_bytes(version);
+        let tp = Arc::new(TracePmem::new(bytes[HEADER_LEN as usize..].to_vec()));
+        let (fs, mount) =
+            FileSystem::mount(tp.clone() as Arc<dyn Pmem>, MountOptions::default()).unwrap();
+        assert_eq!(mount.format_upgraded_from, Some(version));
+        let end = tp.position();
+        fs.abandon();
+        let trace = tp.trace();
+        let mut cursor = CrashCursor::new(&trace);
+        let mut versions_seen = std::collections::BTreeSet::new();
+        for pos in 0..=end {
+            cursor.advance_to(pos);
+            for choice in cursor.choices(2, 0x0516) {
+                let image = Arc::new(MemPmem::from_image(cursor.image(choice)));
+                versions_seen.insert(superblock_versions(&*image));
+                let report = fs::fsck::check(&*image).unwrap();
+                assert!(
+                    report.ok(),
+                    "crash at {pos} ({choice}): {:#?}",
+                    report.problems
+                );
+                let (fs, _) =
+                    FileSystem::mount(image.clone() as Arc<dyn Pmem>, MountOptions::default())
+                        .unwrap_or_else(|e| panic!("crash at {pos} ({choice}): {e}"));
+                assert_eq!(
+                    superblock_versions(&*image),
+                    (FORMAT_VERSION, FORMAT_VERSION)
+                );
+                check_tree(&fs, version, &[]);
+                fs.unmount().unwrap();
+            }
+        }
+        assert!(
+            versions_seen.contains(&(version, FORMAT_VERSION)),
+            "the crash between the replica's upgrade and the primary's was tried: \
+             {versions_seen:?}"
+        );
+    }
 }
 
 fn superblock_versions(region: &dyn Pmem) -> (u32, u32) {

@@ -141,57 +141,69 @@ impl Host {
 
     fn xattr(&self, op: &Op) -> Outcome {
         let name = |n: &str| CString::new(n).unwrap();
-        // SAFETY (every call below): NUL-terminated paths and names, buffers that
-        // outlive the call with their true lengths, descriptors this test opened.
+        let path = |at: At| match at {
+            At::Path(x) | At::NoFollow(x) => self.c(x),
+            At::Fd(_) => CString::default(),
+        };
+        let fd = |at: At| match at {
+            At::Fd(i) => self.fds[i],
+            _ => -1,
+        };
         match op {
             Op::Set(at, n, v, flags) => {
-                let (n, p) = (name(n), v.as_ptr().cast());
-                let r = match *at {
-                    At::Path(x) => unsafe {
-                        libc::setxattr(self.c(x).as_ptr(), n.as_ptr(), p, v.len(), *flags)
-                    },
-                    At::NoFollow(x) => unsafe {
-                        libc::lsetxattr(self.c(x).as_ptr(), n.as_ptr(), p, v.len(), *flags)
-                    },
-                    At::Fd(i) => unsafe {
-                        libc::fsetxattr(self.fds[i], n.as_ptr(), p, v.len(), *flags)
-                    },
+                let (n, p, c) = (name(n), v.as_ptr().cast(), path(*at));
+                // SAFETY: NUL-terminated path and name, a value of its true length, a
+                // descriptor this test opened.
+                let r = unsafe {
+                    match *at {
+                        At::Path(_) => libc::setxattr(c.as_ptr(), n.as_ptr(), p, v.len(), *flags),
+                        At::NoFollow(_) => {
+                            libc::lsetxattr(c.as_ptr(), n.as_ptr(), p, v.len(), *flags)
+                        }
+                        At::Fd(_) => libc::fsetxattr(fd(*at), n.as_ptr(), p, v.len(), *flags),
+                    }
                 };
                 host_result(r as isize).map(|_| Vec::new())
             }
             Op::Get(at, n, size) => {
-                let n = name(n);
+                let (n, c) = (name(n), path(*at));
                 let mut buf = vec![0u8; *size];
                 let p = buf.as_mut_ptr().cast();
-                let r = match *at {
-                    At::Path(x) => unsafe {
-                        libc::getxattr(self.c(x).as_ptr(), n.as_ptr(), p, *size)
-                    },
-                    At::NoFollow(x) => unsafe {
-                        libc::lgetxattr(self.c(x).as_ptr(), n.as_ptr(), p, *size)
-                    },
-                    At::Fd(i) => unsafe { libc::fgetxattr(self.fds[i], n.as_ptr(), p, *size) },
+                // SAFETY: NUL-terminated path and name, a buffer of its true length, a
+                // descriptor this test opened.
+                let r = unsafe {
+                    match *at {
+                        At::Path(_) => libc::getxattr(c.as_ptr(), n.as_ptr(), p, *size),
+                        At::NoFollow(_) => libc::lgetxattr(c.as_ptr(), n.as_ptr(), p, *size),
+                        At::Fd(_) => libc::fgetxattr(fd(*at), n.as_ptr(), p, *size),
+                    }
                 };
                 host_result(r).map(|len| get_outcome(&buf, *size, len))
             }
             Op::List(at, size) => {
+                let c = path(*at);
                 let mut buf = vec![0u8; *size];
                 let p = buf.as_mut_ptr().cast();
-                let r = match *at {
-                    At::Path(x) => unsafe { libc::listxattr(self.c(x).as_ptr(), p, *size) },
-                    At::NoFollow(x) => unsafe { libc::llistxattr(self.c(x).as_ptr(), p, *size) },
-                    At::Fd(i) => unsafe { libc::flistxattr(self.fds[i], p, *size) },
+                // SAFETY: a NUL-terminated path, a buffer of its true length, a
+                // descriptor this test opened.
+                let r = unsafe {
+                    match *at {
+                        At::Path(_) => libc::listxattr(c.as_ptr(), p, *size),
+                        At::NoFollow(_) => libc::llistxattr(c.as_ptr(), p, *size),
+                        At::Fd(_) => libc::flistxattr(fd(*at), p, *size),
+                    }
                 };
                 host_result(r).map(|len| list_outcome(&buf, *size, len))
             }
             Op::Remove(at, n) => {
-                let n = name(n);
-                let r = match *at {
-                    At::Path(x) => unsafe { libc::removexattr(self.c(x).as_ptr(), n.as_ptr()) },
-                    At::NoFollow(x) => unsafe {
-                        libc::lremovexattr(self.c(x).as_ptr(), n.as_ptr())
-                    },
-                    At::Fd(i) => unsafe { libc::fremovexattr(self.fds[i], n.as_ptr()) },
+                let (n, c) = (name(n), path(*at));
+                // SAFETY: NUL-terminated path and name, a descriptor this test opened.
+                let r = unsafe {
+                    match *at {
+                        At::Path(_) => libc::removexattr(c.as_ptr(), n.as_ptr()),
+                        At::NoFollow(_) => libc::lremovexattr(c.as_ptr(), n.as_ptr()),
+                        At::Fd(_) => libc::fremovexattr(fd(*at), n.as_ptr()),
+                    }
                 };
                 host_result(r as isize).map(|_| Vec::new())
             }
@@ -316,9 +328,11 @@ impl Easyio {
 fn tmpfs_root(name: &str) -> Option<PathBuf> {
     let shm = Path::new("/dev/shm");
     let c = CString::new("/dev/shm").unwrap();
-    // SAFETY: a NUL-terminated path and a statfs we own.
+    // SAFETY: plain old data, filled by the call below.
     let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut sfs) } != 0 || sfs.f_type != libc::TMPFS_MAGIC {
+    // SAFETY: a NUL-terminated path and a statfs we own.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut sfs) };
+    if r != 0 || sfs.f_type != libc::TMPFS_MAGIC {
         return None;
     }
     let root = shm.join(format!("easyio-linux-xattr-{}-{name}", std::process::id()));
