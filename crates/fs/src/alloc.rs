@@ -295,24 +295,6 @@ impl BlockAlloc {
         Ok(got)
     }
 
-    /// Allocates `n` contiguous blocks, or fails with `NoSpace` (changing nothing)
-    /// when no shard holds a free run that long.
-    pub fn alloc_run(&self, n: u64) -> Result<Extent> {
-        let home = cpu_slot();
-        for i in 0..SHARDS {
-            let mut shard = self.shards[(home + i) % SHARDS].lock();
-            let Some(e) = shard.take(n) else { continue };
-            if e.len < n {
-                shard.free(e.start, e.len);
-                continue;
-            }
-            self.free.fetch_sub(e.len, Ordering::Relaxed);
-            self.changes.fetch_add(1, Ordering::Relaxed);
-            return Ok(e);
-        }
-        Err(Error::NoSpace)
-    }
-
     /// Every free extent, sorted, adjacent ones merged: for saving at unmount and
     /// for fsck.
     pub fn snapshot(&self) -> Vec<Extent> {

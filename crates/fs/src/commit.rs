@@ -257,16 +257,6 @@ impl FileSystem {
         }
     }
 
-    /// Allocates `n` contiguous blocks, collecting retired blocks first if no run
-    /// that long is free.
-    pub(crate) fn alloc_run(&self, n: u64) -> Result<Extent> {
-        self.check_writable()?;
-        self.blocks.alloc_run(n).or_else(|_| {
-            self.reclaim();
-            self.blocks.alloc_run(n)
-        })
-    }
-
     /// Compacts `st`'s log if most of it is dead. Called with the inode write-locked,
     /// after a commit. Failure to find space only postpones cleaning.
     pub(crate) fn maybe_clean(&self, inode: &Arc<Inode>, st: &mut InodeState) {
@@ -404,7 +394,7 @@ pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
             name: name.clone(),
         });
     }
-    if let Some(x) = st.xattr {
+    if let Some(x) = &st.xattr {
         out.push(x.entry(st.ctime));
     }
     out.push(Entry::Attr {

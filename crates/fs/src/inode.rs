@@ -265,18 +265,22 @@ impl InodeState {
                 self.ctime = *ctime;
             }
             Entry::Xattr {
-                block,
-                blocks,
+                extents,
                 bytes,
                 crc,
                 ctime,
             } => {
                 if let Some(old) = self.xattr.take() {
-                    displaced.push(old.extent());
+                    displaced.extend(old.extents);
                 }
-                self.xattr = (*block != 0).then_some(crate::xattr::SetRef {
-                    block: *block,
-                    blocks: *blocks,
+                self.xattr = (!extents.is_empty()).then(|| crate::xattr::SetRef {
+                    extents: extents
+                        .iter()
+                        .map(|&(start, len)| Extent {
+                            start,
+                            len: len as u64,
+                        })
+                        .collect(),
                     bytes: *bytes,
                     crc: *crc,
                 });
@@ -307,7 +311,9 @@ impl InodeState {
         for b in self.pages.blocks() {
             push_block(&mut out, b);
         }
-        out.extend(self.xattr.map(|x| x.extent()));
+        if let Some(x) = &self.xattr {
+            out.extend_from_slice(&x.extents);
+        }
         out
     }
 

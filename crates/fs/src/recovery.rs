@@ -851,33 +851,25 @@ fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Re
     Ok(())
 }
 
-/// An xattr entry names a run inside the pool that can hold its bytes, or nothing.
+/// An xattr entry names extents inside the pool that can hold its bytes, or nothing.
 fn validate_xattr_entry(geo: &Geometry, e: &Entry) -> std::result::Result<(), String> {
-    let Entry::Xattr {
-        block,
-        blocks,
-        bytes,
-        ..
-    } = *e
-    else {
+    let Entry::Xattr { extents, bytes, .. } = e else {
         return Ok(());
     };
-    if block == 0 {
-        if blocks != 0 || bytes != 0 {
-            return Err("empty extended attribute set with blocks".into());
+    let mut blocks = 0u64;
+    for &(start, len) in extents {
+        let end = start.checked_add(len as u64);
+        if len == 0 || start < geo.pool_start || end.is_none_or(|end| end > geo.total_blocks) {
+            return Err(format!(
+                "extended attribute blocks {start}+{len} outside the pool"
+            ));
         }
-        return Ok(());
+        blocks += len as u64;
     }
-    let end = block.checked_add(blocks as u64);
-    if blocks == 0 || block < geo.pool_start || end.is_none_or(|end| end > geo.total_blocks) {
-        return Err(format!(
-            "extended attribute blocks {block}+{blocks} outside the pool"
-        ));
-    }
-    if bytes == 0
-        || bytes as u64 > blocks as u64 * BLOCK_SIZE
-        || bytes as usize > crate::xattr::MAX_XATTR_SET_BYTES
-    {
+    let fits = *bytes as u64 <= blocks * BLOCK_SIZE
+        && *bytes as usize <= crate::xattr::MAX_XATTR_SET_BYTES
+        && (*bytes == 0) == extents.is_empty();
+    if !fits {
         return Err(format!(
             "extended attribute set of {bytes} bytes in {blocks} blocks"
         ));

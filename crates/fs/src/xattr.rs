@@ -2,9 +2,8 @@
 //! (following a final symbolic link or not) and on an open descriptor.
 //!
 //! Storage (format version 3). An inode's extended attributes are stored together, as
-//! one encoded *set*, in a run of contiguous pool blocks; the inode's log names the run
-//! with an xattr entry (`crate::log`: first block, block count, bytes, CRC-32C of the
-//! bytes). A change writes the whole new set into freshly allocated blocks, makes them
+//! one encoded *set*, in pool blocks; the inode's log names them with an xattr entry
+//! (`crate::log`: up to [`MAX_XATTR_EXTENTS`] extents, bytes, CRC-32C of the bytes). A change writes the whole new set into freshly allocated blocks, makes them
 //! durable, and only then commits the entry naming them with the inode's usual single
 //! atomic tail store — copy-on-write, so a crash leaves the old set or the new one,
 //! never a mix. The blocks of the set before are retired like displaced data blocks.
@@ -13,7 +12,8 @@
 //! set's checksum and encoding; fsck does the same, so a leaked or doubly referenced
 //! block is found as for file data. Log cleaning keeps the current run.
 //!
-//! Encoded set, in the run's first `bytes` bytes, attributes in name order:
+//! Encoded set, in the first `bytes` bytes of the extents' blocks taken in order,
+//! attributes in name order:
 //!
 //! | offset | size | field                     |
 //! |--------|------|---------------------------|
@@ -22,7 +22,7 @@
 //! | 5      | n    | name (with its namespace) |
 //! | 5 + n  | v    | value                     |
 //!
-//! repeated until `bytes`. The rest of the run is zero.
+//! repeated until `bytes`. The rest of the last block is zero.
 //!
 //! Namespaces: `user.*` (regular files and directories only, as Linux), `trusted.*`
 //! and `security.*` are stored. `system.posix_acl_access` and
@@ -35,8 +35,9 @@
 //! [`MAX_XATTR_VALUE`] bytes (`E2BIG`), a buffer too small for the answer `ERANGE`
 //! (an empty buffer asks for the size), a missing name `ENODATA`, [`XATTR_CREATE`]
 //! of an existing name `EEXIST` and [`XATTR_REPLACE`] of a missing one `ENODATA`.
-//! One inode's encoded set is at most [`MAX_XATTR_SET_BYTES`]; beyond, or when no run
-//! of free blocks is long enough, `ENOSPC`.
+//! One inode's encoded set is at most [`MAX_XATTR_SET_BYTES`]; beyond, or when the free
+//! space is so fragmented that the set would need more than [`MAX_XATTR_EXTENTS`]
+//! extents, `ENOSPC`.
 
 use std::sync::Arc;
 
@@ -45,7 +46,7 @@ use crate::error::{Error, Result};
 use crate::file::Fd;
 use crate::inode::{FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
-use crate::log::Entry;
+use crate::log::{Entry, MAX_XATTR_EXTENTS};
 use crate::{now_ns, FileSystem};
 
 /// Longest name of an extended attribute, namespace prefix included (`XATTR_NAME_MAX`).
@@ -68,12 +69,10 @@ const RECORD_HEADER: usize = 5;
 const STORED_PREFIXES: [&str; 3] = ["user.", "trusted.", "security."];
 
 /// Where an inode's encoded set of extended attributes lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetRef {
-    /// First block of the run.
-    pub block: u64,
-    /// Blocks in the run.
-    pub blocks: u32,
+    /// The blocks, in order.
+    pub extents: Vec<Extent>,
     /// Bytes of the encoded set.
     pub bytes: u32,
     /// CRC-32C of those bytes.
@@ -81,19 +80,14 @@ pub struct SetRef {
 }
 
 impl SetRef {
-    /// The run of blocks.
-    pub fn extent(&self) -> Extent {
-        Extent {
-            start: self.block,
-            len: self.blocks as u64,
-        }
-    }
-
     /// The log entry that names this set.
     pub fn entry(&self, ctime: i64) -> Entry {
         Entry::Xattr {
-            block: self.block,
-            blocks: self.blocks,
+            extents: self
+                .extents
+                .iter()
+                .map(|e| (e.start, e.len as u32))
+                .collect(),
             bytes: self.bytes,
             crc: self.crc,
             ctime,
@@ -102,14 +96,20 @@ impl SetRef {
 
     /// Reads the set from the region, checking its checksum and encoding.
     pub fn load(&self, pm: &dyn pmem::Pmem) -> std::result::Result<Set, String> {
-        if self.bytes as u64 > self.blocks as u64 * BLOCK_SIZE {
+        let blocks: u64 = self.extents.iter().map(|e| e.len).sum();
+        if self.bytes as u64 > blocks * BLOCK_SIZE {
             return Err(format!(
-                "extended attributes: {} bytes in {} blocks",
-                self.bytes, self.blocks
+                "extended attributes: {} bytes in {blocks} blocks",
+                self.bytes
             ));
         }
         let mut b = vec![0u8; self.bytes as usize];
-        pm.read(self.block * BLOCK_SIZE, &mut b);
+        let mut at = 0;
+        for e in &self.extents {
+            let n = ((e.len * BLOCK_SIZE) as usize).min(b.len() - at);
+            pm.read(e.start * BLOCK_SIZE, &mut b[at..at + n]);
+            at += n;
+        }
         if crc32c::crc32c(&b) != self.crc {
             return Err("extended attributes: checksum mismatch".into());
         }
@@ -399,23 +399,30 @@ impl FileSystem {
             None
         } else {
             let blocks = (bytes.len() as u64).div_ceil(BLOCK_SIZE);
-            let run = self.alloc_run(blocks)?;
+            let extents = self.alloc_blocks(blocks)?;
+            if extents.len() > MAX_XATTR_EXTENTS {
+                extents.into_iter().for_each(|x| self.blocks.free(x));
+                return Err(Error::NoSpace);
+            }
             let mut padded = bytes.clone();
             padded.resize((blocks * BLOCK_SIZE) as usize, 0);
             // Durable before the entry that names it is committed (the staging fence).
-            self.pm.copy_nt(run.start * BLOCK_SIZE, &padded);
+            let mut at = 0;
+            for e in &extents {
+                let n = (e.len * BLOCK_SIZE) as usize;
+                self.pm.copy_nt(e.start * BLOCK_SIZE, &padded[at..at + n]);
+                at += n;
+            }
             Some(SetRef {
-                block: run.start,
-                blocks: blocks as u32,
+                extents,
                 bytes: bytes.len() as u32,
                 crc: crc32c::crc32c(&bytes),
             })
         };
-        let entry = match new {
+        let entry = match &new {
             Some(r) => r.entry(now_ns()),
             None => Entry::Xattr {
-                block: 0,
-                blocks: 0,
+                extents: Vec::new(),
                 bytes: 0,
                 crc: 0,
                 ctime: now_ns(),
@@ -424,8 +431,8 @@ impl FileSystem {
         let staged = match self.stage(inode.ino, st, vec![entry]) {
             Ok(s) => s,
             Err(e) => {
-                if let Some(r) = new {
-                    self.blocks.free(r.extent());
+                for x in new.into_iter().flat_map(|r| r.extents) {
+                    self.blocks.free(x);
                 }
                 return Err(e);
             }
