@@ -264,42 +264,8 @@ impl InodeState {
                 self.mtime = *ctime;
                 self.ctime = *ctime;
             }
-            Entry::Xattr {
-                extents,
-                bytes,
-                crc,
-                ctime,
-            } => {
-                if let Some(old) = self.xattr.take() {
-                    displaced.extend(old.extents);
-                }
-                self.xattr = (!extents.is_empty()).then(|| crate::xattr::SetRef {
-                    extents: extents
-                        .iter()
-                        .map(|&(start, len)| Extent {
-                            start,
-                            len: len as u64,
-                        })
-                        .collect(),
-                    bytes: *bytes,
-                    crc: *crc,
-                });
-                self.ctime = *ctime;
-            }
-            Entry::Punch {
-                pgoff,
-                npages,
-                time,
-            } => {
-                for b in self
-                    .pages
-                    .remove_range(*pgoff, pgoff.saturating_add(*npages))
-                {
-                    push_block(displaced, b);
-                }
-                self.mtime = *time;
-                self.ctime = *time;
-            }
+            Entry::Xattr { .. } => self.apply_xattr(e, displaced),
+            Entry::Punch { .. } => self.apply_punch(e, displaced),
             Entry::Void => {}
         }
     }

@@ -44,6 +44,9 @@
 //! both say so. A read-only mount (and `fsck`) never writes the version. An image of a
 //! version newer than this build reads is refused with both versions named.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use crate::error::{Error, Result};
 use pmem::Pmem;
 
@@ -87,7 +90,9 @@ const LOG_WORD_OFFSET_MASK: u64 = (1 << LOG_WORD_OFFSET_BITS) - 1;
 /// Which of an inode's two log words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogWord {
+    /// The first page of the log.
     Head,
+    /// The next free slot of the log.
     Tail,
 }
 
@@ -155,14 +160,23 @@ const SB_LEN: usize = SB_CSUM_OFF + 4;
 /// Where everything is, derived from the region size and the inode count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Blocks of the usable region.
     pub total_blocks: u64,
+    /// First block of the journals.
     pub journal_start: u64,
+    /// Number of journals.
     pub journals: u64,
+    /// First block of the inode table.
     pub inode_start: u64,
+    /// Inodes in the table (inode 0 is never used).
     pub inodes: u64,
+    /// First block of the saved free-block bitmap.
     pub bitmap_start: u64,
+    /// First block of the pool.
     pub pool_start: u64,
+    /// Engine channels with completion records.
     pub channels: u64,
+    /// File system identity, random at format.
     pub id: [u8; 16],
     /// Format version of the image: [`FORMAT_VERSION`] for a new one, else what its
     /// superblock says (until a writable mount upgrades it).
@@ -414,19 +428,23 @@ fn random_id() -> [u8; 16] {
     id
 }
 
-/// Little-endian field helpers shared by every on-region structure.
+/// Stores `v` little endian at `off` of `b` (a field helper shared by every on-region
+/// structure, as are the three below).
 pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Stores `v` little endian at `off` of `b`.
 pub fn put32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// The little-endian u64 at `off` of `b`.
 pub fn get64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
 }
 
+/// The little-endian u32 at `off` of `b`.
 pub fn get32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }

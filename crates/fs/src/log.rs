@@ -43,6 +43,9 @@
 //! replaces its first word with kind [`Kind::Void`], so it can never come back to life
 //! when the completion counter later passes its SN.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use crate::error::{Error, Result};
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
 
@@ -180,7 +183,18 @@ impl Entry {
             len: (self.slots() * SLOT) as usize,
         };
         let b = &mut enc.buf[..enc.len];
-        let kind = match self {
+        let kind = self.put_payload(b);
+        b[0] = kind as u8;
+        b[1] = self.slots() as u8;
+        let csum = crc32c::crc32c(b);
+        put32(b, 4, csum);
+        enc
+    }
+
+    /// Stores the payload of an entry of version 2's kinds into `b` (everything but the
+    /// kind, slot count and checksum); returns the kind.
+    fn put_payload(&self, b: &mut [u8]) -> Kind {
+        match self {
             Entry::Write {
                 pgoff,
                 block,
@@ -233,6 +247,14 @@ impl Entry {
                     Kind::DentryDel
                 }
             }
+            Entry::Void => Kind::Void,
+            _ => self.put_v3_payload(b),
+        }
+    }
+
+    /// [`Entry::put_payload`] for the kinds format version 3 added.
+    fn put_v3_payload(&self, b: &mut [u8]) -> Kind {
+        match self {
             Entry::Xattr {
                 extents,
                 bytes,
@@ -260,13 +282,8 @@ impl Entry {
                 put64(b, 24, *time as u64);
                 Kind::Punch
             }
-            Entry::Void => Kind::Void,
-        };
-        b[0] = kind as u8;
-        b[1] = self.slots() as u8;
-        let csum = crc32c::crc32c(b);
-        put32(b, 4, csum);
-        enc
+            _ => unreachable!("a kind of version 2"),
+        }
     }
 
     /// Slots announced by an entry's first slot, checked against the limits, so the

@@ -19,11 +19,15 @@
 //! page without one a hole, and the end of the file is a hole. An offset at or past the
 //! end is `ENXIO`, as is `SEEK_DATA` with no data after the offset.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::sync::Arc;
 
+use crate::alloc::Extent;
 use crate::error::{Error, Result};
 use crate::file::Fd;
-use crate::inode::{FileKind, Inode, InodeState};
+use crate::inode::{push_block, FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
 use crate::{now_ns, FileSystem, MAX_FILE_SIZE};
@@ -154,7 +158,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         st: &mut InodeState,
         entries: Vec<Entry>,
-        fresh: Vec<crate::alloc::Extent>,
+        fresh: Vec<Extent>,
     ) -> Result<()> {
         let staged = match self.stage(inode.ino, st, entries) {
             Ok(s) => s,
@@ -188,6 +192,28 @@ impl FileSystem {
             Some(p) if p * BLOCK_SIZE < st.size => Ok((p * BLOCK_SIZE).max(off)),
             _ => Err(Error::NoSuchOffset),
         }
+    }
+}
+
+impl InodeState {
+    /// Applies a punch entry: the pages become holes, their blocks displaced.
+    pub(crate) fn apply_punch(&mut self, e: &Entry, displaced: &mut Vec<Extent>) {
+        let Entry::Punch {
+            pgoff,
+            npages,
+            time,
+        } = e
+        else {
+            return;
+        };
+        for b in self
+            .pages
+            .remove_range(*pgoff, pgoff.saturating_add(*npages))
+        {
+            push_block(displaced, b);
+        }
+        self.mtime = *time;
+        self.ctime = *time;
     }
 }
 

@@ -39,6 +39,9 @@
 //! space is so fragmented that the set would need more than [`MAX_XATTR_EXTENTS`]
 //! extents, `ENOSPC`.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::sync::Arc;
 
 use crate::alloc::Extent;
@@ -114,6 +117,37 @@ impl SetRef {
             return Err("extended attributes: checksum mismatch".into());
         }
         Set::decode(&b)
+    }
+}
+
+impl InodeState {
+    /// Applies an xattr entry: the set it names replaces the inode's set, whose blocks
+    /// are displaced.
+    pub(crate) fn apply_xattr(&mut self, e: &Entry, displaced: &mut Vec<Extent>) {
+        let Entry::Xattr {
+            extents,
+            bytes,
+            crc,
+            ctime,
+        } = e
+        else {
+            return;
+        };
+        if let Some(old) = self.xattr.take() {
+            displaced.extend(old.extents);
+        }
+        self.xattr = (!extents.is_empty()).then(|| SetRef {
+            extents: extents
+                .iter()
+                .map(|&(start, len)| Extent {
+                    start,
+                    len: len as u64,
+                })
+                .collect(),
+            bytes: *bytes,
+            crc: *crc,
+        });
+        self.ctime = *ctime;
     }
 }
 
