@@ -234,9 +234,13 @@ impl InodeState {
                     self.gid = *gid;
                 }
                 if mask & attr::SIZE != 0 {
-                    let keep = size.div_ceil(BLOCK_SIZE);
-                    for b in self.pages.remove_from(keep) {
-                        push_block(displaced, b);
+                    // Only a shrink drops blocks: growing keeps blocks `fallocate`
+                    // placed past the end, as Linux does.
+                    if *size < self.size {
+                        let keep = size.div_ceil(BLOCK_SIZE);
+                        for b in self.pages.remove_from(keep) {
+                            push_block(displaced, b);
+                        }
                     }
                     self.size = *size;
                 }

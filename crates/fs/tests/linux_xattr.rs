@@ -378,7 +378,11 @@ fn agree(name: &str, ops: &[Op]) {
         let want = host.run(op);
         let got = ours.run(op);
         let show = |o: &Option<Outcome>| match o {
-            Some(Ok(b)) if b.len() > 80 => format!("Ok({} bytes)", b.len()),
+            Some(Ok(b)) if b.len() > 80 => format!(
+                "Ok({:?}… {} bytes)",
+                String::from_utf8_lossy(&b[..24]),
+                b.len()
+            ),
             Some(Ok(b)) => format!("Ok({:?})", String::from_utf8_lossy(b)),
             other => format!("{other:?}"),
         };
@@ -598,12 +602,28 @@ fn fallocate_modes_and_punching_agree_with_the_kernel() {
             Mkdir("/d"),
             Open("/d", libc::O_RDONLY),
             Fallocate(2, 0, 0, 4096),
+            // Blocks kept past the end stay when the size grows over or past them,
+            // by truncate or by allocation, and go when it shrinks below them.
+            Write("/k", b"0123456789".to_vec()),
+            Open("/k", RW),
+            Fallocate(3, keep, 4096, 3 * 4096),
+            Read("/k"),
+            Truncate("/k", 5000),
+            Read("/k"),
+            Fallocate(3, 0, 0, 2 * 4096),
+            Read("/k"),
+            Truncate("/k", 6 * 4096),
+            Read("/k"),
+            Truncate("/k", 4096 + 10),
+            Read("/k"),
+            Truncate("/k", 10),
+            Read("/k"),
             // A new empty file preallocated, then written into.
             Write("/p", Vec::new()),
             Open("/p", RW),
-            Fallocate(3, 0, 0, 3 * 4096),
+            Fallocate(4, 0, 0, 3 * 4096),
             Read("/p"),
-            Fallocate(3, punch, 0, 3 * 4096),
+            Fallocate(4, punch, 0, 3 * 4096),
             Read("/p"),
         ],
     );
