@@ -389,14 +389,25 @@ impl Geometry {
             return Ok((g, None));
         }
         let why = primary.unwrap_err();
+        let newer = newer_version(&b);
         pm.read(SB_REPLICA_BLOCK * BLOCK_SIZE, &mut b);
         match Geometry::decode(&b, region_len) {
             Ok(g) => Ok((g, Some(why))),
+            // Not damage: an image this build is too old for.
+            Err(_) if newer.is_some() => Err(Error::Invalid(why)),
             Err(replica) => Err(Error::Corrupt(format!(
                 "superblock: {why}; replica: {replica}"
             ))),
         }
     }
+}
+
+/// The format version of a superblock that is intact but newer than this build reads.
+fn newer_version(b: &[u8; SB_LEN]) -> Option<u32> {
+    let intact = b[SB_MAGIC_OFF..SB_VERSION_OFF] == SB_MAGIC
+        && get32(b, SB_CSUM_OFF) == crc32c::crc32c(&b[..SB_CSUM_OFF]);
+    let version = get32(b, SB_VERSION_OFF);
+    (intact && version > FORMAT_VERSION).then_some(version)
 }
 
 /// Whether two superblocks (primary, replica) differ only as an interrupted upgrade

@@ -84,9 +84,17 @@ impl FileSystem {
     fn allocate(&self, inode: &Arc<Inode>, off: u64, end: u64, keep_size: bool) -> Result<()> {
         let mut st = self.lock_settled(inode)?;
         let size = if keep_size { st.size } else { st.size.max(end) };
-        let missing: Vec<u64> = (off / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE))
-            .filter(|&pg| st.pages.get(pg).is_none())
-            .collect();
+        let pages = off / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE);
+        // Refused before the pages are listed: a range far larger than the free space
+        // would cost memory and time only to fail.
+        let at_least = (pages.end - pages.start).saturating_sub(st.pages.len() as u64);
+        if at_least > self.blocks.free_blocks() {
+            self.reclaim();
+            if at_least > self.blocks.free_blocks() {
+                return Err(Error::NoSpace);
+            }
+        }
+        let missing: Vec<u64> = pages.filter(|&pg| st.pages.get(pg).is_none()).collect();
         let now = now_ns();
         if missing.is_empty() {
             if size == st.size {

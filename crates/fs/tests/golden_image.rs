@@ -451,15 +451,12 @@ fn an_image_of_a_newer_format_is_refused_naming_both_versions() {
             read_only,
             ..MountOptions::default()
         };
-        let e = FileSystem::mount(region, opts)
-            .err()
-            .expect("refused")
-            .to_string();
+        let e = FileSystem::mount(region, opts).err().expect("refused");
+        assert_eq!(e.errno(), libc::EINVAL, "not damage: {e}");
+        let e = e.to_string();
         let newer = format!("version {}", FORMAT_VERSION + 1);
-        assert!(
-            e.contains(&newer) && e.contains(&format!("to {FORMAT_VERSION}")),
-            "{e}"
-        );
+        let both = e.contains(&newer) && e.contains(&format!("to {FORMAT_VERSION}"));
+        assert!(both && e.contains("newer"), "{e}");
     }
     assert_eq!(
         std::fs::read(&file.0).unwrap(),

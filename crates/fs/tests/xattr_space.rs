@@ -200,6 +200,9 @@ fn enospc_changes_nothing() {
     assert_eq!(r.unwrap_err().errno(), libc::ENOSPC);
     let r = fs.fallocate(fd, FALLOC_FL_KEEP_SIZE, 20_000, too_much);
     assert_eq!(r.unwrap_err().errno(), libc::ENOSPC);
+    // Far past the free space (8 TiB): refused before the pages are even listed.
+    let r = fs.fallocate(fd, 0, 0, 1 << 43);
+    assert_eq!(r.unwrap_err().errno(), libc::ENOSPC);
     assert_eq!(used(&fs), before);
     assert_eq!(fs.fstat(fd).unwrap(), stat);
     assert_eq!(read_file(&fs, "/f"), data);
