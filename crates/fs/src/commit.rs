@@ -6,6 +6,9 @@
 //! several. Staging changes nothing a recovery would look at, so an operation that fails
 //! while staging (ENOSPC) has no effect.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -70,67 +73,63 @@ impl FileSystem {
         entries: Vec<Entry>,
     ) -> Result<Staged> {
         self.check_writable()?;
-        let pm = &*self.pm;
         let log = &mut st.log;
-        // Where the next entry goes: (index into log.pages, slot within that page).
-        let (mut page_idx, mut slot) = if log.tail == 0 {
-            (0, 0)
-        } else {
-            let page = log.tail - log.tail % BLOCK_SIZE;
-            let idx = log
-                .pages
-                .iter()
-                .position(|&p| p == page)
-                .expect("tail outside log");
-            (idx, (log.tail % BLOCK_SIZE) / SLOT)
-        };
-        // First pass: where each entry lands, and how many pages must be added.
-        let mut places: SmallVec<[(usize, u64); 4]> = SmallVec::new();
-        // (page index, slots used) of pages left behind
-        let mut moved_on: SmallVec<[(usize, u64); 2]> = SmallVec::new();
-        let mut pages_needed = 0usize;
-        for e in &entries {
-            let k = e.slots();
-            let have_page = page_idx < log.pages.len() + pages_needed;
-            if !have_page || slot + k > SLOTS_PER_PAGE {
-                if have_page {
-                    moved_on.push((page_idx, slot));
-                    page_idx += 1;
-                }
-                slot = 0;
-                if page_idx >= log.pages.len() + pages_needed {
-                    pages_needed += 1;
-                }
-            }
-            places.push((page_idx, slot));
-            slot += k;
+        let plan = plan_places(log, &entries);
+        let new_pages = self.fresh_log_pages(ino, plan.pages_needed)?;
+        self.link_log_pages(ino, log, &new_pages, &plan.moved_on);
+        log.pages.extend_from_slice(&new_pages);
+        let mut new_tail = log.tail;
+        for (e, &(idx, slot)) in entries.iter().zip(&plan.places) {
+            let at = log.pages[idx] + slot * SLOT;
+            let bytes = e.encode();
+            // Whole slots, slot-aligned: non-temporal stores skip reading the line in.
+            self.pm.copy_nt(at, &bytes);
+            new_tail = at + bytes.len() as u64;
         }
-        let new_pages: Vec<u64> = if pages_needed > 0 {
-            let mut got = Vec::new();
-            for ext in self.alloc_blocks(pages_needed as u64)? {
-                got.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
-            }
-            got
-        } else {
-            Vec::new()
-        };
-        let had_pages = log.pages.len();
-        // Fresh pages get their trailers durably before anything links to them.
-        for &p in &new_pages {
+        Ok(Staged {
+            ino,
+            new_tail,
+            entries,
+            new_data: Vec::new(),
+        })
+    }
+
+    /// `n` fresh log pages owned by `ino`, their trailers durable before anything
+    /// links to them.
+    fn fresh_log_pages(&self, ino: u64, n: usize) -> Result<Vec<u64>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let pm = &*self.pm;
+        let mut pages = Vec::new();
+        for ext in self.alloc_blocks(n as u64)? {
+            pages.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
+        }
+        for &p in &pages {
             pm.write(p + TRAILER_OFF, &trailer(0, ino));
             pm.write(p + TRAILER_USED_OFF, &0u64.to_le_bytes());
             pm.flush(p + TRAILER_OFF, SLOT);
         }
-        if !new_pages.is_empty() {
-            pm.fence();
-        }
-        // Link the new pages in, record how full the pages left behind are, and write
-        // back every trailer line touched (plus the head word for a first page).
+        pm.fence();
+        Ok(pages)
+    }
+
+    /// Links `new_pages` into the log's chain (or makes the first the head), records
+    /// how full the pages left behind are, and writes back every trailer line touched.
+    fn link_log_pages(
+        &self,
+        ino: u64,
+        log: &mut LogState,
+        new_pages: &[u64],
+        moved_on: &[(usize, u64)],
+    ) {
+        let pm = &*self.pm;
+        let had_pages = log.pages.len();
         let mut touched: SmallVec<[u64; 4]> = SmallVec::new();
         for (i, &p) in new_pages.iter().enumerate() {
             match (had_pages + i).checked_sub(1) {
                 Some(prev) => {
-                    let prev = log_page(log, &new_pages, prev);
+                    let prev = log_page(log, new_pages, prev);
                     pm.store_u64(prev + TRAILER_OFF, p);
                     touched.push(prev);
                 }
@@ -142,8 +141,8 @@ impl FileSystem {
                 }
             }
         }
-        for &(idx, used) in &moved_on {
-            let page = log_page(log, &new_pages, idx);
+        for &(idx, used) in moved_on {
+            let page = log_page(log, new_pages, idx);
             pm.store_u64(page + TRAILER_USED_OFF, used);
             touched.push(page);
         }
@@ -152,21 +151,6 @@ impl FileSystem {
         for page in touched {
             pm.flush(page + TRAILER_OFF, SLOT);
         }
-        log.pages.extend_from_slice(&new_pages);
-        let mut new_tail = log.tail;
-        for (e, &(idx, slot)) in entries.iter().zip(&places) {
-            let at = log.pages[idx] + slot * SLOT;
-            let bytes = e.encode();
-            // Whole slots, slot-aligned: non-temporal stores skip reading the line in.
-            pm.copy_nt(at, &bytes);
-            new_tail = at + bytes.len() as u64;
-        }
-        Ok(Staged {
-            ino,
-            new_tail,
-            entries,
-            new_data: Vec::new(),
-        })
     }
 
     /// Commits staged entries of one inode with a single atomic tail store, then
@@ -352,6 +336,54 @@ impl FileSystem {
     }
 }
 
+/// Where staged entries go in a log.
+struct Places {
+    /// (index into the log's pages, slot within that page) of each entry.
+    places: SmallVec<[(usize, u64); 4]>,
+    /// (page index, slots used) of the pages the log moves past.
+    moved_on: SmallVec<[(usize, u64); 2]>,
+    /// Pages to add.
+    pages_needed: usize,
+}
+
+/// Where each of `entries` lands after the tail of `log`, and how many pages must be
+/// added.
+fn plan_places(log: &LogState, entries: &[Entry]) -> Places {
+    let (mut page_idx, mut slot) = if log.tail == 0 {
+        (0, 0)
+    } else {
+        let page = log.tail - log.tail % BLOCK_SIZE;
+        let idx = log
+            .pages
+            .iter()
+            .position(|&p| p == page)
+            .expect("tail outside log");
+        (idx, (log.tail % BLOCK_SIZE) / SLOT)
+    };
+    let mut plan = Places {
+        places: SmallVec::new(),
+        moved_on: SmallVec::new(),
+        pages_needed: 0,
+    };
+    for e in entries {
+        let k = e.slots();
+        let have_page = page_idx < log.pages.len() + plan.pages_needed;
+        if !have_page || slot + k > SLOTS_PER_PAGE {
+            if have_page {
+                plan.moved_on.push((page_idx, slot));
+                page_idx += 1;
+            }
+            slot = 0;
+            if page_idx >= log.pages.len() + plan.pages_needed {
+                plan.pages_needed += 1;
+            }
+        }
+        plan.places.push((page_idx, slot));
+        slot += k;
+    }
+    plan
+}
+
 fn log_page(log: &LogState, new_pages: &[u64], idx: usize) -> u64 {
     if idx < log.pages.len() {
         log.pages[idx]
@@ -361,7 +393,8 @@ fn log_page(log: &LogState, new_pages: &[u64], idx: usize) -> u64 {
 }
 
 /// The entries that rebuild `st` from its creation record: data extents, link count,
-/// directory entries, then one attribute entry that sets every field last.
+/// directory entries, extended attributes, then one attribute entry that sets every
+/// field last.
 pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut run: Option<(u64, u64, u32)> = None; // (pgoff, block, npages)
@@ -392,6 +425,9 @@ pub fn compact_entries(st: &InodeState) -> Vec<Entry> {
             ctime: st.ctime,
             name: name.clone(),
         });
+    }
+    if let Some(x) = &st.xattr {
+        out.push(x.entry(st.ctime));
     }
     out.push(Entry::Attr {
         mask: attr::ALL,

@@ -57,6 +57,22 @@ pub enum Error {
         #[source]
         source: mover::Error,
     },
+    /// The extended attribute asked for does not exist.
+    #[error("no such extended attribute")]
+    NoData,
+    /// The caller's buffer is too small for the answer, or an extended attribute's name
+    /// is empty or over [`crate::xattr::MAX_XATTR_NAME`] bytes (as Linux reports both).
+    #[error("result out of range: {0}")]
+    Range(&'static str),
+    /// An extended attribute's value (or the list of names) is over the Linux limit.
+    #[error("argument list too long: {0}")]
+    TooBig(&'static str),
+    /// The operation or the attribute namespace is not supported.
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    /// `SEEK_DATA`/`SEEK_HOLE` at or beyond the end of the file, or no data after it.
+    #[error("no such device or address (offset at or past the end of the data)")]
+    NoSuchOffset,
 }
 
 impl From<mover::Error> for Error {
@@ -91,6 +107,11 @@ impl Error {
             Error::Region(e) => e.errno(),
             Error::Mover(e) => e.errno(),
             Error::Io { .. } => libc::EIO,
+            Error::NoData => libc::ENODATA,
+            Error::Range(_) => libc::ERANGE,
+            Error::TooBig(_) => libc::E2BIG,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
+            Error::NoSuchOffset => libc::ENXIO,
         }
     }
 }

@@ -84,6 +84,10 @@ pub enum Whence {
     Set,
     Cur,
     End,
+    /// `SEEK_DATA`: the first data at or after the offset (see `crate::space`).
+    Data,
+    /// `SEEK_HOLE`: the first hole at or after the offset; the end of the file is one.
+    Hole,
 }
 
 /// An open file description.
@@ -329,6 +333,10 @@ impl FileSystem {
             Whence::Set => 0,
             Whence::Cur => *pos as i64,
             Whence::End => f.inode.state.read().size as i64,
+            Whence::Data | Whence::Hole => {
+                *pos = self.seek_data_hole(&f.inode, off, whence == Whence::Hole)?;
+                return Ok(*pos);
+            }
         };
         let new = base
             .checked_add(off)

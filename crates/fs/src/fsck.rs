@@ -39,6 +39,9 @@
 //! (each committed by its tail store). A crash at any point leaves an image that
 //! `repair` takes up again.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::collections::HashMap;
 
 use std::sync::Arc;
@@ -62,10 +65,15 @@ pub struct FsckReport {
     /// States a mount repairs by design (interrupted operations, orphans after a
     /// crash, writes whose copy never completed).
     pub notes: Vec<String>,
+    /// The image was cleanly unmounted (its saved allocator was checked too).
     pub clean_unmount: bool,
+    /// Inodes in use.
     pub inodes: u64,
+    /// Log entries replayed.
     pub log_entries: u64,
+    /// Pool blocks the inodes reference (log pages, data, extended attributes).
     pub used_blocks: u64,
+    /// Blocks in the pool.
     pub pool_blocks: u64,
 }
 
@@ -80,26 +88,9 @@ impl FsckReport {
 /// read from the persistent completion records.
 pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
     let mut r = FsckReport::default();
-    let geo = match Geometry::read(pm) {
-        Ok((g, None)) => g,
-        Ok((g, Some(why))) => {
-            r.problems
-                .push(format!("primary superblock bad ({why}); replica is good"));
-            g
-        }
-        Err(e) => {
-            r.problems.push(e.to_string());
-            return Ok(r);
-        }
+    let Some(geo) = check_superblocks(pm, &mut r) else {
+        return Ok(r);
     };
-    let mut sb = vec![0u8; 128];
-    let mut replica = vec![0u8; 128];
-    pm.read(0, &mut sb);
-    pm.read(BLOCK_SIZE, &mut replica);
-    if sb != replica && r.problems.is_empty() {
-        r.problems
-            .push("superblock replica differs from the primary".into());
-    }
     let mut pending_journals = 0;
     let mut rolled_back = HashMap::new();
     for j in 0..geo.journals {
@@ -137,49 +128,103 @@ pub fn check(pm: &dyn Pmem) -> Result<FsckReport> {
     r.pool_blocks = geo.pool_blocks();
     r.clean_unmount = pm.load_u64(crate::layout::MOUNT_BLOCK * BLOCK_SIZE) == CLEAN;
     if r.clean_unmount {
-        if !s.orphans.is_empty() {
-            r.problems.push(format!(
-                "{} orphan inode(s) after a clean unmount",
-                s.orphans.len()
-            ));
+        check_clean_image(pm, &geo, s.orphans.len(), &s.used, &mut r);
+    }
+    Ok(r)
+}
+
+/// The geometry, from the primary superblock or its replica, noting in `r` what is
+/// wrong with either; `None` if neither reads.
+fn check_superblocks(pm: &dyn Pmem, r: &mut FsckReport) -> Option<Geometry> {
+    let mut sb = vec![0u8; 128];
+    let mut replica = vec![0u8; 128];
+    pm.read(0, &mut sb);
+    pm.read(BLOCK_SIZE, &mut replica);
+    let upgrading = crate::layout::differ_in_version_only(&sb, &replica);
+    let geo = match Geometry::read(pm) {
+        Ok((g, None)) => g,
+        Ok((g, Some(_))) if upgrading => {
+            r.notes.push(
+                "primary superblock torn by an interrupted format upgrade; the next \
+                 writable mount completes it from the replica"
+                    .into(),
+            );
+            g
         }
-        match load_bitmap(pm, &geo) {
-            None => r
-                .problems
-                .push("saved allocator bitmap is corrupt although unmount was clean".into()),
-            Some(free) => {
-                let mut is_free = vec![false; geo.pool_blocks() as usize];
-                for e in free {
-                    for b in e.start..e.start + e.len {
-                        is_free[(b - geo.pool_start) as usize] = true;
+        Ok((g, Some(why))) => {
+            r.problems
+                .push(format!("primary superblock bad ({why}); replica is good"));
+            g
+        }
+        Err(e) => {
+            r.problems.push(e.to_string());
+            return None;
+        }
+    };
+    if sb != replica && r.problems.is_empty() && r.notes.is_empty() {
+        if upgrading {
+            r.notes.push(
+                "superblock replica is of a newer format version than the primary (an \
+                 interrupted upgrade); the next writable mount completes it"
+                    .into(),
+            );
+        } else {
+            r.problems
+                .push("superblock replica differs from the primary".into());
+        }
+    }
+    Some(geo)
+}
+
+/// What a cleanly unmounted image must also be: free of orphans, its saved bitmap
+/// readable and in agreement with what the inodes reference (nothing in use counted
+/// free, nothing leaked).
+fn check_clean_image(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    orphans: usize,
+    used: &[bool],
+    r: &mut FsckReport,
+) {
+    if orphans > 0 {
+        r.problems
+            .push(format!("{orphans} orphan inode(s) after a clean unmount"));
+    }
+    match load_bitmap(pm, geo) {
+        None => r
+            .problems
+            .push("saved allocator bitmap is corrupt although unmount was clean".into()),
+        Some(free) => {
+            let mut is_free = vec![false; geo.pool_blocks() as usize];
+            for e in free {
+                for b in e.start..e.start + e.len {
+                    is_free[(b - geo.pool_start) as usize] = true;
+                }
+            }
+            let mut both = 0u64;
+            let mut leaked = 0u64;
+            for (i, (&u, &f)) in used.iter().zip(&is_free).enumerate() {
+                if u && f {
+                    both += 1;
+                    if both <= 3 {
+                        r.problems.push(format!(
+                            "block {} is in use but the allocator has it free",
+                            geo.pool_start + i as u64
+                        ));
                     }
                 }
-                let mut both = 0u64;
-                let mut leaked = 0u64;
-                for (i, (&u, &f)) in s.used.iter().zip(&is_free).enumerate() {
-                    if u && f {
-                        both += 1;
-                        if both <= 3 {
-                            r.problems.push(format!(
-                                "block {} is in use but the allocator has it free",
-                                geo.pool_start + i as u64
-                            ));
-                        }
-                    }
-                    leaked += (!u && !f) as u64;
-                }
-                if both > 3 {
-                    r.problems.push(format!("…{both} such blocks in all"));
-                }
-                if leaked > 0 {
-                    r.problems.push(format!(
-                        "{leaked} block(s) neither referenced nor free (leaked)"
-                    ));
-                }
+                leaked += (!u && !f) as u64;
+            }
+            if both > 3 {
+                r.problems.push(format!("…{both} such blocks in all"));
+            }
+            if leaked > 0 {
+                r.problems.push(format!(
+                    "{leaked} block(s) neither referenced nor free (leaked)"
+                ));
             }
         }
     }
-    Ok(r)
 }
 
 /// What [`repair`] found and did.
@@ -278,25 +323,7 @@ fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
     let after_drop = RolledBack { pm: &*pm, words };
     let s = scan(&after_drop, geo, false)?;
     if s.problems.len() != s.fixes.len() {
-        let mut fixable: Vec<String> = Vec::new();
-        for f in &s.fixes {
-            fixable.push(match f {
-                Fix::Dangling { dir, name, ino } => format!(
-                    "directory {dir}: entry {name:?} names inode {ino}, which is not in use"
-                ),
-                Fix::LinkCount { ino, .. } => format!("inode {ino}: link count"),
-                Fix::Lost { ino } => format!("inode {ino} is not in any directory"),
-            });
-        }
-        for p in &s.problems {
-            if !fixable.iter().any(|f| p.starts_with(f.as_str())) {
-                r.refused.push(format!("{p} (not repaired)"));
-            }
-        }
-        if r.refused.is_empty() {
-            r.refused
-                .push("problems remain that repair does not handle".into());
-        }
+        refuse_unfixable(&s, &mut r.refused);
         return Ok(r);
     }
     if !s
@@ -309,30 +336,7 @@ fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
     }
 
     // From here on the image changes, each step durable before the next.
-    if records_bad {
-        engine::rewrite_record_headers(&*pm, geo.records_off(), geo.channels as usize)
-            .map_err(|e| crate::Error::Corrupt(format!("completion records: {e}")))?;
-        r.actions
-            .push("rewrote the headers of the completion records (counters kept)".into());
-    }
-    let replay = journal::replay(&*pm, &geo)?;
-    if replay.rolled_back > 0 {
-        r.actions.push(format!(
-            "rolled back {} interrupted operation(s)",
-            replay.rolled_back
-        ));
-    }
-    if r.before.problems.iter().any(|p| p.contains("superblock")) {
-        geo.write(&*pm);
-        r.actions
-            .push("rewrote the superblock and its replica".into());
-    }
-    // A crash from here on recovers with a full scan; the saved allocator is stale.
-    pm.store_u64_persist(CLEAN_OFF, 0);
-    for (ino, why) in &drop {
-        pm.store_u64_persist(geo.inode_off(*ino) + VALID_OFF, 0);
-        r.actions.push(format!("dropped inode {ino} ({why})"));
-    }
+    repair_region(&*pm, &geo, records_bad, &drop, &mut r)?;
     let (fs, fixes) = crate::recovery::mount_for_repair(pm.clone())?;
     let result = apply_fixes(&fs, &fixes, &mut r.actions);
     fs.unmount()?;
@@ -348,6 +352,65 @@ fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
 
 /// Fixes the tree problems a repair mount accepted: per inode, its dangling entries
 /// removed and its link count set, committed together by one tail store.
+/// Says why repair refuses: each problem no [`Fix`] covers.
+fn refuse_unfixable(s: &crate::recovery::Scan, refused: &mut Vec<String>) {
+    let mut fixable: Vec<String> = Vec::new();
+    for f in &s.fixes {
+        fixable.push(match f {
+            Fix::Dangling { dir, name, ino } => {
+                format!("directory {dir}: entry {name:?} names inode {ino}, which is not in use")
+            }
+            Fix::LinkCount { ino, .. } => format!("inode {ino}: link count"),
+            Fix::Lost { ino } => format!("inode {ino} is not in any directory"),
+        });
+    }
+    for p in &s.problems {
+        if !fixable.iter().any(|f| p.starts_with(f.as_str())) {
+            refused.push(format!("{p} (not repaired)"));
+        }
+    }
+    if refused.is_empty() {
+        refused.push("problems remain that repair does not handle".into());
+    }
+}
+
+/// Repair's writes before the mount that fixes the tree: completion-record headers,
+/// journals rolled back, superblocks, the clean word cleared, unreadable inodes
+/// dropped — each durable before the next.
+fn repair_region(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    records_bad: bool,
+    drop: &[(u64, String)],
+    r: &mut RepairReport,
+) -> Result<()> {
+    if records_bad {
+        engine::rewrite_record_headers(pm, geo.records_off(), geo.channels as usize)
+            .map_err(|e| crate::Error::Corrupt(format!("completion records: {e}")))?;
+        r.actions
+            .push("rewrote the headers of the completion records (counters kept)".into());
+    }
+    let replay = journal::replay(pm, geo)?;
+    if replay.rolled_back > 0 {
+        r.actions.push(format!(
+            "rolled back {} interrupted operation(s)",
+            replay.rolled_back
+        ));
+    }
+    if r.before.problems.iter().any(|p| p.contains("superblock")) {
+        geo.write(pm);
+        r.actions
+            .push("rewrote the superblock and its replica".into());
+    }
+    // A crash from here on recovers with a full scan; the saved allocator is stale.
+    pm.store_u64_persist(CLEAN_OFF, 0);
+    for (ino, why) in drop {
+        pm.store_u64_persist(geo.inode_off(*ino) + VALID_OFF, 0);
+        r.actions.push(format!("dropped inode {ino} ({why})"));
+    }
+    Ok(())
+}
+
 fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>) -> Result<()> {
     // Per inode: its dangling entries (name, inode named) and its link count to set.
     type InodeFixes = (Vec<(String, u64)>, Option<u32>);

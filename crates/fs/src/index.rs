@@ -6,6 +6,9 @@
 //! least about half full, so a sparse file (one page at 1 TiB) costs no more than the
 //! map alone.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 
 /// Block number standing for a hole in the vector: block 0 holds the superblock, never
@@ -82,6 +85,60 @@ impl PageIndex {
         out
     }
 
+    /// Removes pages `start..end`; returns their blocks in page order.
+    pub fn remove_range(&mut self, start: u64, end: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let dense_end = end.min(self.dense.len() as u64);
+        for pg in start..dense_end.max(start) {
+            let slot = &mut self.dense[pg as usize];
+            if *slot != HOLE {
+                out.push(std::mem::replace(slot, HOLE));
+                self.filled -= 1;
+            }
+        }
+        if start < end {
+            let keys: Vec<u64> = self.sparse.range(start..end).map(|(&p, _)| p).collect();
+            for pg in keys {
+                out.extend(self.sparse.remove(&pg));
+            }
+        }
+        out
+    }
+
+    /// The first mapped page at or after `from`.
+    pub fn next_mapped(&self, from: u64) -> Option<u64> {
+        let dense_len = self.dense.len() as u64;
+        if from < dense_len {
+            let hit = self.dense[from as usize..].iter().position(|&b| b != HOLE);
+            if let Some(i) = hit {
+                return Some(from + i as u64);
+            }
+        }
+        self.sparse
+            .range(from.max(dense_len)..)
+            .next()
+            .map(|(&p, _)| p)
+    }
+
+    /// The first page at or after `from` that is not mapped.
+    pub fn next_hole(&self, from: u64) -> u64 {
+        let mut pg = from;
+        let dense_len = self.dense.len() as u64;
+        while pg < dense_len {
+            if self.dense[pg as usize] == HOLE {
+                return pg;
+            }
+            pg += 1;
+        }
+        for (&p, _) in self.sparse.range(pg..) {
+            if p != pg {
+                break;
+            }
+            pg += 1;
+        }
+        pg
+    }
+
     /// Forgets every page.
     pub fn clear(&mut self) {
         *self = PageIndex::default();
@@ -118,6 +175,7 @@ mod tests {
     enum Op {
         Insert(u64, u64),
         RemoveFrom(u64),
+        RemoveRange(u64, u64),
         Clear,
     }
 
@@ -127,7 +185,8 @@ mod tests {
         let pg = prop_oneof![4 => 0u64..300, 1 => 0u64..(1 << 40)];
         prop_oneof![
             20 => (pg.clone(), 1u64..1000).prop_map(|(p, b)| Op::Insert(p, b)),
-            2 => pg.prop_map(Op::RemoveFrom),
+            2 => pg.clone().prop_map(Op::RemoveFrom),
+            2 => (pg, 0u64..400).prop_map(|(p, n)| Op::RemoveRange(p, p + n)),
             1 => Just(Op::Clear),
         ]
     }
@@ -144,6 +203,12 @@ mod tests {
                         let want: Vec<u64> = model.split_off(&k).into_values().collect();
                         prop_assert_eq!(idx.remove_from(k), want);
                     }
+                    Op::RemoveRange(a, b) => {
+                        let keys: Vec<u64> = model.range(a..b).map(|(&p, _)| p).collect();
+                        let want: Vec<u64> =
+                            keys.iter().map(|p| model.remove(p).unwrap()).collect();
+                        prop_assert_eq!(idx.remove_range(a, b), want);
+                    }
                     Op::Clear => {
                         idx.clear();
                         model.clear();
@@ -158,6 +223,15 @@ mod tests {
                 prop_assert_eq!(idx.get(p), Some(b));
             }
             prop_assert_eq!(idx.get(1 << 41), None);
+            for from in [0u64, 1, 5, 64, 150, 299, 300, 1 << 39] {
+                let want = model.range(from..).next().map(|(&p, _)| p);
+                prop_assert_eq!(idx.next_mapped(from), want);
+                let mut hole = from;
+                while model.contains_key(&hole) {
+                    hole += 1;
+                }
+                prop_assert_eq!(idx.next_hole(from), hole);
+            }
         }
     }
 

@@ -20,7 +20,7 @@
 //! bits, a 16-bit check of (inode, word, offset) in the high 16.
 //!
 //! Everything that changes after creation (size, attributes, links, data, directory
-//! entries) is in the log.
+//! entries, extended attributes) is in the log.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
@@ -165,6 +165,8 @@ pub struct InodeState {
     /// Level 2 of the two-level lock: the copy of the latest write, which a later read
     /// or write of this inode waits for before touching data.
     pub last_write: mover::Pending,
+    /// Where the inode's extended attributes are stored (`None`: it has none).
+    pub xattr: Option<crate::xattr::SetRef>,
 }
 
 impl InodeState {
@@ -186,6 +188,7 @@ impl InodeState {
             parent: 0,
             freed: false,
             last_write: mover::Pending::Done,
+            xattr: None,
         }
     }
 
@@ -231,9 +234,13 @@ impl InodeState {
                     self.gid = *gid;
                 }
                 if mask & attr::SIZE != 0 {
-                    let keep = size.div_ceil(BLOCK_SIZE);
-                    for b in self.pages.remove_from(keep) {
-                        push_block(displaced, b);
+                    // Only a shrink drops blocks: growing keeps blocks `fallocate`
+                    // placed past the end, as Linux does.
+                    if *size < self.size {
+                        let keep = size.div_ceil(BLOCK_SIZE);
+                        for b in self.pages.remove_from(keep) {
+                            push_block(displaced, b);
+                        }
                     }
                     self.size = *size;
                 }
@@ -261,22 +268,28 @@ impl InodeState {
                 self.mtime = *ctime;
                 self.ctime = *ctime;
             }
+            Entry::Xattr { .. } => self.apply_xattr(e, displaced),
+            Entry::Punch { .. } => self.apply_punch(e, displaced),
             Entry::Void => {}
         }
     }
 
-    /// Data blocks the inode references, as extents.
+    /// Blocks the inode references besides its log — file data and the blocks of its
+    /// extended attributes — as extents.
     pub fn data_extents(&self) -> Vec<Extent> {
         let mut out = Vec::new();
         for b in self.pages.blocks() {
             push_block(&mut out, b);
+        }
+        if let Some(x) = &self.xattr {
+            out.extend_from_slice(&x.extents);
         }
         out
     }
 
     /// Entries a compacted log would hold: a lower bound on the live entries.
     pub fn live_entries(&self) -> u64 {
-        2 + self.pages.len() as u64 + self.children.len() as u64
+        2 + self.pages.len() as u64 + self.children.len() as u64 + self.xattr.is_some() as u64
     }
 }
 

@@ -18,7 +18,7 @@
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
 //! | 0      | 8    | magic `b"EASYIOFS"`                                |
-//! | 8      | 4    | format version ([`FORMAT_VERSION`])                |
+//! | 8      | 4    | format version ([`FORMAT_VERSION`]; see below)     |
 //! | 12     | 4    | block size (4096)                                  |
 //! | 16     | 8    | total blocks                                       |
 //! | 24     | 8    | first journal block                                |
@@ -32,6 +32,20 @@
 //! | 96     | 4    | CRC-32C of bytes 0..96                             |
 //!
 //! Every later offset is derived from the geometry, never stored twice.
+//!
+//! Format versions: 2 sealed the log head and tail words; 3 added the xattr and punch
+//! log entries (`crate::log`), and nothing else — the layout and every structure of
+//! version 2 are unchanged, so this build reads both ([`OLDEST_READ_VERSION`] ..=
+//! [`FORMAT_VERSION`]). A version-2 image is upgraded to 3 by its first writable mount,
+//! before anything else is written: the replica is rewritten first, then the primary,
+//! each durable before the next, so a crash leaves a valid superblock of version 2 (and
+//! the next writable mount upgrades again) or both of version 3; the primary is only
+//! ever version 3 once the replica is, and entries of version 3 are written only after
+//! both say so. A read-only mount (and `fsck`) never writes the version. An image of a
+//! version newer than this build reads is refused with both versions named.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 use crate::error::{Error, Result};
 use pmem::Pmem;
@@ -62,8 +76,11 @@ pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 /// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".
 pub const ROOT_INO: u64 = 1;
 
-/// Format version written by this code (2: sealed log head and tail words).
-pub const FORMAT_VERSION: u32 = 2;
+/// Format version written by this code (2: sealed log head and tail words; 3: xattr
+/// and punch log entries).
+pub const FORMAT_VERSION: u32 = 3;
+/// Oldest format version this code mounts (upgrading it on a writable mount).
+pub const OLDEST_READ_VERSION: u32 = 2;
 
 /// Bits of a sealed log word that hold the region offset; the region can be at most
 /// 2^48 bytes (256 TiB).
@@ -73,7 +90,9 @@ const LOG_WORD_OFFSET_MASK: u64 = (1 << LOG_WORD_OFFSET_BITS) - 1;
 /// Which of an inode's two log words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogWord {
+    /// The first page of the log.
     Head,
+    /// The next free slot of the log.
     Tail,
 }
 
@@ -141,15 +160,27 @@ const SB_LEN: usize = SB_CSUM_OFF + 4;
 /// Where everything is, derived from the region size and the inode count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Blocks of the usable region.
     pub total_blocks: u64,
+    /// First block of the journals.
     pub journal_start: u64,
+    /// Number of journals.
     pub journals: u64,
+    /// First block of the inode table.
     pub inode_start: u64,
+    /// Inodes in the table (inode 0 is never used).
     pub inodes: u64,
+    /// First block of the saved free-block bitmap.
     pub bitmap_start: u64,
+    /// First block of the pool.
     pub pool_start: u64,
+    /// Engine channels with completion records.
     pub channels: u64,
+    /// File system identity, random at format.
     pub id: [u8; 16],
+    /// Format version of the image: [`FORMAT_VERSION`] for a new one, else what its
+    /// superblock says (until a writable mount upgrades it).
+    pub version: u32,
 }
 
 impl Geometry {
@@ -194,6 +225,7 @@ impl Geometry {
             pool_start,
             channels,
             id: random_id(),
+            version: FORMAT_VERSION,
         })
     }
 
@@ -250,7 +282,7 @@ impl Geometry {
     fn encode(&self) -> [u8; SB_LEN] {
         let mut b = [0u8; SB_LEN];
         b[SB_MAGIC_OFF..SB_VERSION_OFF].copy_from_slice(&SB_MAGIC);
-        put32(&mut b, SB_VERSION_OFF, FORMAT_VERSION);
+        put32(&mut b, SB_VERSION_OFF, self.version);
         put32(&mut b, SB_BLOCK_SIZE_OFF, BLOCK_SIZE as u32);
         put64(&mut b, SB_TOTAL_OFF, self.total_blocks);
         put64(&mut b, SB_JOURNAL_START_OFF, self.journal_start);
@@ -274,9 +306,16 @@ impl Geometry {
             return Err("superblock checksum mismatch".into());
         }
         let version = get32(b, SB_VERSION_OFF);
-        if version != FORMAT_VERSION {
+        if version > FORMAT_VERSION {
             return Err(format!(
-                "format version {version}; this build reads version {FORMAT_VERSION}"
+                "format version {version} was written by a newer easyio; this build \
+                 reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
+            ));
+        }
+        if version < OLDEST_READ_VERSION {
+            return Err(format!(
+                "format version {version} was written by an older easyio; this build \
+                 reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
             ));
         }
         if get32(b, SB_BLOCK_SIZE_OFF) as u64 != BLOCK_SIZE {
@@ -294,6 +333,7 @@ impl Geometry {
             pool_start: get64(b, SB_POOL_START_OFF),
             channels: get64(b, SB_CHANNELS_OFF),
             id,
+            version,
         };
         // Checked first: a block count beyond the region would also overflow the byte
         // arithmetic below.
@@ -326,6 +366,15 @@ impl Geometry {
         pm.write_persist(SB_REPLICA_BLOCK * BLOCK_SIZE, &b);
     }
 
+    /// Rewrites an image of an older format version as [`FORMAT_VERSION`]: the replica
+    /// first, then the primary, each durable before the next (see the module docs).
+    pub fn upgrade(&mut self, pm: &dyn Pmem) {
+        self.version = FORMAT_VERSION;
+        let b = self.encode();
+        pm.write_persist(SB_REPLICA_BLOCK * BLOCK_SIZE, &b);
+        pm.write_persist(SB_BLOCK * BLOCK_SIZE, &b);
+    }
+
     /// Reads the superblock, falling back to the replica. Returns the geometry and
     /// whether the primary had to be skipped (and why).
     pub fn read(pm: &dyn Pmem) -> Result<(Geometry, Option<String>)> {
@@ -340,14 +389,41 @@ impl Geometry {
             return Ok((g, None));
         }
         let why = primary.unwrap_err();
+        let newer = newer_version(&b);
         pm.read(SB_REPLICA_BLOCK * BLOCK_SIZE, &mut b);
         match Geometry::decode(&b, region_len) {
             Ok(g) => Ok((g, Some(why))),
+            // Not damage: an image this build is too old for.
+            Err(_) if newer.is_some() => Err(Error::Invalid(why)),
             Err(replica) => Err(Error::Corrupt(format!(
                 "superblock: {why}; replica: {replica}"
             ))),
         }
     }
+}
+
+/// The format version of a superblock that is intact but newer than this build reads.
+fn newer_version(b: &[u8; SB_LEN]) -> Option<u32> {
+    let intact = b[SB_MAGIC_OFF..SB_VERSION_OFF] == SB_MAGIC
+        && get32(b, SB_CSUM_OFF) == crc32c::crc32c(&b[..SB_CSUM_OFF]);
+    let version = get32(b, SB_VERSION_OFF);
+    (intact && version > FORMAT_VERSION).then_some(version)
+}
+
+/// Whether two superblocks (primary, replica) differ only as an interrupted upgrade
+/// leaves them: the replica already of the newer version, the primary of the older one
+/// or torn on its way there (version written, checksum not yet), all else alike.
+pub fn differ_in_version_only(primary: &[u8], replica: &[u8]) -> bool {
+    if primary.len() < SB_LEN || replica.len() < SB_LEN {
+        return false;
+    }
+    let outside = |i: usize| {
+        !(SB_VERSION_OFF..SB_VERSION_OFF + 4).contains(&i) && !(SB_CSUM_OFF..SB_LEN).contains(&i)
+    };
+    let same_rest = (0..primary.len().min(replica.len()))
+        .filter(|&i| outside(i))
+        .all(|i| primary[i] == replica[i]);
+    same_rest && get32(replica, SB_VERSION_OFF) >= get32(primary, SB_VERSION_OFF)
 }
 
 fn random_id() -> [u8; 16] {
@@ -363,19 +439,23 @@ fn random_id() -> [u8; 16] {
     id
 }
 
-/// Little-endian field helpers shared by every on-region structure.
+/// Stores `v` little endian at `off` of `b` (a field helper shared by every on-region
+/// structure, as are the three below).
 pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Stores `v` little endian at `off` of `b`.
 pub fn put32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// The little-endian u64 at `off` of `b`.
 pub fn get64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
 }
 
+/// The little-endian u32 at `off` of `b`.
 pub fn get32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }
@@ -407,6 +487,22 @@ mod tests {
         let mut huge = g;
         huge.total_blocks = u64::MAX / 3;
         assert!(Geometry::decode(&huge.encode(), 64 << 20).is_err());
+    }
+
+    #[test]
+    fn older_versions_read_and_newer_ones_are_refused_by_name() {
+        let mut g = Geometry::new(64 << 20, None, 8).unwrap();
+        g.version = 2;
+        assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 2);
+        g.version = FORMAT_VERSION + 1;
+        let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
+        assert!(
+            e.contains("version 4") && e.contains("newer") && e.contains("to 3"),
+            "{e}"
+        );
+        g.version = 1;
+        let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
+        assert!(e.contains("version 1") && e.contains("older"), "{e}");
     }
 
     #[test]

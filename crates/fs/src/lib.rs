@@ -31,6 +31,8 @@ pub mod layout;
 mod log;
 mod namespace;
 mod recovery;
+mod space;
+pub mod xattr;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,6 +48,8 @@ pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
+pub use space::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
+pub use xattr::{XATTR_CREATE, XATTR_REPLACE};
 
 use alloc::InoAlloc;
 use epoch::Epoch;

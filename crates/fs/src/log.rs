@@ -30,10 +30,21 @@
 //! - link: 8 link count u32 · 16 ctime i64
 //! - dentry add / remove: 8 inode u64 · 16 ctime i64 · 24 name bytes (spilling into
 //!   further slots)
+//! - xattr (format version 3): 2 extent count u16 (0: no extended attributes) · 8
+//!   bytes of the encoded set u32 · 12 CRC-32C of those bytes u32 · 16 ctime i64 · 24
+//!   extents, 12 bytes each: first block u64, block count u32 (spilling into further
+//!   slots, at most [`MAX_XATTR_EXTENTS`]). The inode's whole set of extended
+//!   attributes now lives in those blocks, in order (layout in `crate::xattr`); the
+//!   blocks of the set before are dropped.
+//! - punch (format version 3): 8 first page u64 · 16 page count u64 · 24 time i64
+//!   (mtime and ctime). Pages `first..first + count` become holes.
 //!
 //! A recovered write entry whose SN never completed is voided in place: one atomic store
 //! replaces its first word with kind [`Kind::Void`], so it can never come back to life
 //! when the completion counter later passes its SN.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 use crate::error::{Error, Result};
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
@@ -50,6 +61,14 @@ pub const PAGE_MAGIC: u64 = u64::from_le_bytes(*b"EIOLOGPG");
 pub const MAX_ENTRY_SLOTS: u64 = (DENTRY_NAME_OFF as u64 + crate::MAX_NAME as u64).div_ceil(SLOT);
 
 const DENTRY_NAME_OFF: usize = 24;
+/// Offset of the extents of an xattr entry, and the bytes of each.
+const XATTR_EXTENTS_OFF: usize = 24;
+const XATTR_EXTENT_BYTES: usize = 12;
+/// Most extents an xattr entry names (it stays within [`MAX_ENTRY_SLOTS`]).
+pub const MAX_XATTR_EXTENTS: usize = 16;
+const _: () = assert!(
+    XATTR_EXTENTS_OFF + MAX_XATTR_EXTENTS * XATTR_EXTENT_BYTES <= MAX_ENTRY_SLOTS as usize * 64
+);
 /// Bytes of the largest entry.
 const MAX_ENTRY_BYTES: usize = (MAX_ENTRY_SLOTS * SLOT) as usize;
 
@@ -82,6 +101,8 @@ pub enum Kind {
     Link = 3,
     DentryAdd = 4,
     DentryDel = 5,
+    Xattr = 6,
+    Punch = 7,
     Void = 0xFF,
 }
 
@@ -126,6 +147,17 @@ pub enum Entry {
     DentryAdd { ino: u64, ctime: i64, name: String },
     /// Directory entry `name` removed.
     DentryDel { ino: u64, ctime: i64, name: String },
+    /// The inode's extended attributes are now the set encoded in the first `bytes`
+    /// bytes of the blocks of `extents` (first block, count), in order (none: no
+    /// attributes), whose CRC-32C is `crc`.
+    Xattr {
+        extents: Vec<(u64, u32)>,
+        bytes: u32,
+        crc: u32,
+        ctime: i64,
+    },
+    /// Pages `pgoff..pgoff + npages` become holes (their blocks are dropped).
+    Punch { pgoff: u64, npages: u64, time: i64 },
     /// An entry voided by recovery.
     Void,
 }
@@ -136,6 +168,9 @@ impl Entry {
         match self {
             Entry::DentryAdd { name, .. } | Entry::DentryDel { name, .. } => {
                 (DENTRY_NAME_OFF as u64 + name.len() as u64).div_ceil(SLOT)
+            }
+            Entry::Xattr { extents, .. } => {
+                ((XATTR_EXTENTS_OFF + extents.len() * XATTR_EXTENT_BYTES) as u64).div_ceil(SLOT)
             }
             _ => 1,
         }
@@ -148,7 +183,18 @@ impl Entry {
             len: (self.slots() * SLOT) as usize,
         };
         let b = &mut enc.buf[..enc.len];
-        let kind = match self {
+        let kind = self.put_payload(b);
+        b[0] = kind as u8;
+        b[1] = self.slots() as u8;
+        let csum = crc32c::crc32c(b);
+        put32(b, 4, csum);
+        enc
+    }
+
+    /// Stores the payload of an entry of version 2's kinds into `b` (everything but the
+    /// kind, slot count and checksum); returns the kind.
+    fn put_payload(&self, b: &mut [u8]) -> Kind {
+        match self {
             Entry::Write {
                 pgoff,
                 block,
@@ -202,12 +248,42 @@ impl Entry {
                 }
             }
             Entry::Void => Kind::Void,
-        };
-        b[0] = kind as u8;
-        b[1] = self.slots() as u8;
-        let csum = crc32c::crc32c(b);
-        put32(b, 4, csum);
-        enc
+            _ => self.put_v3_payload(b),
+        }
+    }
+
+    /// [`Entry::put_payload`] for the kinds format version 3 added.
+    fn put_v3_payload(&self, b: &mut [u8]) -> Kind {
+        match self {
+            Entry::Xattr {
+                extents,
+                bytes,
+                crc,
+                ctime,
+            } => {
+                b[2..4].copy_from_slice(&(extents.len() as u16).to_le_bytes());
+                put32(b, 8, *bytes);
+                put32(b, 12, *crc);
+                put64(b, 16, *ctime as u64);
+                for (i, &(start, len)) in extents.iter().enumerate() {
+                    let at = XATTR_EXTENTS_OFF + i * XATTR_EXTENT_BYTES;
+                    put64(b, at, start);
+                    put32(b, at + 8, len);
+                }
+                Kind::Xattr
+            }
+            Entry::Punch {
+                pgoff,
+                npages,
+                time,
+            } => {
+                put64(b, 8, *pgoff);
+                put64(b, 16, *npages);
+                put64(b, 24, *time as u64);
+                Kind::Punch
+            }
+            _ => unreachable!("a kind of version 2"),
+        }
     }
 
     /// Slots announced by an entry's first slot, checked against the limits, so the
@@ -271,6 +347,28 @@ impl Entry {
                 ino: get64(b, 8),
                 ctime: get64(b, 16) as i64,
                 name: name()?,
+            },
+            k if k == Kind::Xattr as u8 => {
+                let count = u16::from_le_bytes([b[2], b[3]]) as usize;
+                let end = XATTR_EXTENTS_OFF + count * XATTR_EXTENT_BYTES;
+                if count > MAX_XATTR_EXTENTS || end > b.len() {
+                    return Err(bad(format!("xattr entry with {count} extents")));
+                }
+                let extents = (0..count)
+                    .map(|i| XATTR_EXTENTS_OFF + i * XATTR_EXTENT_BYTES)
+                    .map(|at| (get64(b, at), get32(b, at + 8)))
+                    .collect();
+                Entry::Xattr {
+                    extents,
+                    bytes: get32(b, 8),
+                    crc: get32(b, 12),
+                    ctime: get64(b, 16) as i64,
+                }
+            }
+            k if k == Kind::Punch as u8 => Entry::Punch {
+                pgoff: get64(b, 8),
+                npages: get64(b, 16),
+                time: get64(b, 24) as i64,
             },
             k => return Err(bad(format!("unknown kind {k}"))),
         })
@@ -341,6 +439,31 @@ mod tests {
                 ino: 5,
                 ctime: 6,
                 name: "short".into(),
+            },
+            Entry::Xattr {
+                extents: (0..MAX_XATTR_EXTENTS as u64)
+                    .map(|i| (77 + 9 * i, 3))
+                    .collect(),
+                bytes: 65_000,
+                crc: 0xDEAD_BEEF,
+                ctime: 8,
+            },
+            Entry::Xattr {
+                extents: vec![(5, 1)],
+                bytes: 10,
+                crc: 1,
+                ctime: 8,
+            },
+            Entry::Xattr {
+                extents: Vec::new(),
+                bytes: 0,
+                crc: 0,
+                ctime: 9,
+            },
+            Entry::Punch {
+                pgoff: 3,
+                npages: 9,
+                time: -1,
             },
         ]
     }

@@ -21,6 +21,9 @@
 //!
 //! The saved bitmap has one bit per block of the region (1 = free), from block 0.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;
@@ -54,15 +57,24 @@ pub struct MountReport {
     pub clean: bool,
     /// Why the primary superblock was skipped, if it was.
     pub superblock_replica_used: Option<String>,
+    /// The format version this writable mount upgraded the image from (to
+    /// [`crate::layout::FORMAT_VERSION`]), if it was older.
+    pub format_upgraded_from: Option<u32>,
+    /// Journals of interrupted operations rolled back.
     pub journals_rolled_back: u64,
+    /// Words those journals restored.
     pub journal_words_restored: u64,
+    /// Inodes in DRAM after the mount (all in use after a full scan, else the root).
     pub inodes: u64,
+    /// Log entries replayed.
     pub log_entries: u64,
     /// Committed writes whose data copy never completed, dropped (old data kept).
     pub pending_writes_dropped: u64,
     /// Inodes no directory reaches, freed.
     pub orphans_freed: u64,
+    /// Free pool blocks after the mount.
     pub free_blocks: u64,
+    /// Time the mount took, in microseconds.
     pub mount_us: u64,
     /// Mounted read-only: asked for, or because of `damage`.
     pub read_only: bool,
@@ -161,31 +173,17 @@ fn mount_with(
     if opts.read_only {
         return mount_read_only(pm, opts, Vec::new(), start).map(|(fs, r)| (fs, r, fixes));
     }
-    let (geo, replica_reason) = Geometry::read(&*pm)?;
+    let (mut geo, replica_reason) = Geometry::read(&*pm)?;
+    let upgraded_from = (geo.version < crate::layout::FORMAT_VERSION).then_some(geo.version);
+    if upgraded_from.is_some() {
+        // Before anything else is written (see `crate::layout`).
+        geo.upgrade(&*pm);
+    }
     let replay = journal::replay(&*pm, &geo)?;
     let clean = pm.load_u64(CLEAN_OFF) == CLEAN && !repair;
     let lazy = clean;
     let (states, blocks, mut report) = if clean {
-        // After a clean unmount nothing needs repair: the allocator is the saved one,
-        // read when first used, and inodes are read when first named (see
-        // `FileSystem::child_inode`).
-        let source = pm.clone();
-        let load: LoadFree = Box::new(move || {
-            load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
-        });
-        let saved_free = pm.load_u64(BITMAP_FREE_OFF);
-        let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
-        {
-            let root = load_inode(&*pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
-            if root.kind != FileKind::Dir {
-                return Err(Error::Corrupt("root is not a directory".into()));
-            }
-            (
-                HashMap::from([(ROOT_INO, root)]),
-                blocks,
-                MountReport::default(),
-            )
-        }
+        load_clean(&pm, geo)?
     } else {
         match full_scan(&*pm, geo, repair)? {
             Ok((states, blocks, report, found)) => {
@@ -202,19 +200,9 @@ fn mount_with(
     pm.store_u64_persist(CLEAN_OFF, 0);
 
     let inos = InoAlloc::new(ROOT_INO + 1..geo.inodes);
-    let inodes: HashMap<u64, Arc<Inode>> = states
-        .into_iter()
-        .map(|(ino, st)| {
-            let inode = Arc::new(Inode {
-                ino,
-                state: RwLock::new(st),
-                opens: AtomicU32::new(0),
-                io_lock: rt::sync::Mutex::new(()),
-            });
-            (ino, inode)
-        })
-        .collect();
+    let inodes = in_dram(states);
     report.clean = lazy;
+    report.format_upgraded_from = upgraded_from;
     report.superblock_replica_used = replica_reason;
     report.journals_rolled_back = replay.rolled_back;
     report.journal_words_restored = replay.words_restored;
@@ -224,20 +212,7 @@ fn mount_with(
         // Heal the primary from the replica.
         geo.write(&*pm);
     }
-    if !opts.mode.uses_engine() && opts.mover.engine != engine::BackendKind::Software {
-        return Err(Error::Invalid(format!(
-            "the {} engine was asked for, but mode {} copies without an engine \
-             (dma-sync and async use one)",
-            opts.mover.engine.name(),
-            opts.mode
-        )));
-    }
-    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
-        return Err(Error::Invalid(format!(
-            "{} engine channels requested; the file system was formatted with {}",
-            opts.mover.engine_channels, geo.channels
-        )));
-    }
+    check_mover_options(&opts, &geo)?;
     let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)
         .map_err(Error::Mover)?;
     let fs = FileSystem {
@@ -259,6 +234,65 @@ fn mount_with(
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report, fixes))
+}
+
+/// The state of a cleanly unmounted image: nothing needs repair, the allocator is the
+/// saved one, read when first used, and inodes are read when first named (see
+/// `FileSystem::child_inode`) — only the root now.
+fn load_clean(
+    pm: &Arc<dyn Pmem>,
+    geo: Geometry,
+) -> Result<(HashMap<u64, InodeState>, Blocks, MountReport)> {
+    let source = pm.clone();
+    let load: LoadFree = Box::new(move || {
+        load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
+    });
+    let saved_free = pm.load_u64(BITMAP_FREE_OFF);
+    let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
+    let root = load_inode(&**pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
+    if root.kind != FileKind::Dir {
+        return Err(Error::Corrupt("root is not a directory".into()));
+    }
+    Ok((
+        HashMap::from([(ROOT_INO, root)]),
+        blocks,
+        MountReport::default(),
+    ))
+}
+
+/// The DRAM inodes of rebuilt states.
+fn in_dram(states: HashMap<u64, InodeState>) -> HashMap<u64, Arc<Inode>> {
+    states
+        .into_iter()
+        .map(|(ino, st)| {
+            let inode = Arc::new(Inode {
+                ino,
+                state: RwLock::new(st),
+                opens: AtomicU32::new(0),
+                io_lock: rt::sync::Mutex::new(()),
+            });
+            (ino, inode)
+        })
+        .collect()
+}
+
+/// Refuses mover options the mode or the image cannot honour.
+fn check_mover_options(opts: &MountOptions, geo: &Geometry) -> Result<()> {
+    if !opts.mode.uses_engine() && opts.mover.engine != engine::BackendKind::Software {
+        return Err(Error::Invalid(format!(
+            "the {} engine was asked for, but mode {} copies without an engine \
+             (dma-sync and async use one)",
+            opts.mover.engine.name(),
+            opts.mode
+        )));
+    }
+    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
+        return Err(Error::Invalid(format!(
+            "{} engine channels requested; the file system was formatted with {}",
+            opts.mover.engine_channels, geo.channels
+        )));
+    }
+    Ok(())
 }
 
 /// The error of a mount that found damage and may not fall back to read-only.
@@ -679,7 +713,51 @@ fn scan_inode(
     let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
     let head = unseal_log_word(ino, LogWord::Head, pm.load_u64(off + HEAD_OFF)).map_err(bad)?;
     let tail = unseal_log_word(ino, LogWord::Tail, pm.load_u64(off + TAIL_OFF)).map_err(bad)?;
-    // The page chain, every pointer checked before it is followed.
+    let (pages, used_in) = walk_log_pages(pm, &geo, ino, head, mark)?;
+    if tail != 0 {
+        let page = tail - tail % BLOCK_SIZE;
+        let in_page = tail % BLOCK_SIZE;
+        if !pages.contains(&page) || !in_page.is_multiple_of(SLOT) || in_page > TRAILER_OFF {
+            return Err(bad(format!("log tail {tail:#x} is not inside its log")));
+        }
+        let log = ScannedLog {
+            pages: &pages,
+            used_in: &used_in,
+            tail,
+        };
+        replay_log(pm, &geo, ino, &log, repair, &mut st, s)?;
+    }
+    st.log = LogState {
+        head,
+        tail,
+        pages,
+        entries: st.log.entries,
+    };
+    for e in st.data_extents() {
+        for b in e.start..e.start + e.len {
+            mark(b).map_err(|why| bad(format!("data: {why}")))?;
+        }
+    }
+    if let Some(x) = &st.xattr {
+        x.load(pm).map_err(bad)?;
+    }
+    if st.kind == FileKind::Dir && st.size != 0 {
+        return Err(bad("directory with data".into()));
+    }
+    Ok(st)
+}
+
+/// The page chain of inode `ino`'s log from `head`, every pointer checked before it is
+/// followed and every page told to `mark`: the pages and, for each, the slots its
+/// trailer says are used.
+fn walk_log_pages(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    head: u64,
+    mark: &mut dyn FnMut(u64) -> std::result::Result<(), String>,
+) -> Result<(Vec<u64>, Vec<u64>)> {
+    let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
     let mut pages = Vec::new();
     let mut visited = std::collections::HashSet::new();
     let mut used_in = Vec::new();
@@ -702,82 +780,79 @@ fn scan_inode(
         used_in.push(field(3));
         next = field(0);
     }
-    if tail != 0 {
-        let page = tail - tail % BLOCK_SIZE;
-        let in_page = tail % BLOCK_SIZE;
-        if !pages.contains(&page) || !in_page.is_multiple_of(SLOT) || in_page > TRAILER_OFF {
-            return Err(bad(format!("log tail {tail:#x} is not inside its log")));
-        }
-    }
-    // Entries from the head to the tail.
+    Ok((pages, used_in))
+}
+
+/// A log's page chain as [`walk_log_pages`] found it, and its committed tail.
+struct ScannedLog<'a> {
+    pages: &'a [u64],
+    used_in: &'a [u64],
+    tail: u64,
+}
+
+/// Applies the entries from the head to the tail to `st`, dropping (and with
+/// `repair`, voiding) committed writes whose SN never completed.
+fn replay_log(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    log: &ScannedLog<'_>,
+    repair: bool,
+    st: &mut InodeState,
+    s: &mut Found<'_>,
+) -> Result<()> {
+    let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
+    let tail = log.tail;
     let mut displaced = Vec::new();
-    if tail != 0 {
-        'pages: for (i, &page) in pages.iter().enumerate() {
-            let is_tail_page = page == tail - tail % BLOCK_SIZE;
-            let end_slot = if is_tail_page {
-                (tail % BLOCK_SIZE) / SLOT
-            } else {
-                used_in[i]
-            };
-            if end_slot > SLOTS_PER_PAGE {
-                return Err(bad(format!(
-                    "log page {page:#x} claims {end_slot} used slots"
-                )));
+    for (i, &page) in log.pages.iter().enumerate() {
+        let is_tail_page = page == tail - tail % BLOCK_SIZE;
+        let end_slot = if is_tail_page {
+            (tail % BLOCK_SIZE) / SLOT
+        } else {
+            log.used_in[i]
+        };
+        if end_slot > SLOTS_PER_PAGE {
+            return Err(bad(format!(
+                "log page {page:#x} claims {end_slot} used slots"
+            )));
+        }
+        let mut slot = 0;
+        while slot < end_slot {
+            let at = page + slot * SLOT;
+            let mut first = [0u8; SLOT as usize];
+            pm.read(at, &mut first);
+            let k = Entry::slots_of(&first).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
+            if slot + k > end_slot {
+                return Err(bad(format!("log entry at {at:#x} runs past the log end")));
             }
-            let mut slot = 0;
-            while slot < end_slot {
-                let at = page + slot * SLOT;
-                let mut first = [0u8; SLOT as usize];
-                pm.read(at, &mut first);
-                let k = Entry::slots_of(&first).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
-                if slot + k > end_slot {
-                    return Err(bad(format!("log entry at {at:#x} runs past the log end")));
-                }
-                let mut bytes = vec![0u8; (k * SLOT) as usize];
-                pm.read(at, &mut bytes);
-                let e = Entry::decode(&bytes).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
-                validate_entry(&geo, &st, &e)
-                    .map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
-                if let Entry::Write { sn, .. } = e {
-                    if sn != 0 && !geo.sn_done(pm, sn) {
-                        s.report.pending_writes_dropped += 1;
-                        if repair {
-                            pm.store_u64_persist(at, Entry::void_word(&first));
-                        } else {
-                            s.notes.push(format!(
-                                "inode {ino}: write entry at {at:#x} waits on SN {sn:#x} that \
-                                 never completed; mount will drop it"
-                            ));
-                        }
-                        st.log.entries += 1;
-                        slot += k;
-                        continue;
+            let mut bytes = vec![0u8; (k * SLOT) as usize];
+            pm.read(at, &mut bytes);
+            let e = Entry::decode(&bytes).map_err(|e| bad(format!("at {at:#x}: {e}")))?;
+            validate_entry(geo, st, &e).map_err(|why| bad(format!("entry at {at:#x}: {why}")))?;
+            slot += k;
+            if let Entry::Write { sn, .. } = e {
+                if sn != 0 && !geo.sn_done(pm, sn) {
+                    s.report.pending_writes_dropped += 1;
+                    if repair {
+                        pm.store_u64_persist(at, Entry::void_word(&first));
+                    } else {
+                        s.notes.push(format!(
+                            "inode {ino}: write entry at {at:#x} waits on SN {sn:#x} that \
+                             never completed; mount will drop it"
+                        ));
                     }
+                    st.log.entries += 1;
+                    continue;
                 }
-                st.apply(&e, &mut displaced);
-                s.report.log_entries += 1;
-                slot += k;
             }
-            if is_tail_page {
-                break 'pages;
-            }
+            st.apply(&e, &mut displaced);
+            s.report.log_entries += 1;
+        }
+        if is_tail_page {
+            break;
         }
     }
-    st.log = LogState {
-        head,
-        tail,
-        pages,
-        entries: st.log.entries,
-    };
-    for e in st.data_extents() {
-        for b in e.start..e.start + e.len {
-            mark(b).map_err(|why| bad(format!("data: {why}")))?;
-        }
-    }
-    if st.kind == FileKind::Dir && st.size != 0 {
-        return Err(bad("directory with data".into()));
-    }
-    Ok(st)
+    Ok(())
 }
 
 fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Result<(), String> {
@@ -814,6 +889,15 @@ fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Re
         Entry::Attr { size, .. } if *size > crate::MAX_FILE_SIZE => {
             return Err("impossible file size".into())
         }
+        Entry::Xattr { .. } => validate_xattr_entry(geo, e)?,
+        Entry::Punch { pgoff, npages, .. } => {
+            if st.kind != FileKind::File {
+                return Err("punch entry in a non-file".into());
+            }
+            if pgoff.checked_add(*npages).is_none() {
+                return Err("impossible punched range".into());
+            }
+        }
         Entry::DentryAdd { ino, name, .. } | Entry::DentryDel { ino, name, .. } => {
             if st.kind != FileKind::Dir {
                 return Err("directory entry in a non-directory".into());
@@ -826,6 +910,32 @@ fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Re
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// An xattr entry names extents inside the pool that can hold its bytes, or nothing.
+fn validate_xattr_entry(geo: &Geometry, e: &Entry) -> std::result::Result<(), String> {
+    let Entry::Xattr { extents, bytes, .. } = e else {
+        return Ok(());
+    };
+    let mut blocks = 0u64;
+    for &(start, len) in extents {
+        let end = start.checked_add(len as u64);
+        if len == 0 || start < geo.pool_start || end.is_none_or(|end| end > geo.total_blocks) {
+            return Err(format!(
+                "extended attribute blocks {start}+{len} outside the pool"
+            ));
+        }
+        blocks += len as u64;
+    }
+    let fits = *bytes as u64 <= blocks * BLOCK_SIZE
+        && *bytes as usize <= crate::xattr::MAX_XATTR_SET_BYTES
+        && (*bytes == 0) == extents.is_empty();
+    if !fits {
+        return Err(format!(
+            "extended attribute set of {bytes} bytes in {blocks} blocks"
+        ));
     }
     Ok(())
 }
