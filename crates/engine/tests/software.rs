@@ -600,3 +600,23 @@ fn bad_submissions_are_typed_errors() {
     );
     assert!("gpu".parse::<engine::BackendKind>().is_err());
 }
+
+/// The workers' copying time is counted under their role, including after the engine
+/// (and its workers) are gone; the time of the submitting thread is not.
+#[test]
+fn worker_cpu_time_is_counted_by_role() {
+    use threads::{cpu_time, Role};
+    let region = region(9, 1);
+    let before = cpu_time(Role::CopyEngine);
+    let engine = Engine::software(region.clone(), &config(1)).unwrap();
+    let src = pattern(1 << 20, 7);
+    for i in 0..64u64 {
+        engine
+            .write_sync(0, &src, DATA + (i % 8) * (1 << 20))
+            .unwrap();
+    }
+    drop(engine);
+    // 64 MiB copied by the worker: more than a millisecond of its CPU on any machine.
+    let used = cpu_time(Role::CopyEngine) - before;
+    assert!(used >= Duration::from_millis(1), "{used:?}");
+}
