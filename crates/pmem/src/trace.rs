@@ -26,7 +26,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use threads::Role;
+/// What a registered thread is for ([`Trace::role_of`]).
+pub use threads::Role;
 
 use crate::persist::NT_MIN_BYTES;
 use crate::{check_range, check_word, Durability, Pmem, CACHE_LINE};
