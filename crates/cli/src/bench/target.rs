@@ -350,7 +350,10 @@ pub fn cpu_seconds() -> f64 {
 /// no CPU; reported apart from the rest.
 pub fn engine_cpu_seconds() -> f64 {
     let roles = threads::Role::ALL.into_iter().filter(|r| r.is_engine());
-    roles.map(threads::cpu_time).sum::<std::time::Duration>().as_secs_f64()
+    roles
+        .map(threads::cpu_time)
+        .sum::<std::time::Duration>()
+        .as_secs_f64()
 }
 
 /// The software engine's idle policy for a run with `workers` application threads:
