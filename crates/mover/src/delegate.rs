@@ -115,6 +115,7 @@ impl Drop for AliveGuard {
 }
 
 impl DelegateMover {
+    /// A mover over `pm` that starts `cfg.delegation_threads` delegation threads.
     pub fn new(pm: Arc<dyn Pmem>, cfg: &Config) -> DelegateMover {
         let mut workers = Vec::new();
         let mut threads = Vec::new();

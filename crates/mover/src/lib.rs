@@ -13,6 +13,17 @@
 //! A mover *starts* a copy and returns a [`Pending`]; the synchronous modes finish
 //! before returning ([`Pending::Done`]), `async` returns the engine's SN, which the file
 //! system records in its log entry (orderless commit) before waiting.
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `mover` imports `engine`, `pmem`, `rt`
+//! and `threads`, never `fs` or anything above: it must not know about inodes, logs,
+//! locks or the on-region format, and must not hand a caller's buffer back while an
+//! engine or a delegation thread may still copy into or out of it.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 mod config;
 mod cpu;
@@ -43,13 +54,17 @@ use pmem::Pmem;
 
 /// A copy into the region: `src` goes to region byte offset `dst`.
 pub struct WritePiece<'a> {
+    /// Region byte offset the bytes go to.
     pub dst: u64,
+    /// The bytes.
     pub src: &'a [u8],
 }
 
 /// A copy out of the region: region byte offset `src` fills `dst`.
 pub struct ReadPiece<'a> {
+    /// Region byte offset the bytes come from.
     pub src: u64,
+    /// Where they go.
     pub dst: &'a mut [u8],
 }
 
@@ -79,10 +94,13 @@ impl Pending {
 /// Why a mover could not be built or a copy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A mode name that is none of the modes.
     #[error("unknown mode {0:?} (cpu, semaphore, delegate, dma-sync, async)")]
     UnknownMode(String),
+    /// The copy engine failed (setting it up, or a copy on it).
     #[error("copy engine: {0}")]
     Engine(#[from] engine::Error),
+    /// A configuration value out of range.
     #[error("{0}")]
     Config(String),
     /// A copy could not be made (a delegation thread died under it); nothing touches
@@ -102,6 +120,8 @@ impl Error {
     }
 }
 
+// Each variant is a row of the table at the top of this file.
+#[allow(missing_docs)]
 /// The data-movement modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -357,7 +377,7 @@ pub const ENGINE_SPIN: threads::WaitPolicy = threads::WaitPolicy::spin_for(THREA
 /// How a thread waits for a channel to make progress without switching uthreads (room
 /// on a full channel, see [`submit_all`]; a batch to be over, see [`settle`]): a spin,
 /// and now and then a turn of the OS scheduler to whoever drains the channel.
-pub const CHANNEL_WAIT: threads::WaitPolicy = threads::WaitPolicy {
+pub(crate) const CHANNEL_WAIT: threads::WaitPolicy = threads::WaitPolicy {
     spin: threads::Limit::Rounds(1),
     spins: threads::Spins::Each(64),
     yields: threads::Limit::Rounds(1),

@@ -64,7 +64,10 @@ pub enum Class {
     #[default]
     Default,
     /// Latency-critical, with a latency target per request.
-    Latency { target: Duration },
+    Latency {
+        /// The latency each request of the client should stay under.
+        target: Duration,
+    },
     /// Bandwidth-oriented (bulk).
     Bandwidth,
 }
@@ -72,6 +75,7 @@ pub enum Class {
 /// A registered client: its class and, for L clients, its slot in the manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Client {
+    /// What the client is.
     pub class: Class,
     /// Index of an L client's latency slot; 0 otherwise.
     pub id: u32,

@@ -56,6 +56,7 @@ pub enum EventKind {
 /// One event of a trace. The bytes of a store are in [`Trace::data_of`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// What the event is.
     pub kind: EventKind,
     /// Region offset of the store, or of the flushed line.
     pub off: u64,

@@ -99,6 +99,17 @@
 //! });
 //! assert_eq!(sum, 285);
 //! ```
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `rt` imports no easyio crate but
+//! `threads` (its wait policies and worker registration): it knows nothing of regions,
+//! engines or files — a completion is only a condition it polls ([`Completion`]). It must
+//! not block a worker's kernel thread on behalf of a uthread, nor preempt one.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 mod context;
 mod error;
