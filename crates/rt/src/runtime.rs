@@ -166,7 +166,9 @@ impl Builder {
             .map_err(Error::Spawn)?;
             // Held by the runtime first, so that an error below still stops it.
             rt.threads.push(thread);
-            if let Some(Err(source)) = pinned_rx.recv().ok().flatten() {
+            // Only a pinned worker is waited for; the others start in their own time.
+            let pinned = cpu.and_then(|_| pinned_rx.recv().ok().flatten());
+            if let Some(Err(source)) = pinned {
                 return Err(Error::Pin {
                     worker: id,
                     cpu: cpu.unwrap_or_default(),
