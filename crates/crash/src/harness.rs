@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use fs::{FileSystem, FormatOptions, Geometry, MountOptions};
 use pmem::crash::SplitMix;
-use pmem::trace::{EventKind, Trace};
+use pmem::trace::{EventKind, Role, Trace};
 use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem, TracePmem};
 use serde::Serialize;
 
@@ -122,11 +122,6 @@ impl std::str::FromStr for Mode {
             })
     }
 }
-
-/// Name prefix of the software engine's worker threads.
-const ENGINE_THREAD: &str = "easyio-engine-";
-/// Name prefix of the delegation threads.
-const DELEGATE_THREAD: &str = "easyio-delegate-";
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -277,13 +272,10 @@ pub fn offloaded_copies(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(us
     let mut open: HashMap<u16, usize> = HashMap::new();
     let mut out = Vec::new();
     for (i, e) in trace.events.iter().enumerate() {
-        let thread = trace.thread_of(e);
-        let ends = if thread.starts_with(ENGINE_THREAD) {
-            e.kind == EventKind::Store && records.contains(&e.off)
-        } else if thread.starts_with(DELEGATE_THREAD) {
-            e.kind == EventKind::Fence
-        } else {
-            continue;
+        let ends = match trace.role_of(e) {
+            Some(r) if r.is_engine() => e.kind == EventKind::Store && records.contains(&e.off),
+            Some(Role::Delegation) => e.kind == EventKind::Fence,
+            _ => continue,
         };
         if ends {
             if let Some(start) = open.remove(&e.thread) {

@@ -5,12 +5,13 @@
 
 use crash::harness::record;
 use crash::{Mode, Workload};
+use pmem::trace::Role;
 
 #[test]
 fn an_async_recording_traces_the_engine_the_run_asked_for() {
     let device = match std::env::var(mover::testing::ENGINE_ENV).as_deref() {
-        Ok("dsa-model") => "easyio-engine-dsa-model",
-        _ => "easyio-engine-0",
+        Ok("dsa-model") => Role::CopyDevice,
+        _ => Role::CopyEngine,
     };
     let rec = record(
         Workload::Generic090.generate_for(1, Mode::Async),
@@ -18,17 +19,19 @@ fn an_async_recording_traces_the_engine_the_run_asked_for() {
     )
     .unwrap();
     assert!(
-        rec.trace.threads.iter().any(|t| t == device),
-        "no stores by {device} in the trace; its threads: {:?}",
-        rec.trace.threads
+        rec.trace.roles.contains(&Some(device)),
+        "no stores by a {device:?} thread in the trace; its threads: {:?} {:?}",
+        rec.trace.threads,
+        rec.trace.roles
     );
     assert!(
         rec.trace
-            .threads
+            .roles
             .iter()
-            .all(|t| !t.starts_with("easyio-engine-") || t == device),
-        "stores by another engine: {:?}",
-        rec.trace.threads
+            .all(|r| !r.is_some_and(Role::is_engine) || *r == Some(device)),
+        "stores by another engine: {:?} {:?}",
+        rec.trace.threads,
+        rec.trace.roles
     );
     assert!(!rec.copy_windows.is_empty(), "no engine copy in the trace");
 }

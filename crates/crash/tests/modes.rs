@@ -9,30 +9,33 @@ use crash::harness::record;
 use crash::oracle::check_image;
 use crash::{run, Config, Mode, Workload};
 use fs::{FileSystem, MountOptions};
-use pmem::trace::EventKind;
+use pmem::trace::{EventKind, Role};
 use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem};
 
-/// Names of the threads that made non-temporal stores (data copies) in a recording.
-fn copying_threads(mode: Mode) -> Vec<String> {
+/// Roles of the threads that made non-temporal stores (data copies) in a recording
+/// (`None`: a thread registered under no role, such as the caller's).
+fn copying_threads(mode: Mode) -> Vec<Option<Role>> {
     let rec = record(Workload::Generic090.generate_for(1, mode), mode).unwrap();
-    let mut names: Vec<String> = rec
+    let mut roles: Vec<Option<Role>> = Vec::new();
+    for e in rec
         .trace
         .events
         .iter()
         .filter(|e| e.kind == EventKind::NtStore)
-        .map(|e| rec.trace.thread_of(e).to_string())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    {
+        if !roles.contains(&rec.trace.role_of(e)) {
+            roles.push(rec.trace.role_of(e));
+        }
+    }
+    roles
 }
 
 #[test]
 fn each_mode_copies_on_its_own_threads_through_the_traced_region() {
     for mode in Mode::ALL {
         let threads = copying_threads(mode);
-        let by = |prefix: &str| threads.iter().any(|t| t.starts_with(prefix));
-        let (engine, delegate) = (by("easyio-engine-"), by("easyio-delegate-"));
+        let engine = threads.iter().any(|r| r.is_some_and(Role::is_engine));
+        let delegate = threads.contains(&Some(Role::Delegation));
         match mode {
             Mode::Cpu | Mode::Semaphore => assert!(!engine && !delegate, "{threads:?}"),
             Mode::Delegate => assert!(delegate && !engine, "{threads:?}"),
@@ -83,16 +86,16 @@ fn a_dropped_committed_write_is_legal_only_in_async() {
     );
 }
 
-/// Runs `mode` on a recording of generic_090 whose fences made by threads named
-/// `prefix...` are taken out (as if those threads never fenced their copies), replayed
+/// Runs `mode` on a recording of generic_090 whose fences made by threads of `roles`
+/// are taken out (as if those threads never fenced their copies), replayed
 /// from a saved file at up to `points` crash points; returns the failures found and the
 /// fences taken out.
-fn without_fences_of(mode: Mode, prefix: &str, points: usize) -> (usize, usize) {
+fn without_fences_of(mode: Mode, roles: &[Role], points: usize) -> (usize, usize) {
     let mut rec = record(Workload::Generic090.generate_for(1, mode), mode).unwrap();
     let gone: Vec<usize> = (0..rec.trace.len())
         .filter(|&i| {
             let e = &rec.trace.events[i];
-            e.kind == EventKind::Fence && rec.trace.thread_of(e).starts_with(prefix)
+            e.kind == EventKind::Fence && rec.trace.role_of(e).is_some_and(|r| roles.contains(&r))
         })
         .collect();
     let shift = |p: usize| p - gone.partition_point(|&g| g < p);
@@ -124,17 +127,15 @@ fn without_fences_of(mode: Mode, prefix: &str, points: usize) -> (usize, usize) 
 
 #[test]
 fn copies_off_the_callers_thread_are_durable_only_by_their_own_fences() {
-    for (mode, prefix) in [
-        (Mode::Delegate, "easyio-delegate-"),
-        (Mode::DmaSync, "easyio-engine-"),
+    let engine = [Role::CopyEngine, Role::CopyDevice];
+    for (mode, roles) in [
+        (Mode::Delegate, &[Role::Delegation][..]),
+        (Mode::DmaSync, &engine[..]),
     ] {
         // The same replay with nothing taken out passes.
-        assert_eq!(
-            without_fences_of(mode, "no thread is named so", 100),
-            (0, 0)
-        );
-        let (failures, fences) = without_fences_of(mode, prefix, 1000);
-        assert!(fences > 0, "{}: no fence by {prefix}*", mode.name());
+        assert_eq!(without_fences_of(mode, &[], 100), (0, 0));
+        let (failures, fences) = without_fences_of(mode, roles, 1000);
+        assert!(fences > 0, "{}: no fence by {roles:?}", mode.name());
         assert!(
             failures > 0,
             "{}: {fences} fences of the copying threads taken out and no crash image \

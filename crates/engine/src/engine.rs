@@ -4,8 +4,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::Backoff;
 use pmem::Pmem;
+use threads::{Backoff, Limit, Rest, Spins, WaitPolicy};
 
 use crate::channel::{ChannelCore, ChannelStats};
 use crate::desc::{perform_on_cpu, Desc, Direction};
@@ -293,11 +293,13 @@ impl Engine {
     /// # Safety
     /// As for [`Engine::try_submit`].
     pub unsafe fn submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
-        let mut pause = Pause::new();
+        let mut pause = Backoff::new(&WAITER);
         loop {
             // SAFETY: forwarded contract.
             match unsafe { self.try_submit(channel, descs) } {
-                Err(Error::Busy { .. }) => pause.pause(),
+                Err(Error::Busy { .. }) => {
+                    pause.pause();
+                }
                 other => return other,
             }
         }
@@ -370,7 +372,7 @@ impl Engine {
     /// own record is written), so either way the caller may then reuse or free them.
     pub fn wait(&self, sn: Sn) -> Result<()> {
         self.hurry(sn);
-        let mut pause = Pause::new();
+        let mut pause = Backoff::new(&WAITER);
         while !self.poll(sn)? {
             pause.pause();
         }
@@ -570,7 +572,7 @@ impl Testing<'_> {
     /// Waits until the frozen `channel` has stopped before publishing; returns the
     /// counter it holds back.
     pub fn wait_frozen(&self, channel: u16) -> Result<u64> {
-        let mut pause = Pause::new();
+        let mut pause = Backoff::new(&WAITER);
         loop {
             if let Some(at) = self.frozen_at(channel)? {
                 return Ok(at);
@@ -646,31 +648,17 @@ pub(crate) fn advance(channel: u16, next: u64, n: usize) -> Result<u64> {
         .ok_or(Error::Exhausted { channel })
 }
 
-/// Spin, then yield, then sleep: how waiting callers back off. Sleeping is left for
-/// waits longer than [`WAIT_SPIN`]: a timed sleep costs tens of microseconds (timer
-/// slack), more than most copies take.
-struct Pause {
-    backoff: Backoff,
-    since: Instant,
-}
-
-impl Pause {
-    fn new() -> Pause {
-        Pause {
-            backoff: Backoff::new(),
-            since: Instant::now(),
-        }
-    }
-
-    fn pause(&mut self) {
-        if self.since.elapsed() < WAIT_SPIN {
-            if self.backoff.is_completed() {
-                std::thread::yield_now();
-            } else {
-                self.backoff.snooze();
-            }
-        } else {
-            std::thread::sleep(WAIT_SLEEP);
-        }
-    }
-}
+/// Spin, then yield, then sleep: how callers waiting for an SN back off. Spins double
+/// from 1 to 64 hints, then the waiter yields until [`WAIT_SPIN`] has passed, then sleeps
+/// [`WAIT_SLEEP`] between looks. Sleeping is left for waits longer than [`WAIT_SPIN`]: a
+/// timed sleep costs tens of microseconds (timer slack), more than most copies take.
+pub(crate) const WAITER: WaitPolicy = WaitPolicy {
+    spin: Limit::Rounds(7),
+    spins: Spins::Doubling,
+    yields: Limit::Until(WAIT_SPIN),
+    rest: Rest::Sleep {
+        first: WAIT_SLEEP,
+        max: WAIT_SLEEP,
+    },
+    clock_every: 1,
+};

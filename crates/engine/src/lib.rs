@@ -24,6 +24,17 @@
 //! Counters that were handed out but never completed before a crash are handed out
 //! again after it: recovery must discard log entries whose SN is not done before new
 //! submissions start.
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `engine` imports only `pmem` and
+//! `threads`. It must not know about files, logs, modes or uthreads, must not decide
+//! when a caller waits or which copies to offload (the movers do), and must not write a
+//! completion counter before the data it covers is durable.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 mod channel;
 mod desc;

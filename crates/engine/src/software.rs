@@ -20,12 +20,13 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
 use pmem::Pmem;
+use threads::{Backoff, Limit, Rest, Role, Spins, Step, WaitPolicy};
 
 use crate::channel::ChannelCore;
 use crate::desc::{perform_on_cpu, Desc};
@@ -121,16 +122,15 @@ impl Software {
                 exited: AtomicBool::new(false),
             });
             let (worker_ch, pmem) = (ch.clone(), sw.pmem.clone());
-            let handle = thread::Builder::new()
-                .name(format!("easyio-engine-{}", core.index))
-                .spawn(move || {
-                    worker(&worker_ch, &*pmem, idle);
-                    worker_ch.exited.store(true, Ordering::SeqCst);
-                })
-                .map_err(|source| Error::Io {
-                    what: format!("spawning the worker of channel {}", core.index),
-                    source,
-                })?;
+            let name = format!("easyio-engine-{}", core.index);
+            let handle = threads::spawn(Role::CopyEngine, name, move || {
+                worker(&worker_ch, &*pmem, idle);
+                worker_ch.exited.store(true, Ordering::SeqCst);
+            })
+            .map_err(|source| Error::Io {
+                what: format!("spawning the worker of channel {}", core.index),
+                source,
+            })?;
             ch.wake.set_thread(handle.thread().clone());
             sw.chans.push(ch);
             sw.workers.lock().push(handle);
@@ -262,13 +262,26 @@ struct Idle {
     nap: Option<Duration>,
 }
 
+impl Idle {
+    /// The wait of an idle worker: spin (or nap, see [`worker`]) for `spin`, reading the
+    /// clock every [`SPINS_PER_CLOCK_READ`] spins, then park.
+    fn policy(self) -> WaitPolicy {
+        WaitPolicy {
+            spin: Limit::Until(self.spin),
+            spins: Spins::Each(1),
+            yields: Limit::Rounds(0),
+            rest: Rest::Park,
+            clock_every: SPINS_PER_CLOCK_READ,
+        }
+    }
+}
+
 fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
     // On emulated slow memory, stamp copies with their modelled time instead of
     // spinning through it.
     pmem::slowmem::defer_stalls();
-    let mut idle_since: Option<Instant> = None;
-    let mut spins = 0u32;
-    let mut spinning = false;
+    let policy = idle.policy();
+    let mut wait = Backoff::new(&policy);
     loop {
         let stopping = ch.stop.load(Ordering::SeqCst);
         if ch.suspended.load(Ordering::SeqCst) && !stopping {
@@ -277,7 +290,7 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
         }
         match run_group(ch, pmem) {
             GroupEnd::Ran => {
-                idle_since = None;
+                wait.reset();
                 continue;
             }
             #[cfg(feature = "testing")]
@@ -287,32 +300,33 @@ fn worker(ch: &SwChannel, pmem: &dyn Pmem, idle: Idle) {
         }
         // Idle: spin (someone waits in place) or nap a while, since a submission soon
         // after the last is common; then park.
-        spins += 1;
-        if spinning && !spins.is_multiple_of(SPINS_PER_CLOCK_READ) {
-            std::hint::spin_loop();
-            continue;
-        }
-        let now = Instant::now();
-        if now - *idle_since.get_or_insert(now) >= idle.spin {
-            park(ch, || !ch.ring.is_empty());
-            (idle_since, spinning) = (None, false);
-            continue;
-        }
-        match idle.nap {
-            Some(d) if !ch.wake.hurried(ch.clock(now)) => {
-                spinning = false;
-                ch.wake.nap(
-                    d,
-                    || ch.clock(Instant::now()),
-                    || ch.stop.load(Ordering::SeqCst),
-                );
+        match wait.step() {
+            Step::Park => {
+                park(ch, || !ch.ring.is_empty());
+                wait.reset();
             }
-            _ => {
-                spinning = true;
-                std::hint::spin_loop();
-            }
+            Step::Spin(n) => idle_spin(ch, idle, &mut wait, n),
+            step => unreachable!("an idle worker's policy has no {step:?}"),
         }
     }
+}
+
+/// One spinning round of an idle worker: with naps configured, at a round that read the
+/// clock and with nobody hurrying the worker, a nap instead of the spin.
+fn idle_spin(ch: &SwChannel, idle: Idle, wait: &mut Backoff<'_>, spins: u32) {
+    if let (Some(d), Some(now)) = (idle.nap, wait.clock_read()) {
+        if !ch.wake.hurried(ch.clock(now)) {
+            ch.wake.nap(
+                d,
+                || ch.clock(Instant::now()),
+                || ch.stop.load(Ordering::SeqCst),
+            );
+            // The nap took time: look at the clock at the next round.
+            wait.clock_stale();
+            return;
+        }
+    }
+    (0..spins).for_each(|_| std::hint::spin_loop());
 }
 
 /// Parks until woken, unless `ready` (or a stop request) already holds once the worker

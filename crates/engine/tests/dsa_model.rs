@@ -356,7 +356,7 @@ fn a_model_reaches_a_traced_region_through_a_window_and_the_trace_sees_its_copie
     let device: Vec<_> = trace
         .events
         .iter()
-        .filter(|e| trace.thread_of(e) == "easyio-engine-dsa-model")
+        .filter(|e| trace.role_of(e) == Some(threads::Role::CopyDevice))
         .collect();
     let counter = record::counter_off(AREA, 1);
     let data_at = device

@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use common::{config, pattern, read, region, Rng, AREA, DATA};
+use common::{config, pattern, read, region, rng, AREA, DATA};
 use engine::{record, record_is_done, Desc, Engine, EngineConfig, Error, Sn};
 use pmem::{Durability, Pmem, Region};
+use rand::Rng as _;
 
 /// A region of 8 MiB per submitting thread.
 const SPAN: u64 = 8 << 20;
@@ -52,26 +53,26 @@ fn concurrent_submitters_every_byte_arrives_in_fifo_order() {
             let (engine, region, sns) = (&engine, &region, &sns);
             s.spawn(move || {
                 let ch = (t % CHANNELS as u64) as u16;
-                let mut rng = Rng(t + 1);
+                let mut rng = rng(t + 1);
                 let mut cursor = DATA + t * SPAN;
                 let mut pending: Vec<Batch> = Vec::new();
                 let mut last_counter = 0;
                 for i in 0..BATCHES {
-                    let n = 1 + rng.below(4) as usize;
+                    let n = 1 + rng.random_range(0..4) as usize;
                     // Sources with random DRAM alignment: a slice at a random offset.
                     let mut backing = Vec::new();
                     let mut plan = Vec::new();
                     for k in 0..n {
-                        let len = if rng.below(4) == 0 {
-                            1 + rng.below(300)
+                        let len = if rng.random_range(0..4) == 0 {
+                            1 + rng.random_range(0..300)
                         } else {
-                            1 + rng.below(40_000)
+                            1 + rng.random_range(0..40_000)
                         } as usize;
-                        let align = rng.below(64) as usize;
+                        let align = rng.random_range(0..64) as usize;
                         let mut buf = vec![0u8; align + len];
                         buf[align..]
                             .copy_from_slice(&pattern(len, (t << 32) | (i as u64) << 8 | k as u64));
-                        cursor += rng.below(64);
+                        cursor += rng.random_range(0..64);
                         plan.push((cursor, align, len));
                         cursor += len as u64;
                         backing.push(buf);
@@ -225,15 +226,15 @@ fn counter_is_stored_only_after_its_copies_are_fenced() {
     // (channel, counter) -> region offset of the copy that counter completes.
     let mut copies: HashMap<(u16, u64), u64> = HashMap::new();
     let src = pattern(1 << 20, 5);
-    let mut rng = Rng(11);
+    let mut rng = rng(11);
     let mut off = DATA;
     let mut sns = Vec::new();
     for i in 0..120 {
         let ch = (i % CHANNELS) as u16;
-        let n = 1 + rng.below(3) as usize;
+        let n = 1 + rng.random_range(0..3) as usize;
         let mut descs = Vec::new();
         for _ in 0..n {
-            let len = 1 + rng.below(20_000) as usize;
+            let len = 1 + rng.random_range(0..20_000) as usize;
             descs.push(Desc::write(&src[..len], off));
             off += len as u64;
         }
@@ -599,4 +600,24 @@ fn bad_submissions_are_typed_errors() {
         engine::BackendKind::Dsa
     );
     assert!("gpu".parse::<engine::BackendKind>().is_err());
+}
+
+/// The workers' copying time is counted under their role, including after the engine
+/// (and its workers) are gone; the time of the submitting thread is not.
+#[test]
+fn worker_cpu_time_is_counted_by_role() {
+    use threads::{cpu_time, Role};
+    let region = region(9, 1);
+    let before = cpu_time(Role::CopyEngine);
+    let engine = Engine::software(region.clone(), &config(1)).unwrap();
+    let src = pattern(1 << 20, 7);
+    for i in 0..64u64 {
+        engine
+            .write_sync(0, &src, DATA + (i % 8) * (1 << 20))
+            .unwrap();
+    }
+    drop(engine);
+    // 64 MiB copied by the worker: more than a millisecond of its CPU on any machine.
+    let used = cpu_time(Role::CopyEngine) - before;
+    assert!(used >= Duration::from_millis(1), "{used:?}");
 }

@@ -16,6 +16,7 @@ pub struct CpuMover {
 }
 
 impl CpuMover {
+    /// A mover that copies on the calling thread into and out of `pm`.
     pub fn new(pm: Arc<dyn Pmem>) -> CpuMover {
         CpuMover { pm }
     }

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use pmem::Pmem;
+use threads::{Role, WaitPolicy};
 
 use crate::fault::{self, Fault};
 use crate::{
@@ -27,6 +28,10 @@ use crate::{
 
 /// Stripes queued per delegation thread before callers wait for room.
 const QUEUE_PER_THREAD: usize = 256;
+
+/// How an ordinary thread waits for its stripes before the runtime's back-off: one spin
+/// hint per look, for [`crate::THREAD_SPIN`].
+const DELEGATION_SPIN: WaitPolicy = WaitPolicy::spin_for(crate::THREAD_SPIN, 1);
 
 /// What is left of one request.
 struct Request {
@@ -110,6 +115,7 @@ impl Drop for AliveGuard {
 }
 
 impl DelegateMover {
+    /// A mover over `pm` that starts `cfg.delegation_threads` delegation threads.
     pub fn new(pm: Arc<dyn Pmem>, cfg: &Config) -> DelegateMover {
         let mut workers = Vec::new();
         let mut threads = Vec::new();
@@ -117,14 +123,13 @@ impl DelegateMover {
             let (tx, rx) = crossbeam_channel::bounded(QUEUE_PER_THREAD);
             let alive = Arc::new(AtomicBool::new(true));
             let (pm, thread_rx, guard) = (pm.clone(), rx.clone(), AliveGuard(alive.clone()));
+            let name = format!("easyio-delegate-{i}");
             threads.push(
-                std::thread::Builder::new()
-                    .name(format!("easyio-delegate-{i}"))
-                    .spawn(move || {
-                        let _guard = guard;
-                        serve(&*pm, thread_rx)
-                    })
-                    .expect("spawning a delegation thread"),
+                threads::spawn(Role::Delegation, name, move || {
+                    let _guard = guard;
+                    serve(&*pm, thread_rx)
+                })
+                .expect("spawning a delegation thread"),
             );
             workers.push(Worker { tx, rx, alive });
         }
@@ -183,10 +188,7 @@ impl DelegateMover {
             request.left.load(Ordering::Acquire) == 0
         };
         if !rt::in_uthread() {
-            let start = std::time::Instant::now();
-            while !settled() && start.elapsed() < crate::THREAD_SPIN {
-                std::hint::spin_loop();
-            }
+            DELEGATION_SPIN.wait_until(settled);
         }
         rt::wait_until(settled);
         !request.failed.load(Ordering::Acquire)

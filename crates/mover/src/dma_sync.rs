@@ -66,6 +66,7 @@ impl Drop for Slot<'_> {
 }
 
 impl DmaSyncMover {
+    /// A mover over `pm` that hands copies to `engine` and waits for each.
     pub fn new(pm: Arc<dyn Pmem>, engine: Arc<Engine>, cfg: &Config) -> DmaSyncMover {
         DmaSyncMover {
             pm,

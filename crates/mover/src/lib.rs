@@ -13,6 +13,17 @@
 //! A mover *starts* a copy and returns a [`Pending`]; the synchronous modes finish
 //! before returning ([`Pending::Done`]), `async` returns the engine's SN, which the file
 //! system records in its log entry (orderless commit) before waiting.
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `mover` imports `engine`, `pmem`, `rt`
+//! and `threads`, never `fs` or anything above: it must not know about inodes, logs,
+//! locks or the on-region format, and must not hand a caller's buffer back while an
+//! engine or a delegation thread may still copy into or out of it.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 mod config;
 mod cpu;
@@ -43,13 +54,17 @@ use pmem::Pmem;
 
 /// A copy into the region: `src` goes to region byte offset `dst`.
 pub struct WritePiece<'a> {
+    /// Region byte offset the bytes go to.
     pub dst: u64,
+    /// The bytes.
     pub src: &'a [u8],
 }
 
 /// A copy out of the region: region byte offset `src` fills `dst`.
 pub struct ReadPiece<'a> {
+    /// Region byte offset the bytes come from.
     pub src: u64,
+    /// Where they go.
     pub dst: &'a mut [u8],
 }
 
@@ -79,10 +94,13 @@ impl Pending {
 /// Why a mover could not be built or a copy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A mode name that is none of the modes.
     #[error("unknown mode {0:?} (cpu, semaphore, delegate, dma-sync, async)")]
     UnknownMode(String),
+    /// The copy engine failed (setting it up, or a copy on it).
     #[error("copy engine: {0}")]
     Engine(#[from] engine::Error),
+    /// A configuration value out of range.
     #[error("{0}")]
     Config(String),
     /// A copy could not be made (a delegation thread died under it); nothing touches
@@ -102,6 +120,8 @@ impl Error {
     }
 }
 
+// Each variant is a row of the table at the top of this file.
+#[allow(missing_docs)]
 /// The data-movement modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -350,6 +370,21 @@ pub(crate) fn cpu_read(pm: &dyn Pmem, pieces: &mut [ReadPiece<'_>]) {
 /// bulk copy finishes within a few microseconds to tens of microseconds.
 pub const THREAD_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
+/// How an ordinary thread waits for an engine copy before the runtime's back-off:
+/// rounds of 32 spin hints for [`THREAD_SPIN`].
+pub const ENGINE_SPIN: threads::WaitPolicy = threads::WaitPolicy::spin_for(THREAD_SPIN, 32);
+
+/// How a thread waits for a channel to make progress without switching uthreads (room
+/// on a full channel, see [`submit_all`]; a batch to be over, see [`settle`]): a spin,
+/// and now and then a turn of the OS scheduler to whoever drains the channel.
+pub(crate) const CHANNEL_WAIT: threads::WaitPolicy = threads::WaitPolicy {
+    spin: threads::Limit::Rounds(1),
+    spins: threads::Spins::Each(64),
+    yields: threads::Limit::Rounds(1),
+    rest: threads::Rest::Again,
+    clock_every: 1,
+};
+
 /// Waits for `sn` on `engine`: in a uthread through the runtime's wait set; on an
 /// ordinary thread spinning first, then backing off.
 pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(), Error> {
@@ -359,12 +394,7 @@ pub(crate) fn wait_engine(engine: &engine::Engine, sn: engine::Sn) -> Result<(),
         engine.hurry(sn);
     }
     if !rt::in_uthread() {
-        let start = std::time::Instant::now();
-        while !settled() && start.elapsed() < THREAD_SPIN {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-        }
+        ENGINE_SPIN.wait_until(settled);
     }
     rt::wait_until(settled);
     engine.poll(sn)?;
@@ -396,6 +426,7 @@ pub(crate) unsafe fn submit_all(
     descs: &[engine::Desc],
 ) -> Result<engine::Sn, engine::Error> {
     let mut last = None;
+    let mut room = threads::Backoff::new(&CHANNEL_WAIT);
     for batch in descs.chunks(engine.max_batch().max(1)) {
         loop {
             // SAFETY: forwarded from the caller.
@@ -404,7 +435,9 @@ pub(crate) unsafe fn submit_all(
                     last = Some(sn);
                     break;
                 }
-                Err(engine::Error::Busy { .. }) => wait_for_room(),
+                Err(engine::Error::Busy { .. }) => {
+                    room.pause();
+                }
                 Err(e) => {
                     if let Some(sn) = last {
                         settle(engine, sn);
@@ -415,16 +448,6 @@ pub(crate) unsafe fn submit_all(
         }
     }
     last.ok_or(engine::Error::BadBatch("empty request".into()))
-}
-
-/// One step of waiting on this thread for a channel to make progress (room on a full
-/// channel, see [`submit_all`]; a batch to be over, see [`settle`]): a spin, and now and
-/// then a turn of the OS scheduler to whoever drains the channel.
-fn wait_for_room() {
-    for _ in 0..64 {
-        std::hint::spin_loop();
-    }
-    std::thread::yield_now();
 }
 
 /// Waits until the engine no longer touches the buffers of `sn` and of every batch
@@ -438,9 +461,7 @@ fn wait_for_room() {
 pub(crate) fn settle(engine: &engine::Engine, sn: engine::Sn) {
     engine.hurry(sn);
     // Whether it failed is the caller's concern; only that it is over matters here.
-    while matches!(engine.poll(sn), Ok(false)) {
-        wait_for_room();
-    }
+    CHANNEL_WAIT.wait_until(|| !matches!(engine.poll(sn), Ok(false)));
 }
 
 /// An engine copy whose buffers the caller borrows: waited out ([`settle`]) if dropped

@@ -64,7 +64,10 @@ pub enum Class {
     #[default]
     Default,
     /// Latency-critical, with a latency target per request.
-    Latency { target: Duration },
+    Latency {
+        /// The latency each request of the client should stay under.
+        target: Duration,
+    },
     /// Bandwidth-oriented (bulk).
     Bandwidth,
 }
@@ -72,6 +75,7 @@ pub enum Class {
 /// A registered client: its class and, for L clients, its slot in the manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Client {
+    /// What the client is.
     pub class: Class,
     /// Index of an L client's latency slot; 0 otherwise.
     pub id: u32,
@@ -521,10 +525,10 @@ impl ChannelManager {
             b.credit = 0.0;
         }
         let me = self.clone();
-        let h = std::thread::Builder::new()
-            .name("qos-loop".into())
-            .spawn(move || me.run_loop())
-            .expect("spawn the throttling loop");
+        let h = threads::spawn(threads::Role::Throttle, "qos-loop".into(), move || {
+            me.run_loop()
+        })
+        .expect("spawn the throttling loop");
         *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     }
 
@@ -643,13 +647,7 @@ pub fn split_descs(descs: &[Desc], max: usize) -> Vec<Desc> {
 
 /// CPU time of the calling thread, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    threads::thread_cpu_time().as_nanos() as u64
 }
 
 /// EASYIO Fig. 12's "CPU-Throttling": the B client may use at most `share` of each

@@ -26,6 +26,7 @@ impl Drop for Permit<'_> {
 }
 
 impl SemaphoreMover {
+    /// A mover over `pm` that lets at most `k` callers copy at once.
     pub fn new(pm: Arc<dyn Pmem>, k: usize) -> SemaphoreMover {
         SemaphoreMover {
             pm,

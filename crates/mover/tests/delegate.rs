@@ -140,3 +140,26 @@ fn with_every_delegation_thread_dead_the_caller_copies() {
     pm.read(DATA, &mut image);
     assert!(image == data);
 }
+
+/// The delegation threads' CPU time is asked for by role: copies made by them count
+/// under [`threads::Role::Delegation`], and stay counted after the mover (and its
+/// threads) are gone. The caller only waits, so most of the copying time is theirs.
+#[test]
+fn delegation_threads_count_their_cpu_time_under_their_role() {
+    let _serial = serial();
+    let before = threads::cpu_time(threads::Role::Delegation);
+    let (_pm, m) = setup();
+    let src = pattern(3, STRIPE * STRIPES);
+    let caller0 = threads::thread_cpu_time();
+    for _ in 0..200 {
+        assert_eq!(write(&m, DATA, &src), Pending::Done);
+    }
+    let caller = threads::thread_cpu_time() - caller0;
+    drop(m);
+    let theirs = threads::cpu_time(threads::Role::Delegation) - before;
+    // 200 x 256 KiB = 50 MiB copied by them: at least a few milliseconds of CPU.
+    assert!(
+        theirs >= std::time::Duration::from_millis(2),
+        "delegation {theirs:?}, caller {caller:?}"
+    );
+}

@@ -20,6 +20,9 @@
 
 use std::collections::BTreeMap;
 
+use rand::{Rng, RngCore, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
 use crate::trace::{EventKind, Trace, WORD};
 use crate::CACHE_LINE;
 
@@ -177,7 +180,8 @@ impl<'t> CrashCursor<'t> {
             return vec![CrashChoice::Nothing];
         }
         let mut out = vec![CrashChoice::Nothing, CrashChoice::Everything];
-        let mut rng = SplitMix(seed ^ (self.pos as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng =
+            Pcg64Mcg::seed_from_u64(seed ^ (self.pos as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         out.extend((0..random).map(|_| CrashChoice::Random(rng.next_u64())));
         out
     }
@@ -208,17 +212,17 @@ impl<'t> CrashCursor<'t> {
     /// reordering are likely to be drawn: every line an independent prefix; every
     /// line complete but one; every line empty but one.
     fn sample(&self, seed: u64, landed: &mut Vec<(usize, u64)>) {
-        let mut rng = SplitMix(seed);
+        let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let units = self.lines.len() + self.nt.len();
-        let shape = rng.below(3);
-        let special = rng.below(units as u64) as usize;
+        let shape = below(&mut rng, 3);
+        let special = below(&mut rng, units as u64) as usize;
         for (u, l) in self.lines.values().enumerate() {
             let n = l.stores.len() as u64;
             let keep = match shape {
-                0 => rng.below(n + 1),
-                1 if u == special => rng.below(n),
+                0 => below(&mut rng, n + 1),
+                1 if u == special => below(&mut rng, n),
                 1 => n,
-                _ if u == special => 1 + rng.below(n),
+                _ if u == special => 1 + below(&mut rng, n),
                 _ => 0,
             };
             landed.extend(l.stores[..keep as usize].iter().map(|&i| (i, u64::MAX)));
@@ -226,7 +230,7 @@ impl<'t> CrashCursor<'t> {
         for (k, &i) in self.nt.iter().enumerate() {
             let u = self.lines.len() + k;
             let mask = match shape {
-                0 => match rng.below(3) {
+                0 => match below(&mut rng, 3) {
                     0 => 0,
                     1 => u64::MAX,
                     _ => rng.next_u64(),
@@ -240,6 +244,15 @@ impl<'t> CrashCursor<'t> {
                 landed.push((i, mask));
             }
         }
+    }
+}
+
+/// Uniform in `0..n` (0 when `n` is 0).
+fn below(rng: &mut Pcg64Mcg, n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        rng.random_range(0..n)
     }
 }
 
@@ -263,6 +276,9 @@ fn apply(trace: &Trace, img: &mut [u8], i: usize, mask: u64) {
 }
 
 /// splitmix64: small, seedable, and the same everywhere, so a crash state replays.
+///
+/// Deprecated: new code seeds `rand_pcg::Pcg64Mcg` with `rand::SeedableRng::seed_from_u64`
+/// (as [`CrashCursor`] does); this stays only until the crash harness has moved over.
 #[derive(Clone, Debug)]
 pub struct SplitMix(pub u64);
 

@@ -11,15 +11,26 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// The path names no file or device.
     #[error("region {}: no such file or device", path.display())]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The path asked for.
+        path: PathBuf,
+    },
 
     /// `create` was asked for a path that already exists.
     #[error("region {}: already exists (remove it first, or open it instead)", path.display())]
-    Exists { path: PathBuf },
+    Exists {
+        /// The path that exists.
+        path: PathBuf,
+    },
 
     /// A size that is zero, not a multiple of the page size, or too small to hold anything.
     #[error("region size {size} is invalid: {reason}")]
-    BadSize { size: u64, reason: String },
+    BadSize {
+        /// The size asked for, in bytes.
+        size: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// The file or device is smaller than the size recorded in its header.
     #[error(
@@ -27,14 +38,22 @@ pub enum Error {
         path.display()
     )]
     Truncated {
+        /// The region's file or device.
         path: PathBuf,
+        /// Bytes the header records.
         claimed: u64,
+        /// Bytes the file or device has.
         actual: u64,
     },
 
     /// The header is missing, of another version, or fails its checksum.
     #[error("region {}: {reason}", path.display())]
-    BadHeader { path: PathBuf, reason: String },
+    BadHeader {
+        /// The region's file or device.
+        path: PathBuf,
+        /// What is wrong with the header.
+        reason: String,
+    },
 
     /// An image file with holes that its host file system has no room to fill: its
     /// pages would fail (SIGBUS) when first written.
@@ -45,28 +64,42 @@ pub enum Error {
         path.display()
     )]
     Holes {
+        /// The image file.
         path: PathBuf,
+        /// Bytes of the image without blocks.
         missing: u64,
+        /// Bytes free on its file system.
         available: u64,
     },
 
     /// Another open (in this or another process) holds the region.
     #[error("region {}: in use by {holder}", path.display())]
-    Busy { path: PathBuf, holder: String },
+    Busy {
+        /// The region's file or device.
+        path: PathBuf,
+        /// Who holds it (its pid, when known).
+        holder: String,
+    },
 
     /// The kernel refused to map the file or device.
     #[error("region {}: cannot map {len} bytes: {source}", path.display())]
     Map {
+        /// The region's file or device.
         path: PathBuf,
+        /// Bytes asked to map.
         len: u64,
+        /// The kernel's answer.
         source: io::Error,
     },
 
     /// Any other system call failed.
     #[error("region {}: {op}: {source}", path.display())]
     Io {
+        /// The region's file or device.
         path: PathBuf,
+        /// What was being done.
         op: &'static str,
+        /// The kernel's answer.
         source: io::Error,
     },
 }

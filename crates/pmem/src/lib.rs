@@ -14,6 +14,18 @@
 //! (after the region header), `0..len()`. An offset outside that range is a bug in the
 //! caller and panics with a message naming the access; values read from the region
 //! must be validated by the caller before being used as offsets.
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `pmem` is the bottom: it imports no
+//! easyio crate but `threads` (for the role of a traced thread). It must not know about
+//! files, inodes, logs, engines or modes, must not decide what is durable for its
+//! callers (it reports [`Durability`] and offers the primitives), and must not let
+//! region memory be written other than through [`Pmem`].
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 pub mod crash;
 mod error;

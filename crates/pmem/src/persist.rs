@@ -65,9 +65,13 @@ impl CopyKind {
 /// The CPU features easyio cares about, read once from CPUID.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuFeatures {
+    /// Cache-line write-back that keeps the line cached.
     pub clwb: bool,
+    /// Optimised cache-line flush (unordered with other flushes).
     pub clflushopt: bool,
+    /// 512-bit vector instructions (non-temporal copies 64 bytes at a time).
     pub avx512f: bool,
+    /// 256-bit vector instructions.
     pub avx2: bool,
     /// 64-byte direct store, used to submit to dedicated DSA work queues.
     pub movdir64b: bool,

@@ -809,22 +809,36 @@ fn lock_holder(dev: u64, ino: u64) -> Option<String> {
     Some(format!("pid {pid} ({}{me})", comm.trim()))
 }
 
-/// Reserves the file's blocks now so that a full file system is a clear error at
-/// create time rather than SIGBUS on first touch.
+/// Reserves the file's blocks now (`fallocate`) so that a full file system is a clear
+/// error (ENOSPC) at create or open time rather than SIGBUS on first touch. Cheap on a
+/// file whose blocks are all allocated already. A file system without `fallocate` gets
+/// each block written instead, as `posix_fallocate` does.
 fn reserve(file: &File, path: &Path, size: u64) -> Result<()> {
-    // SAFETY: fallocate-style call on a descriptor we own.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
-    match rc {
-        0 => Ok(()),
-        libc::EOPNOTSUPP | libc::EINVAL => {
-            file.set_len(size).map_err(|e| io_err(path, "set_len", e))
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
+            file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
+            write_blocks(file, size).map_err(|e| io_err(path, "reserve space", e))
         }
-        e => Err(io_err(
-            path,
-            "reserve space",
-            io::Error::from_raw_os_error(e),
-        )),
+        Err(e) => Err(io_err(path, "reserve space", e.into())),
     }
+}
+
+/// Allocates every block of the first `size` bytes of `file` by writing a zero byte
+/// into each block whose first byte reads as zero (a hole, or a block that starts with
+/// a zero: rewriting it changes nothing).
+fn write_blocks(file: &File, size: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let block = file.metadata()?.blksize().max(512);
+    let mut off = 0;
+    while off < size {
+        let mut byte = [0u8];
+        if file.read_at(&mut byte, off)? != 1 || byte[0] == 0 {
+            file.write_all_at(&[0], off)?;
+        }
+        off += block;
+    }
+    Ok(())
 }
 
 /// Makes sure the host file system can back every page of an image file that has
@@ -865,15 +879,7 @@ fn back_holes(file: &File, path: &Path, len: u64) -> Result<()> {
 
 /// Bytes an unprivileged writer can still allocate on the file's file system.
 fn fs_available(file: &File) -> u64 {
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: fstatvfs fills the struct on success; we read it only then.
-    unsafe {
-        if libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
-            return 0;
-        }
-        let st = st.assume_init();
-        st.f_bavail.saturating_mul(st.f_frsize)
-    }
+    rustix::fs::fstatvfs(file).map_or(0, |st| st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 fn fs_durability(file: &File) -> Durability {

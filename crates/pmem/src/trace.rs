@@ -26,6 +26,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+/// What a registered thread is for ([`Trace::role_of`]).
+pub use threads::Role;
+
 use crate::persist::NT_MIN_BYTES;
 use crate::{check_range, check_word, Durability, Pmem, CACHE_LINE};
 
@@ -34,7 +37,7 @@ pub const WORD: u64 = 8;
 const LINE: u64 = CACHE_LINE as u64;
 
 /// First bytes of a saved trace.
-const TRACE_MAGIC: &[u8; 8] = b"EIOTRAC1";
+const TRACE_MAGIC: &[u8; 8] = b"EIOTRAC2";
 
 /// What one trace event is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +56,7 @@ pub enum EventKind {
 /// One event of a trace. The bytes of a store are in [`Trace::data_of`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// What the event is.
     pub kind: EventKind,
     /// Region offset of the store, or of the flushed line.
     pub off: u64,
@@ -73,6 +77,9 @@ pub struct Trace {
     /// Names of the threads that made events, in order of their first event
     /// (`?` for an unnamed thread).
     pub threads: Vec<String>,
+    /// The role each thread of [`Trace::threads`] was registered under
+    /// ([`threads::register`]), if any: what a thread is for, without reading its name.
+    pub roles: Vec<Option<Role>>,
     data: Vec<u8>,
     /// Thread of the events being recorded.
     current: u16,
@@ -97,6 +104,11 @@ impl Trace {
     /// The name of the thread that made event `e`.
     pub fn thread_of(&self, e: &Event) -> &str {
         &self.threads[e.thread as usize]
+    }
+
+    /// The role of the thread that made event `e`, if it was registered under one.
+    pub fn role_of(&self, e: &Event) -> Option<Role> {
+        self.roles[e.thread as usize]
     }
 
     /// Counts of (stores, non-temporal stores, flushes, fences).
@@ -126,8 +138,9 @@ impl Trace {
         put(&mut b, &self.base);
         put(&mut b, &self.data);
         b.extend_from_slice(&(self.threads.len() as u64).to_le_bytes());
-        for t in &self.threads {
+        for (t, role) in self.threads.iter().zip(&self.roles) {
             put(&mut b, t.as_bytes());
+            b.push(role.map_or(0, Role::code));
         }
         b.extend_from_slice(&(self.events.len() as u64).to_le_bytes());
         for e in &self.events {
@@ -166,9 +179,14 @@ impl Trace {
         }
         let base = blob(&mut b)?;
         let data = blob(&mut b)?;
-        let threads = (0..count(&mut b)?)
-            .map(|_| String::from_utf8(blob(&mut b)?).map_err(|e| e.to_string()))
-            .collect::<Result<Vec<String>, String>>()?;
+        let (mut threads, mut roles) = (Vec::new(), Vec::new());
+        for _ in 0..count(&mut b)? {
+            threads.push(String::from_utf8(blob(&mut b)?).map_err(|e| e.to_string())?);
+            roles.push(match int::<1>(&mut b)?[0] {
+                0 => None,
+                code => Some(Role::from_code(code).ok_or(format!("unknown role {code}"))?),
+            });
+        }
         let n = count(&mut b)?;
         let mut events = Vec::with_capacity(n.min(b.len() / 19));
         for _ in 0..n {
@@ -205,6 +223,7 @@ impl Trace {
             base,
             events,
             threads,
+            roles,
             data,
             current: 0,
         })
@@ -317,6 +336,7 @@ impl TracePmem {
             None => {
                 g.ids.push(me.id());
                 g.trace.threads.push(me.name().unwrap_or("?").to_string());
+                g.trace.roles.push(threads::current_role());
                 g.ids.len() - 1
             }
         };
@@ -435,12 +455,23 @@ mod tests {
         t.write(5, &[1; 13]);
         t.copy_nt(512, &[9; 1024]);
         t.flush(0, 64);
-        t.fence();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _as = threads::register(threads::Role::Delegation);
+                t.fence();
+            });
+        });
         let tr = t.trace();
+        assert_eq!(tr.roles, [None, Some(threads::Role::Delegation)]);
+        assert_eq!(
+            tr.role_of(tr.events.last().unwrap()),
+            Some(threads::Role::Delegation)
+        );
         let back = Trace::from_bytes(&tr.to_bytes()).unwrap();
         assert_eq!(back.base, tr.base);
         assert_eq!(back.events, tr.events);
         assert_eq!(back.threads, tr.threads);
+        assert_eq!(back.roles, tr.roles);
         assert_eq!(back.data_of(&back.events[1]), tr.data_of(&tr.events[1]));
         let bytes = tr.to_bytes();
         assert!(Trace::from_bytes(&bytes[..bytes.len() - 1]).is_err());

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use threads::{Limit, Rest, Spins, Step, WaitPolicy};
+
 /// Rounds an idle worker spins looking for work (and polling its wait set) before it yields
 /// or sleeps: a uthread woken from another worker is usually picked up within these.
 pub const IDLE_SPINS: u32 = 256;
@@ -14,6 +16,28 @@ pub const WAIT_YIELDS: u32 = 64;
 /// With uthreads in the wait set and nothing runnable, how long the worker naps between
 /// polls once spinning and yielding found nothing. New work wakes it early.
 pub const WAIT_NAP: Duration = Duration::from_micros(20);
+
+/// How an idle worker waits while uthreads wait in its wait set: spin, yield, then nap
+/// (its park with a timeout) between polls of the wait set.
+pub const IDLE_WITH_WAITERS: WaitPolicy = WaitPolicy {
+    spin: Limit::Rounds(IDLE_SPINS),
+    spins: Spins::Each(1),
+    yields: Limit::Rounds(WAIT_YIELDS),
+    rest: Rest::Sleep {
+        first: WAIT_NAP,
+        max: WAIT_NAP,
+    },
+    clock_every: 1,
+};
+
+/// How an idle worker waits when no uthread waits: spin, then park until new work.
+pub const IDLE_ALONE: WaitPolicy = WaitPolicy {
+    spin: Limit::Rounds(IDLE_SPINS),
+    spins: Spins::Each(1),
+    yields: Limit::Rounds(0),
+    rest: Rest::Park,
+    clock_every: 1,
+};
 
 /// One step of idling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,17 +53,17 @@ pub(crate) enum Idle {
 /// The step for the `round`-th consecutive idle round (from 1), given whether uthreads wait
 /// in the wait set and how long until the earliest sleeping uthread is due.
 pub(crate) fn idle_step(round: u32, waiters: bool, next_timer: Option<Duration>) -> Idle {
-    if round <= IDLE_SPINS {
-        return Idle::Spin;
+    let policy = if waiters {
+        IDLE_WITH_WAITERS
+    } else {
+        IDLE_ALONE
+    };
+    match policy.step_at(round.saturating_sub(1)) {
+        Step::Spin(_) => Idle::Spin,
+        Step::Yield => Idle::Yield,
+        Step::Sleep(nap) => Idle::Sleep(Some(next_timer.map_or(nap, |t| t.min(nap)))),
+        Step::Park | Step::Over => Idle::Sleep(next_timer),
     }
-    if waiters {
-        if round <= IDLE_SPINS + WAIT_YIELDS {
-            return Idle::Yield;
-        }
-        let nap = next_timer.map_or(WAIT_NAP, |t| t.min(WAIT_NAP));
-        return Idle::Sleep(Some(nap));
-    }
-    Idle::Sleep(next_timer)
 }
 
 #[cfg(test)]

@@ -99,6 +99,17 @@
 //! });
 //! assert_eq!(sum, 285);
 //! ```
+//!
+//! # Place in the layers
+//!
+//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
+//! beside them; no crate imports one above it. `rt` imports no easyio crate but
+//! `threads` (its wait policies and worker registration): it knows nothing of regions,
+//! engines or files — a completion is only a condition it polls ([`Completion`]). It must
+//! not block a worker's kernel thread on behalf of a uthread, nor preempt one.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 mod context;
 mod error;
@@ -118,12 +129,12 @@ mod waiter;
 mod worker;
 
 pub use error::Error;
-pub use idle::{IDLE_SPINS, WAIT_NAP, WAIT_YIELDS};
+pub use idle::{IDLE_ALONE, IDLE_SPINS, IDLE_WITH_WAITERS, WAIT_NAP, WAIT_YIELDS};
 pub use join::{panic_message, JoinError, JoinHandle};
 pub use runtime::{Builder, Handle, Runtime};
 pub use sched::{
     current_worker, in_uthread, sleep, spawn, wait, wait_until, would_idle, yield_now, Completion,
-    OUTSIDE_NAP_MAX, OUTSIDE_NAP_MIN, OUTSIDE_SPINS, OUTSIDE_YIELDS,
+    OUTSIDE_NAP_MAX, OUTSIDE_NAP_MIN, OUTSIDE_SPINS, OUTSIDE_WAIT, OUTSIDE_YIELDS,
 };
 pub use sleepers::MAX_WORKERS;
 pub use stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE, STACK_POOL_PER_WORKER};

@@ -144,21 +144,37 @@ impl Builder {
             },
             threads: Vec::with_capacity(self.workers),
         };
-        let cpus = if self.pin { allowed_cpus() } else { Vec::new() };
+        let cpus = if self.pin {
+            threads::allowed_cpus()
+        } else {
+            Vec::new()
+        };
         for (id, queue) in queues.into_iter().enumerate() {
             let shared = shared.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("{}-{id}", self.name))
-                .spawn(move || worker::main(shared, id, queue))
-                .map_err(Error::Spawn)?;
-            if let Some(&cpu) = cpus.get(id % cpus.len().max(1)) {
-                pin(&thread, cpu).map_err(|source| Error::Pin {
-                    worker: id,
-                    cpu,
-                    source,
-                })?;
-            }
+            let cpu = cpus.get(id % cpus.len().max(1)).copied();
+            // A worker pins itself (rustix sets the calling thread's affinity) and says
+            // how that went before it starts; it runs either way, as the others do.
+            let (pinned_tx, pinned_rx) = std::sync::mpsc::sync_channel(1);
+            let thread = threads::spawn(
+                threads::Role::RuntimeWorker,
+                format!("{}-{id}", self.name),
+                move || {
+                    let _ = pinned_tx.send(cpu.map(threads::pin_current));
+                    worker::main(shared, id, queue)
+                },
+            )
+            .map_err(Error::Spawn)?;
+            // Held by the runtime first, so that an error below still stops it.
             rt.threads.push(thread);
+            // Only a pinned worker is waited for; the others start in their own time.
+            let pinned = cpu.and_then(|_| pinned_rx.recv().ok().flatten());
+            if let Some(Err(source)) = pinned {
+                return Err(Error::Pin {
+                    worker: id,
+                    cpu: cpu.unwrap_or_default(),
+                    source,
+                });
+            }
         }
         Ok(rt)
     }
@@ -294,39 +310,5 @@ impl Handle {
             .enumerate()
             .map(|(i, c)| c.snapshot(i))
             .collect()
-    }
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
-/// Pins a started thread to one CPU.
-fn pin(thread: &std::thread::JoinHandle<()>, cpu: usize) -> std::io::Result<()> {
-    use std::os::unix::thread::JoinHandleExt;
-    // SAFETY: cpu_set_t is plain data; the pthread handle is alive (we hold its JoinHandle).
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::pthread_setaffinity_np(
-            thread.as_pthread_t(),
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(rc))
     }
 }

@@ -18,6 +18,18 @@ pub const OUTSIDE_NAP_MIN: Duration = Duration::from_micros(1);
 /// ...and doubling up to this.
 pub const OUTSIDE_NAP_MAX: Duration = Duration::from_micros(200);
 
+/// How `wait_until` waits on an ordinary thread (`OUTSIDE_*`).
+pub const OUTSIDE_WAIT: threads::WaitPolicy = threads::WaitPolicy {
+    spin: threads::Limit::Rounds(OUTSIDE_SPINS),
+    spins: threads::Spins::Each(1),
+    yields: threads::Limit::Rounds(OUTSIDE_YIELDS),
+    rest: threads::Rest::Sleep {
+        first: OUTSIDE_NAP_MIN,
+        max: OUTSIDE_NAP_MAX,
+    },
+    clock_every: 1,
+};
+
 /// Whether the caller runs in a uthread (so blocking calls of this crate yield instead of
 /// blocking a kernel thread).
 pub fn in_uthread() -> bool {
@@ -138,24 +150,5 @@ pub fn wait_until(cond: impl Fn() -> bool) {
 
 /// `wait_until` on an ordinary thread.
 fn wait_outside(cond: &dyn Fn() -> bool) {
-    for _ in 0..OUTSIDE_SPINS {
-        std::hint::spin_loop();
-        if cond() {
-            return;
-        }
-    }
-    for _ in 0..OUTSIDE_YIELDS {
-        std::thread::yield_now();
-        if cond() {
-            return;
-        }
-    }
-    let mut nap = OUTSIDE_NAP_MIN;
-    loop {
-        std::thread::sleep(nap);
-        if cond() {
-            return;
-        }
-        nap = (nap * 2).min(OUTSIDE_NAP_MAX);
-    }
+    OUTSIDE_WAIT.wait_until(cond);
 }

@@ -350,3 +350,29 @@ fn would_idle_says_whether_the_worker_has_another_uthread_to_run() {
     assert!(alone, "the only uthread of its worker");
     assert!(!with_other, "another uthread was ready to run");
 }
+
+/// Workers are registered as runtime workers: their CPU time is asked for by role, and
+/// a pinned worker runs on its CPU.
+#[test]
+fn workers_count_their_cpu_time_under_their_role_and_run_where_pinned() {
+    use threads::{allowed_cpus, cpu_time, current_role, thread_cpu_time, Role};
+    let before = cpu_time(Role::RuntimeWorker);
+    let rt = Runtime::builder()
+        .workers(1)
+        .pin_workers(true)
+        .build()
+        .unwrap();
+    let (role, cpus) = rt.block_on(|| {
+        let start = thread_cpu_time();
+        while thread_cpu_time() - start < Duration::from_millis(30) {
+            std::hint::spin_loop();
+        }
+        (current_role(), allowed_cpus())
+    });
+    assert_eq!(role, Some(Role::RuntimeWorker));
+    assert_eq!(cpus.len(), 1, "a pinned worker may run on {cpus:?}");
+    drop(rt);
+    // Exited workers keep their time (other tests' workers may add to it).
+    let used = cpu_time(Role::RuntimeWorker) - before;
+    assert!(used >= Duration::from_millis(30), "{used:?}");
+}

@@ -1,12 +1,13 @@
 //! The eight real-world applications of EASYIO §6.3 (Table 1): their data, generated
 //! deterministically, and the computation each performs on one input.
 
-use pmem::crash::SplitMix;
 use std::sync::Arc;
 
 use aes::cipher::{KeyIvInit, StreamCipher};
 use clap::ValueEnum;
 use kiddo::{KdTree, SquaredEuclidean};
+use rand::{Rng as _, RngCore as _, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use regex::bytes::Regex;
 use serde::Serialize;
 
@@ -129,7 +130,7 @@ pub enum Output {
 }
 
 /// The unit interval from the generator's top 24 bits.
-fn unit(rng: &mut SplitMix) -> f32 {
+fn unit(rng: &mut Pcg64Mcg) -> f32 {
     (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 
@@ -149,25 +150,25 @@ const SYLLABLES: [&str; 16] = [
 
 /// Lines of pseudo-words, `len` bytes, every `match_every`-th line (if any) a match of
 /// [`GREP_PATTERN`]; returns the text and the number of matching lines.
-fn text(rng: &mut SplitMix, len: usize, match_every: Option<u64>) -> (Vec<u8>, u64) {
+fn text(rng: &mut Pcg64Mcg, len: usize, match_every: Option<u64>) -> (Vec<u8>, u64) {
     let mut out = Vec::with_capacity(len + 128);
     let (mut line, mut matches) = (0u64, 0u64);
     while out.len() < len {
         if match_every.is_some_and(|m| line % m == m - 1) {
-            let kind = if rng.below(2) == 0 {
+            let kind = if rng.random_range(0..2) == 0 {
                 "error"
             } else {
                 "failure"
             };
-            out.extend_from_slice(format!("{kind} {:03}: ", rng.below(1000)).as_bytes());
+            out.extend_from_slice(format!("{kind} {:03}: ", rng.random_range(0..1000)).as_bytes());
             matches += 1;
         }
-        for w in 0..4 + rng.below(8) {
+        for w in 0..4 + rng.random_range(0..8) {
             if w > 0 {
                 out.push(b' ');
             }
-            for _ in 0..1 + rng.below(4) {
-                out.extend_from_slice(SYLLABLES[rng.below(16) as usize].as_bytes());
+            for _ in 0..1 + rng.random_range(0..4) {
+                out.extend_from_slice(SYLLABLES[rng.random_range(0..16) as usize].as_bytes());
             }
         }
         out.push(b'\n');
@@ -198,15 +199,18 @@ fn count_matching_lines(re: &Regex, text: &[u8]) -> u64 {
 
 /// A synthetic photograph: smooth gradients, a few shapes and mild noise, so that JPEG
 /// compresses it about as much as a real one.
-fn image(rng: &mut SplitMix, w: usize, h: usize) -> Vec<u8> {
+fn image(rng: &mut Pcg64Mcg, w: usize, h: usize) -> Vec<u8> {
     let mut px = Vec::with_capacity(w * h * 3);
-    let (cx, cy) = (rng.below(w as u64) as f32, rng.below(h as u64) as f32);
+    let (cx, cy) = (
+        rng.random_range(0..w as u64) as f32,
+        rng.random_range(0..h as u64) as f32,
+    );
     for y in 0..h {
         for x in 0..w {
             let (fx, fy) = (x as f32 / w as f32, y as f32 / h as f32);
             let d = ((x as f32 - cx).powi(2) + (y as f32 - cy).powi(2)).sqrt() / w as f32;
             let ring = ((d * 40.0).sin() * 0.5 + 0.5) * 90.0;
-            let noise = rng.below(24) as f32;
+            let noise = rng.random_range(0..24) as f32;
             px.push((fx * 160.0 + ring * 0.5 + noise) as u8);
             px.push((fy * 140.0 + ring * 0.3 + noise) as u8);
             px.push(((1.0 - fx) * 120.0 + ring + noise) as u8);
@@ -218,22 +222,22 @@ fn image(rng: &mut SplitMix, w: usize, h: usize) -> Vec<u8> {
 fn aes_cipher(index: usize) -> ctr::Ctr128BE<aes::Aes128> {
     let mut key = [0u8; 16];
     let mut iv = [0u8; 16];
-    let mut rng = SplitMix(0xAE5 ^ index as u64);
+    let mut rng = Pcg64Mcg::seed_from_u64(0xAE5 ^ index as u64);
     key.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
     iv.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
     ctr::Ctr128BE::<aes::Aes128>::new(&key.into(), &iv.into())
 }
 
 /// A random graph of `bytes` serialised as `n, m` then `m` edges `(u, v)`, all u32 LE.
-fn graph(rng: &mut SplitMix, bytes: usize) -> Vec<u8> {
+fn graph(rng: &mut Pcg64Mcg, bytes: usize) -> Vec<u8> {
     let m = (bytes.saturating_sub(8) / 8).max(1);
     let n = (m / BFS_DEGREE).max(2);
     let mut out = Vec::with_capacity(8 + m * 8);
     out.extend_from_slice(&(n as u32).to_le_bytes());
     out.extend_from_slice(&(m as u32).to_le_bytes());
     for _ in 0..m {
-        out.extend_from_slice(&(rng.below(n as u64) as u32).to_le_bytes());
-        out.extend_from_slice(&(rng.below(n as u64) as u32).to_le_bytes());
+        out.extend_from_slice(&(rng.random_range(0..n as u64) as u32).to_le_bytes());
+        out.extend_from_slice(&(rng.random_range(0..n as u64) as u32).to_le_bytes());
     }
     out
 }
@@ -288,7 +292,7 @@ fn bfs(data: &[u8]) -> anyhow::Result<u64> {
 }
 
 /// Query samples for KNN: each [`KNN_SAMPLE_BYTES`] long, three f32 coordinates first.
-fn knn_samples(rng: &mut SplitMix, bytes: usize) -> Vec<u8> {
+fn knn_samples(rng: &mut Pcg64Mcg, bytes: usize) -> Vec<u8> {
     let n = (bytes / KNN_SAMPLE_BYTES).max(1);
     let mut out = Vec::with_capacity(n * KNN_SAMPLE_BYTES);
     for _ in 0..n {
@@ -317,7 +321,7 @@ impl Dataset {
     /// Generates the application's inputs at `scale` times Table 1's sizes and works
     /// out what processing each must give.
     pub fn generate(app: App, scale: f64) -> anyhow::Result<Dataset> {
-        let mut rng = SplitMix(0xEA51_0000 ^ app as u64);
+        let mut rng = Pcg64Mcg::seed_from_u64(0xEA51_0000 ^ app as u64);
         let mut set = Dataset {
             app,
             inputs: Vec::new(),
@@ -489,7 +493,7 @@ mod tests {
 
     #[test]
     fn grep_text_has_the_planted_matches() {
-        let mut rng = SplitMix(1);
+        let mut rng = Pcg64Mcg::seed_from_u64(1);
         let (text, matches) = text(&mut rng, 100_000, Some(GREP_MATCH_EVERY));
         let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
         assert_eq!(matches, lines / GREP_MATCH_EVERY);

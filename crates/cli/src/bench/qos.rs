@@ -214,7 +214,7 @@ impl Bench {
         let mut lat = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
         let mut win = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
         let mut windows = Vec::new();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(12);
         let mut buf = vec![0u8; L_BYTES];
         let slots = (L_FILE_BYTES / L_BYTES) as u64;
         let start = Instant::now();

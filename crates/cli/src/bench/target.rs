@@ -345,36 +345,15 @@ pub fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Name prefix of the software copy engine's channel threads (`easyio-engine-N`).
-const ENGINE_THREAD_PREFIX: &str = "easyio-engine";
-
-/// CPU seconds used so far by the software copy engine's threads: the stand-in for a
-/// hardware engine (DSA), which would cost no CPU; reported apart from the rest.
+/// CPU seconds used so far by the copy engine's threads (registered by the engine as
+/// copy engines or devices): the stand-in for a hardware engine (DSA), which would cost
+/// no CPU; reported apart from the rest.
 pub fn engine_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    let ticks = rustix::param::clock_ticks_per_second() as f64;
-    let mut total = 0.0;
-    for task in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue; // the thread exited meanwhile
-        };
-        // "tid (comm) state ppid …": comm may hold spaces, so split at the last ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        if !stat[open + 1..close].starts_with(ENGINE_THREAD_PREFIX) {
-            continue;
-        }
-        // After the comm: state is field 3, utime and stime are fields 14 and 15.
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-        if let (Some(u), Some(s)) = (tick(11), tick(12)) {
-            total += (u + s) / ticks;
-        }
-    }
-    total
+    let roles = threads::Role::ALL.into_iter().filter(|r| r.is_engine());
+    roles
+        .map(threads::cpu_time)
+        .sum::<std::time::Duration>()
+        .as_secs_f64()
 }
 
 /// The software engine's idle policy for a run with `workers` application threads:

@@ -61,26 +61,41 @@ pub enum DsaError {
         if *write { "write" } else { "read" }
     )]
     PageFault {
+        /// The faulting address.
         addr: u64,
+        /// Whether the access was a write.
         write: bool,
+        /// Bytes copied before the fault.
         bytes_completed: u32,
     },
     /// The descriptor carried flags the device does not accept.
     #[error("invalid descriptor flags {flags:#x}")]
-    InvalidFlags { flags: u32 },
+    InvalidFlags {
+        /// The descriptor's flags.
+        flags: u32,
+    },
     /// A completion record address was not 32-byte aligned, so the device could not
     /// report through it.
     #[error(
         "completion record address {addr:#x} is not {} -byte aligned",
         hw::COMPLETION_ALIGN
     )]
-    CompletionRecordAlign { addr: u64 },
+    CompletionRecordAlign {
+        /// The misaligned address.
+        addr: u64,
+    },
     /// Any other completion status.
     #[error("completion status {code:#04x} ({})", status::name(*code))]
-    Status { code: u8 },
+    Status {
+        /// The status byte.
+        code: u8,
+    },
     /// The device logged a software error instead of writing a completion record.
     #[error("device software error {code:#04x} ({})", status::name(*code))]
-    SoftwareError { code: u8 },
+    SoftwareError {
+        /// The status byte of the software error register.
+        code: u8,
+    },
 }
 
 impl DsaError {
@@ -306,35 +321,10 @@ impl Dsa {
         self.max_batch
     }
 
-    /// # Safety
-    /// As [`crate::Engine::try_submit`]; descriptors already validated.
-    pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
-        let ch = &self.chans[channel as usize];
-        let mut st = ch.state.lock();
-        self.reap_locked(ch, &mut st)?;
-        if ch.stopped.load(Ordering::SeqCst) {
-            return Err(Error::ShutDown { channel });
-        }
-        if st.inflight.is_some() || ch.suspended.load(Ordering::SeqCst) {
-            return Err(Error::Busy {
-                channel,
-                free: 0,
-                needed: descs.len(),
-            });
-        }
-        if let Some(d) = descs.iter().find(|d| d.len() as u64 > ch.max_transfer) {
-            return Err(Error::BadBatch(format!(
-                "a {}-byte copy exceeds the work queue's maximum transfer of {} bytes",
-                d.len(),
-                ch.max_transfer
-            )));
-        }
-        let mut next = ch.core.next.lock();
-        let last = crate::engine::advance(channel, *next, descs.len())?;
-        #[cfg(feature = "testing")]
-        let corrupt = st.corrupt.take();
-        let mem = &st.mem;
-        mem.clear_records();
+    /// Writes the batch's list into `mem`: a MEMMOVE per copy and the fenced MEMFILL
+    /// that stores `last` into the channel's counter; returns the bytes copied. No batch
+    /// of the channel may be in flight.
+    fn write_list(&self, ch: &DsaChannel, mem: &BatchMem, descs: &[Desc], last: u64) -> u64 {
         // List entries: the copies, then the counter write. Under the test fault
         // `PublishBeforeData` the counter write comes first instead, in batches that
         // only copy into the region (a copy out of it would write a buffer its owner
@@ -376,6 +366,39 @@ impl Dsa {
         );
         // SAFETY: publish_at <= descs.len() <= max_batch < slots.
         unsafe { mem.list().add(publish_at).write(publish) };
+        bytes
+    }
+
+    /// # Safety
+    /// As [`crate::Engine::try_submit`]; descriptors already validated.
+    pub unsafe fn try_submit(&self, channel: u16, descs: &[Desc]) -> Result<Sn> {
+        let ch = &self.chans[channel as usize];
+        let mut st = ch.state.lock();
+        self.reap_locked(ch, &mut st)?;
+        if ch.stopped.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown { channel });
+        }
+        if st.inflight.is_some() || ch.suspended.load(Ordering::SeqCst) {
+            return Err(Error::Busy {
+                channel,
+                free: 0,
+                needed: descs.len(),
+            });
+        }
+        if let Some(d) = descs.iter().find(|d| d.len() as u64 > ch.max_transfer) {
+            return Err(Error::BadBatch(format!(
+                "a {}-byte copy exceeds the work queue's maximum transfer of {} bytes",
+                d.len(),
+                ch.max_transfer
+            )));
+        }
+        let mut next = ch.core.next.lock();
+        let last = crate::engine::advance(channel, *next, descs.len())?;
+        #[cfg(feature = "testing")]
+        let corrupt = st.corrupt.take();
+        let mem = &st.mem;
+        mem.clear_records();
+        let bytes = self.write_list(ch, mem, descs, last);
         #[cfg(feature = "testing")]
         if let Some(how) = corrupt {
             // SAFETY: entry 0 exists (batches are never empty) and is ours.

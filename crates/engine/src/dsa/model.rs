@@ -165,11 +165,10 @@ impl DeviceModel {
             descriptors: AtomicU64::new(0),
         });
         let dev = shared.clone();
-        let thread = std::thread::Builder::new()
-            // The engine's device: named like the software engine's workers, so that
-            // the crash harness finds its copies in a trace.
-            .name("easyio-engine-dsa-model".into())
-            .spawn(move || run(&dev))
+        // The engine's device, registered as one so that a trace (the crash harness)
+        // attributes its copies to a copy device.
+        let name = "easyio-engine-dsa-model".to_string();
+        let thread = threads::spawn(threads::Role::CopyDevice, name, move || run(&dev))
             .expect("spawning the device model");
         let portal = ModelPortal {
             shared: shared.clone(),

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use engine::{format_records, EngineConfig, AREA_BYTES};
 use pmem::Region;
+use rand::{Rng as _, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 /// Region offset of the record area in every test region.
 pub const AREA: u64 = 0;
@@ -28,12 +30,14 @@ pub fn config(channels: usize) -> EngineConfig {
 
 /// Deterministic bytes that differ by seed and position.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    (0..len).map(|_| rng.next_u64() as u8).collect()
+    let mut rng = rng(seed);
+    (0..len).map(|_| rng.random::<u8>()).collect()
 }
 
-/// Seeded random numbers for the tests (the crash harness's SplitMix64).
-pub use pmem::crash::SplitMix as Rng;
+/// Seeded random numbers for the tests.
+pub fn rng(seed: u64) -> Pcg64Mcg {
+    Pcg64Mcg::seed_from_u64(seed)
+}
 
 /// Reads `len` bytes of the region at `off`.
 pub fn read(region: &Region, off: u64, len: usize) -> Vec<u8> {
