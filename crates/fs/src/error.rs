@@ -38,6 +38,17 @@ pub enum Error {
     TooManyLinks,
     #[error("file too large")]
     FileTooBig,
+    /// The caller's credentials do not allow the access (EACCES).
+    #[error("permission denied")]
+    Access,
+    /// A special file (FIFO, socket, device) opened for I/O: its I/O belongs to the
+    /// door in front of the file system (the kernel for FUSE, libc for the shim).
+    #[error("no such device or address: special files are not opened for I/O here")]
+    NoDevice,
+    /// `RENAME_NOREPLACE`, `O_EXCL` on a directory and other flags a call does not
+    /// take in that combination.
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
     #[error("corrupted file system: {0}")]
     Corrupt(String),
     /// The file system is mounted read-only (asked for, or because mount found damage
@@ -86,6 +97,9 @@ impl Error {
             Error::NotPermitted(_) => libc::EPERM,
             Error::TooManyLinks => libc::EMLINK,
             Error::FileTooBig => libc::EFBIG,
+            Error::Access => libc::EACCES,
+            Error::NoDevice => libc::ENXIO,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Corrupt(_) => libc::EUCLEAN,
             Error::ReadOnly => libc::EROFS,
             Error::Region(e) => e.errno(),

@@ -9,12 +9,15 @@
 //! scheme) held only inside one operation. Reads copy data after releasing it; blocks a
 //! reader may still copy from are not reused until it is done (see `epoch`).
 //!
-//! Not modelled: permissions are recorded (mode, uid, gid) but not enforced, and
-//! `atime` is not updated by reads (as with `noatime`).
+//! Credentials: calls on a [`Session`] (`fs.as_user(&cred)`) are checked against the
+//! caller's [`Cred`] as Linux checks them; calls on the `FileSystem` itself are the
+//! trusted context (no checks). `atime` is not updated by reads (as with `noatime`).
 
 mod aio;
 mod alloc;
+mod attr;
 mod commit;
+mod cred;
 mod epoch;
 mod error;
 mod facade;
@@ -24,13 +27,16 @@ pub mod fault;
 mod fault;
 mod file;
 pub mod fsck;
+mod handle;
 mod index;
 mod inode;
 mod journal;
 pub mod layout;
 mod log;
 mod namespace;
+mod open;
 mod recovery;
+mod rename;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,12 +46,19 @@ use pmem::Pmem;
 use serde::Serialize;
 
 pub use aio::{ReadToken, WriteToken};
+pub use attr::{SetAttr, Time};
+pub use cred::Cred;
 pub use error::{Error, Result};
 pub use file::{Fd, OpenFlags, Whence};
+pub use handle::{
+    DirEntryAt, Session, StatFs, AT_EMPTY_PATH, AT_REMOVEDIR, AT_SYMLINK_FOLLOW,
+    AT_SYMLINK_NOFOLLOW,
+};
 pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use alloc::InoAlloc;
 use epoch::Epoch;
@@ -127,7 +140,7 @@ impl MountOptions {
     /// an engine other than the one the file system opens, is refused.
     pub fn with_profile(mut self, path: &std::path::Path) -> Result<MountOptions> {
         self.mover = mover::profile::Profile::load_into(path, self.mover.engine.name(), self.mover)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            .map_err(Error::Mover)?;
         Ok(self)
     }
 }
@@ -136,12 +149,17 @@ impl MountOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stat {
     pub ino: u64,
+    /// The inode's generation (its creation time, ns): with `ino`, names the inode
+    /// for its whole life; a reused number has another generation.
+    pub generation: u64,
     pub kind: FileKind,
     /// `st_mode`: kind bits and permission bits.
     pub mode: u32,
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Device number of a character or block device (`st_rdev`); 0 otherwise.
+    pub rdev: u64,
     pub size: u64,
     /// 512-byte units allocated, as `st_blocks`.
     pub blocks: u64,
