@@ -6,36 +6,50 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Why a file system operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// No such file or directory (ENOENT).
     #[error("no such file or directory")]
     NotFound,
+    /// The name is taken (EEXIST).
     #[error("file exists")]
     Exists,
+    /// A component that must be a directory is not (ENOTDIR).
     #[error("not a directory")]
     NotDir,
+    /// A directory where it cannot be one (EISDIR).
     #[error("is a directory")]
     IsDir,
+    /// A directory that must be empty is not (ENOTEMPTY).
     #[error("directory not empty")]
     NotEmpty,
+    /// A name over [`crate::MAX_NAME`] bytes (ENAMETOOLONG).
     #[error("file name too long (the limit is {} bytes)", crate::MAX_NAME)]
     NameTooLong,
     /// A whole path (or a symbolic link's target) over [`crate::MAX_PATH`]: the same
     /// errno as a long name, but the message names the limit that was hit.
     #[error("path too long (the limit is {} bytes)", crate::MAX_PATH)]
     PathTooLong,
+    /// The data pool is full (ENOSPC).
     #[error("no space left in the region")]
     NoSpace,
+    /// Every inode is in use (ENOSPC).
     #[error("no free inodes left")]
     NoInodes,
+    /// Not an open descriptor, or not open for that (EBADF).
     #[error("bad file descriptor")]
     BadFd,
+    /// An argument the call does not take (EINVAL).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// More than [`crate::MAX_SYMLINK_HOPS`] symbolic links, or one where none may be (ELOOP).
     #[error("too many levels of symbolic links")]
     Loop,
+    /// Not allowed to anyone but root or the owner, or not at all (EPERM).
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
+    /// More than [`crate::MAX_LINKS`] links (EMLINK).
     #[error("too many links")]
     TooManyLinks,
+    /// Past [`crate::MAX_FILE_SIZE`] (EFBIG).
     #[error("file too large")]
     FileTooBig,
     /// The caller's credentials do not allow the access (EACCES).
@@ -49,12 +63,14 @@ pub enum Error {
     /// take in that combination.
     #[error("operation not supported: {0}")]
     NotSupported(&'static str),
+    /// The image is damaged where the call looked (EUCLEAN).
     #[error("corrupted file system: {0}")]
     Corrupt(String),
     /// The file system is mounted read-only (asked for, or because mount found damage
     /// it cannot repair).
     #[error("read-only file system")]
     ReadOnly,
+    /// The region failed: its errno.
     #[error(transparent)]
     Region(#[from] pmem::Error),
     /// The data mover or copy engine could not be set up (mount, format, options).
@@ -65,6 +81,7 @@ pub enum Error {
     /// runs any more.
     #[error("I/O error moving file data")]
     Io {
+        /// What the mover or engine reported.
         #[source]
         source: mover::Error,
     },

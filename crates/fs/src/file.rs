@@ -27,14 +27,23 @@ pub struct Fd(pub u32);
 pub struct OpenFlags(pub i32);
 
 impl OpenFlags {
+    /// Open for reading.
     pub const RDONLY: OpenFlags = OpenFlags(libc::O_RDONLY);
+    /// Open for writing.
     pub const WRONLY: OpenFlags = OpenFlags(libc::O_WRONLY);
+    /// Open for reading and writing.
     pub const RDWR: OpenFlags = OpenFlags(libc::O_RDWR);
+    /// Create the file if the name is free.
     pub const CREAT: OpenFlags = OpenFlags(libc::O_CREAT);
+    /// With `CREAT`: fail with EEXIST if the name is taken.
     pub const EXCL: OpenFlags = OpenFlags(libc::O_EXCL);
+    /// Truncate a regular file opened for writing to 0 bytes.
     pub const TRUNC: OpenFlags = OpenFlags(libc::O_TRUNC);
+    /// Every write goes to the end of the file.
     pub const APPEND: OpenFlags = OpenFlags(libc::O_APPEND);
+    /// A final symbolic link is ELOOP instead of followed.
     pub const NOFOLLOW: OpenFlags = OpenFlags(libc::O_NOFOLLOW);
+    /// The path must name a directory (ENOTDIR).
     pub const DIRECTORY: OpenFlags = OpenFlags(libc::O_DIRECTORY);
     /// A handle that names an inode without opening it for I/O (`O_PATH`): usable as
     /// the directory of `*at` calls, for `fstat`, and with `AT_EMPTY_PATH`.
@@ -97,8 +106,11 @@ impl std::ops::BitOr for OpenFlags {
 /// Origin of an `lseek`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Whence {
+    /// From the start of the file.
     Set,
+    /// From the current position.
     Cur,
+    /// From the end of the file.
     End,
 }
 

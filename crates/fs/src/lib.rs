@@ -148,31 +148,43 @@ impl MountOptions {
 /// What `stat` reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stat {
+    /// Inode number.
     pub ino: u64,
     /// The inode's generation (its creation time, ns): with `ino`, names the inode
     /// for its whole life; a reused number has another generation.
     pub generation: u64,
+    /// What the inode is.
     pub kind: FileKind,
     /// `st_mode`: kind bits and permission bits.
     pub mode: u32,
+    /// Hard links (for a directory: 2 plus its subdirectories).
     pub nlink: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
     /// Device number of a character or block device (`st_rdev`); 0 otherwise.
     pub rdev: u64,
+    /// Bytes (0 for directories and special files).
     pub size: u64,
     /// 512-byte units allocated, as `st_blocks`.
     pub blocks: u64,
+    /// Preferred I/O size: the block size.
     pub blksize: u32,
+    /// Last access set (reads do not update it), ns since the epoch.
     pub atime_ns: i64,
+    /// Last change of the contents, ns since the epoch.
     pub mtime_ns: i64,
+    /// Last change of the inode, ns since the epoch.
     pub ctime_ns: i64,
 }
 
 /// One entry of a directory listing (`.` and `..` are not listed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DirEntry {
+    /// The entry's name.
     pub name: String,
+    /// The inode it names.
     pub ino: u64,
     /// `None` when the inode the entry names cannot be read (damaged: naming it is
     /// `Error::Corrupt`), as `ls` shows `?` for an inode it cannot stat.
@@ -182,6 +194,7 @@ pub struct DirEntry {
 /// Usage of the region.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Usage {
+    /// Blocks of the region.
     pub total_blocks: u64,
     /// Blocks the next allocation can take.
     pub free_blocks: u64,
@@ -189,7 +202,9 @@ pub struct Usage {
     /// them may still run): free once those finish. Zero whenever no read or
     /// asynchronous copy is in flight.
     pub reclaiming_blocks: u64,
+    /// Inodes the table holds (inode 0 is never used).
     pub inodes: u64,
+    /// Inodes in use.
     pub inodes_used: u64,
 }
 
