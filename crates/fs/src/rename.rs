@@ -276,60 +276,13 @@ impl FileSystem {
         l: &mut Locked<'_>,
     ) -> Result<()> {
         let now = now_ns();
-        let same_dir = l.to.is_none();
-        let src_ino = plan.src.ino;
-        let victim_ino = plan.victim.as_ref().map(|v| v.ino);
-        let del = |ino, name: &str| Entry::DentryDel {
-            ino,
-            ctime: now,
-            name: name.to_string(),
-        };
-        let add = |ino, name: &str| Entry::DentryAdd {
-            ino,
-            ctime: now,
-            name: name.to_string(),
-        };
-        let mut src_entries = vec![del(src_ino, &from.name)];
-        let mut dst_entries = Vec::new();
-        if let Some(v) = victim_ino {
-            dst_entries.push(del(v, &to.name));
-        }
-        dst_entries.push(add(src_ino, &to.name));
-        if let (true, Some(v)) = (exchange, victim_ino) {
-            src_entries.push(add(v, &from.name));
-        }
-        // Directory link counts: a subdirectory that moves out leaves its parent one
-        // link fewer; a replaced directory takes one from the destination; with an
-        // exchange, each directory gains what comes in and loses what goes out.
-        let moved_out = (plan.src_is_dir && !same_dir) as i64;
-        let moved_back = (exchange && plan.victim_is_dir && !same_dir) as i64;
-        let replaced = (!exchange && plan.victim_is_dir) as i64;
-        let dst_delta = moved_out - moved_back - replaced;
-        let src_delta = moved_back - moved_out;
-        let link = |st: &InodeState, delta: i64| Entry::Link {
-            nlink: (st.nlink as i64 + delta) as u32,
-            ctime: now,
-        };
+        let (src_entries, dst_entries) = dir_entries(from, to, exchange, plan, l, now);
         let mut staged: Vec<Staged> = Vec::new();
-        if same_dir {
-            // Entries of one directory: the removal of the source name first, so a
-            // rename to a name of the same directory ends with the name added.
-            let mut all = src_entries;
-            all.extend(dst_entries);
-            if dst_delta != 0 {
-                all.push(link(&l.from, dst_delta));
-            }
-            staged.push(self.stage(from.dir.ino, &mut l.from, all)?);
-        } else {
-            let t = l.to.as_mut().expect("two directories");
-            if src_delta != 0 {
-                src_entries.push(link(&l.from, src_delta));
-            }
-            if dst_delta != 0 {
-                dst_entries.push(link(t, dst_delta));
-            }
+        if let Some(t) = l.to.as_mut() {
             staged.push(self.stage(from.dir.ino, &mut l.from, src_entries)?);
             staged.push(self.stage(to.dir.ino, t, dst_entries)?);
+        } else {
+            staged.push(self.stage(from.dir.ino, &mut l.from, src_entries)?);
         }
         let mut vst = plan
             .victim
@@ -362,6 +315,73 @@ impl FileSystem {
             self.maybe_clean(&to.dir, t);
         }
         Ok(())
+    }
+}
+
+/// The entries a rename appends to the source directory and to the destination
+/// directory (all in the source's when they are one): names removed and added, and
+/// the directories' new link counts.
+fn dir_entries(
+    from: &Side,
+    to: &Side,
+    exchange: bool,
+    plan: &Plan,
+    l: &Locked<'_>,
+    now: i64,
+) -> (Vec<Entry>, Vec<Entry>) {
+    let same_dir = l.to.is_none();
+    let src_ino = plan.src.ino;
+    let victim_ino = plan.victim.as_ref().map(|v| v.ino);
+    let del = |ino, name: &str| Entry::DentryDel {
+        ino,
+        ctime: now,
+        name: name.to_string(),
+    };
+    let add = |ino, name: &str| Entry::DentryAdd {
+        ino,
+        ctime: now,
+        name: name.to_string(),
+    };
+    let mut src_entries = vec![del(src_ino, &from.name)];
+    let mut dst_entries = Vec::new();
+    if let Some(v) = victim_ino {
+        dst_entries.push(del(v, &to.name));
+    }
+    dst_entries.push(add(src_ino, &to.name));
+    if let (true, Some(v)) = (exchange, victim_ino) {
+        src_entries.push(add(v, &from.name));
+    }
+    // Directory link counts: a subdirectory that moves out leaves its parent one link
+    // fewer; a replaced directory takes one from the destination; with an exchange,
+    // each directory gains what comes in and loses what goes out.
+    let moved_out = (plan.src_is_dir && !same_dir) as i64;
+    let moved_back = (exchange && plan.victim_is_dir && !same_dir) as i64;
+    let replaced = (!exchange && plan.victim_is_dir) as i64;
+    let dst_delta = moved_out - moved_back - replaced;
+    let src_delta = moved_back - moved_out;
+    let link = |st: &InodeState, delta: i64| Entry::Link {
+        nlink: (st.nlink as i64 + delta) as u32,
+        ctime: now,
+    };
+    match &l.to {
+        None => {
+            // One directory: the removal of the source name first, so a rename to a
+            // name of the same directory ends with the name added.
+            src_entries.extend(dst_entries);
+            if dst_delta != 0 {
+                src_entries.push(link(&l.from, dst_delta));
+            }
+            (src_entries, Vec::new())
+        }
+        Some(t) => {
+            if src_delta != 0 {
+                src_entries.push(link(&l.from, src_delta));
+            }
+            if dst_delta != 0 {
+                dst_entries.push(link(t, dst_delta));
+            }
+            (src_entries, dst_entries)
+        }
     }
 }
 
