@@ -72,39 +72,7 @@ impl FileSystem {
         self.check_writable()?;
         let pm = &*self.pm;
         let log = &mut st.log;
-        // Where the next entry goes: (index into log.pages, slot within that page).
-        let (mut page_idx, mut slot) = if log.tail == 0 {
-            (0, 0)
-        } else {
-            let page = log.tail - log.tail % BLOCK_SIZE;
-            let idx = log
-                .pages
-                .iter()
-                .position(|&p| p == page)
-                .expect("tail outside log");
-            (idx, (log.tail % BLOCK_SIZE) / SLOT)
-        };
-        // First pass: where each entry lands, and how many pages must be added.
-        let mut places: SmallVec<[(usize, u64); 4]> = SmallVec::new();
-        // (page index, slots used) of pages left behind
-        let mut moved_on: SmallVec<[(usize, u64); 2]> = SmallVec::new();
-        let mut pages_needed = 0usize;
-        for e in &entries {
-            let k = e.slots();
-            let have_page = page_idx < log.pages.len() + pages_needed;
-            if !have_page || slot + k > SLOTS_PER_PAGE {
-                if have_page {
-                    moved_on.push((page_idx, slot));
-                    page_idx += 1;
-                }
-                slot = 0;
-                if page_idx >= log.pages.len() + pages_needed {
-                    pages_needed += 1;
-                }
-            }
-            places.push((page_idx, slot));
-            slot += k;
-        }
+        let (places, moved_on, pages_needed) = place_entries(log, &entries);
         let new_pages: Vec<u64> = if pages_needed > 0 {
             let mut got = Vec::new();
             for ext in self.alloc_blocks(pages_needed as u64)? {
@@ -114,7 +82,6 @@ impl FileSystem {
         } else {
             Vec::new()
         };
-        let had_pages = log.pages.len();
         // Fresh pages get their trailers durably before anything links to them.
         for &p in &new_pages {
             pm.write(p + TRAILER_OFF, &trailer(0, ino));
@@ -124,34 +91,7 @@ impl FileSystem {
         if !new_pages.is_empty() {
             pm.fence();
         }
-        // Link the new pages in, record how full the pages left behind are, and write
-        // back every trailer line touched (plus the head word for a first page).
-        let mut touched: SmallVec<[u64; 4]> = SmallVec::new();
-        for (i, &p) in new_pages.iter().enumerate() {
-            match (had_pages + i).checked_sub(1) {
-                Some(prev) => {
-                    let prev = log_page(log, &new_pages, prev);
-                    pm.store_u64(prev + TRAILER_OFF, p);
-                    touched.push(prev);
-                }
-                None => {
-                    let head = self.geo.inode_off(ino) + HEAD_OFF;
-                    pm.store_u64(head, seal_log_word(ino, LogWord::Head, p));
-                    pm.flush(head, 8);
-                    log.head = p;
-                }
-            }
-        }
-        for &(idx, used) in &moved_on {
-            let page = log_page(log, &new_pages, idx);
-            pm.store_u64(page + TRAILER_USED_OFF, used);
-            touched.push(page);
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for page in touched {
-            pm.flush(page + TRAILER_OFF, SLOT);
-        }
+        self.link_pages(ino, log, &new_pages, &moved_on);
         log.pages.extend_from_slice(&new_pages);
         let mut new_tail = log.tail;
         for (e, &(idx, slot)) in entries.iter().zip(&places) {
@@ -167,6 +107,46 @@ impl FileSystem {
             entries,
             new_data: Vec::new(),
         })
+    }
+
+    /// Links `new_pages` into the log's chain (the head word for a first page),
+    /// records how full the pages left behind are, and writes back every trailer line
+    /// touched.
+    fn link_pages(
+        &self,
+        ino: u64,
+        log: &mut LogState,
+        new_pages: &[u64],
+        moved_on: &[(usize, u64)],
+    ) {
+        let pm = &*self.pm;
+        let had_pages = log.pages.len();
+        let mut touched: SmallVec<[u64; 4]> = SmallVec::new();
+        for (i, &p) in new_pages.iter().enumerate() {
+            match (had_pages + i).checked_sub(1) {
+                Some(prev) => {
+                    let prev = log_page(log, new_pages, prev);
+                    pm.store_u64(prev + TRAILER_OFF, p);
+                    touched.push(prev);
+                }
+                None => {
+                    let head = self.geo.inode_off(ino) + HEAD_OFF;
+                    pm.store_u64(head, seal_log_word(ino, LogWord::Head, p));
+                    pm.flush(head, 8);
+                    log.head = p;
+                }
+            }
+        }
+        for &(idx, used) in moved_on {
+            let page = log_page(log, new_pages, idx);
+            pm.store_u64(page + TRAILER_USED_OFF, used);
+            touched.push(page);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for page in touched {
+            pm.flush(page + TRAILER_OFF, SLOT);
+        }
     }
 
     /// Commits staged entries of one inode with a single atomic tail store, then
@@ -415,4 +395,48 @@ fn write_entry(st: &InodeState, pgoff: u64, block: u64, npages: u32) -> Entry {
         mtime: st.mtime,
         sn: 0,
     }
+}
+
+/// (index into the log's pages, slot within that page).
+type Place = (usize, u64);
+
+/// Where staged entries go after the tail of `log`: the place of each, the pages the
+/// log moves past with the slots they use, and how many pages it needs.
+fn place_entries(
+    log: &LogState,
+    entries: &[Entry],
+) -> (SmallVec<[Place; 4]>, SmallVec<[Place; 2]>, usize) {
+    // Where the next entry goes: (index into log.pages, slot within that page).
+    let (mut page_idx, mut slot) = if log.tail == 0 {
+        (0, 0)
+    } else {
+        let page = log.tail - log.tail % BLOCK_SIZE;
+        let idx = log
+            .pages
+            .iter()
+            .position(|&p| p == page)
+            .expect("tail outside log");
+        (idx, (log.tail % BLOCK_SIZE) / SLOT)
+    };
+    let mut places: SmallVec<[(usize, u64); 4]> = SmallVec::new();
+    // (page index, slots used) of pages left behind
+    let mut moved_on: SmallVec<[(usize, u64); 2]> = SmallVec::new();
+    let mut pages_needed = 0usize;
+    for e in entries {
+        let k = e.slots();
+        let have_page = page_idx < log.pages.len() + pages_needed;
+        if !have_page || slot + k > SLOTS_PER_PAGE {
+            if have_page {
+                moved_on.push((page_idx, slot));
+                page_idx += 1;
+            }
+            slot = 0;
+            if page_idx >= log.pages.len() + pages_needed {
+                pages_needed += 1;
+            }
+        }
+        places.push((page_idx, slot));
+        slot += k;
+    }
+    (places, moved_on, pages_needed)
 }
