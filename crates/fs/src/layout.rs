@@ -73,7 +73,9 @@ const LOG_WORD_OFFSET_MASK: u64 = (1 << LOG_WORD_OFFSET_BITS) - 1;
 /// Which of an inode's two log words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogWord {
+    /// The offset of the first log page.
     Head,
+    /// The offset of the next free slot.
     Tail,
 }
 
@@ -141,14 +143,23 @@ const SB_LEN: usize = SB_CSUM_OFF + 4;
 /// Where everything is, derived from the region size and the inode count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Blocks of the region (after its header).
     pub total_blocks: u64,
+    /// First block of the journals.
     pub journal_start: u64,
+    /// Number of journals.
     pub journals: u64,
+    /// First block of the inode table.
     pub inode_start: u64,
+    /// Inodes in the table (inode 0 unused).
     pub inodes: u64,
+    /// First block of the saved allocator bitmap.
     pub bitmap_start: u64,
+    /// First block of the data and log-page pool.
     pub pool_start: u64,
+    /// Engine channels with completion records.
     pub channels: u64,
+    /// A random identity given at format time.
     pub id: [u8; 16],
 }
 
@@ -368,14 +379,17 @@ pub fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Writes `v` little-endian at `off`.
 pub fn put32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Reads a little-endian u64 at `off`.
 pub fn get64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
 }
 
+/// Reads a little-endian u32 at `off`.
 pub fn get32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
 }
