@@ -491,6 +491,10 @@ fn kind_char(k: FileKind) -> char {
         FileKind::File => '-',
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDev => 'c',
+        FileKind::BlockDev => 'b',
     }
 }
 

@@ -133,6 +133,8 @@ fn read_back(fs: &FileSystem) {
                         let _ = fs.close(fd);
                     }
                 }
+                // FIFOs, sockets and devices hold no data to read back.
+                _ => {}
             }
         }
     }

@@ -86,6 +86,8 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, String> {
                         data: Arc::new(data),
                     }
                 }
+                // The workloads make no special files.
+                k => return Err(format!("{path}: unexpected {k:?}")),
             };
             found.push((path, node, st.ino));
         }

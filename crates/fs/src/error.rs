@@ -6,44 +6,71 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Why a file system operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// No such file or directory (ENOENT).
     #[error("no such file or directory")]
     NotFound,
+    /// The name is taken (EEXIST).
     #[error("file exists")]
     Exists,
+    /// A component that must be a directory is not (ENOTDIR).
     #[error("not a directory")]
     NotDir,
+    /// A directory where it cannot be one (EISDIR).
     #[error("is a directory")]
     IsDir,
+    /// A directory that must be empty is not (ENOTEMPTY).
     #[error("directory not empty")]
     NotEmpty,
+    /// A name over [`crate::MAX_NAME`] bytes (ENAMETOOLONG).
     #[error("file name too long (the limit is {} bytes)", crate::MAX_NAME)]
     NameTooLong,
     /// A whole path (or a symbolic link's target) over [`crate::MAX_PATH`]: the same
     /// errno as a long name, but the message names the limit that was hit.
     #[error("path too long (the limit is {} bytes)", crate::MAX_PATH)]
     PathTooLong,
+    /// The data pool is full (ENOSPC).
     #[error("no space left in the region")]
     NoSpace,
+    /// Every inode is in use (ENOSPC).
     #[error("no free inodes left")]
     NoInodes,
+    /// Not an open descriptor, or not open for that (EBADF).
     #[error("bad file descriptor")]
     BadFd,
+    /// An argument the call does not take (EINVAL).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// More than [`crate::MAX_SYMLINK_HOPS`] symbolic links, or one where none may be (ELOOP).
     #[error("too many levels of symbolic links")]
     Loop,
+    /// Not allowed to anyone but root or the owner, or not at all (EPERM).
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
+    /// More than [`crate::MAX_LINKS`] links (EMLINK).
     #[error("too many links")]
     TooManyLinks,
+    /// Past [`crate::MAX_FILE_SIZE`] (EFBIG).
     #[error("file too large")]
     FileTooBig,
+    /// The caller's credentials do not allow the access (EACCES).
+    #[error("permission denied")]
+    Access,
+    /// A special file (FIFO, socket, device) opened for I/O: its I/O belongs to the
+    /// door in front of the file system (the kernel for FUSE, libc for the shim).
+    #[error("no such device or address: special files are not opened for I/O here")]
+    NoDevice,
+    /// The operation, a flag combination (e.g. `O_EXCL` on a directory) or an
+    /// attribute namespace that is not supported.
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    /// The image is damaged where the call looked (EUCLEAN).
     #[error("corrupted file system: {0}")]
     Corrupt(String),
     /// The file system is mounted read-only (asked for, or because mount found damage
     /// it cannot repair).
     #[error("read-only file system")]
     ReadOnly,
+    /// The region failed: its errno.
     #[error(transparent)]
     Region(#[from] pmem::Error),
     /// The data mover or copy engine could not be set up (mount, format, options).
@@ -54,6 +81,7 @@ pub enum Error {
     /// runs any more.
     #[error("I/O error moving file data")]
     Io {
+        /// What the mover or engine reported.
         #[source]
         source: mover::Error,
     },
@@ -67,9 +95,6 @@ pub enum Error {
     /// An extended attribute's value (or the list of names) is over the Linux limit.
     #[error("argument list too long: {0}")]
     TooBig(&'static str),
-    /// The operation or the attribute namespace is not supported.
-    #[error("operation not supported: {0}")]
-    NotSupported(&'static str),
     /// `SEEK_DATA`/`SEEK_HOLE` at or beyond the end of the file, or no data after it.
     #[error("no such device or address (offset at or past the end of the data)")]
     NoSuchOffset,
@@ -102,6 +127,9 @@ impl Error {
             Error::NotPermitted(_) => libc::EPERM,
             Error::TooManyLinks => libc::EMLINK,
             Error::FileTooBig => libc::EFBIG,
+            Error::Access => libc::EACCES,
+            Error::NoDevice => libc::ENXIO,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Corrupt(_) => libc::EUCLEAN,
             Error::ReadOnly => libc::EROFS,
             Error::Region(e) => e.errno(),
@@ -110,7 +138,6 @@ impl Error {
             Error::NoData => libc::ENODATA,
             Error::Range(_) => libc::ERANGE,
             Error::TooBig(_) => libc::E2BIG,
-            Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::NoSuchOffset => libc::ENXIO,
         }
     }

@@ -1,4 +1,5 @@
-//! Files: descriptors, open flags, copy-on-write writes, reads, truncate, attributes.
+//! Files: descriptors, open flags, copy-on-write writes, reads, truncate (opening is in
+//! `open`, attributes in `attr`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::inode::{FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
-use crate::{now_ns, FileSystem, Stat, MAX_FILE_SIZE};
-use mover::{Class, Client, Pending, ReadPiece, WritePiece};
+use crate::{now_ns, FileSystem, MAX_FILE_SIZE};
+use mover::{Client, Pending, ReadPiece, WritePiece};
 use parking_lot::RwLockWriteGuard;
 
 /// An open file descriptor of a mounted file system.
@@ -26,15 +27,30 @@ pub struct Fd(pub u32);
 pub struct OpenFlags(pub i32);
 
 impl OpenFlags {
+    /// Open for reading.
     pub const RDONLY: OpenFlags = OpenFlags(libc::O_RDONLY);
+    /// Open for writing.
     pub const WRONLY: OpenFlags = OpenFlags(libc::O_WRONLY);
+    /// Open for reading and writing.
     pub const RDWR: OpenFlags = OpenFlags(libc::O_RDWR);
+    /// Create the file if the name is free.
     pub const CREAT: OpenFlags = OpenFlags(libc::O_CREAT);
+    /// With `CREAT`: fail with EEXIST if the name is taken.
     pub const EXCL: OpenFlags = OpenFlags(libc::O_EXCL);
+    /// Truncate a regular file opened for writing to 0 bytes.
     pub const TRUNC: OpenFlags = OpenFlags(libc::O_TRUNC);
+    /// Every write goes to the end of the file.
     pub const APPEND: OpenFlags = OpenFlags(libc::O_APPEND);
+    /// A final symbolic link is ELOOP instead of followed.
     pub const NOFOLLOW: OpenFlags = OpenFlags(libc::O_NOFOLLOW);
+    /// The path must name a directory (ENOTDIR).
     pub const DIRECTORY: OpenFlags = OpenFlags(libc::O_DIRECTORY);
+    /// A handle that names an inode without opening it for I/O (`O_PATH`): usable as
+    /// the directory of `*at` calls, for `fstat`, and with `AT_EMPTY_PATH`.
+    pub const PATH: OpenFlags = OpenFlags(libc::O_PATH);
+    /// An unnamed file in the directory the path names (`O_TMPFILE`, which includes
+    /// `O_DIRECTORY`); `linkat` can name it unless `O_EXCL` was given.
+    pub const TMPFILE: OpenFlags = OpenFlags(libc::O_TMPFILE);
 
     /// Flags accepted; others are refused with EINVAL rather than silently ignored.
     /// `O_CLOEXEC`, `O_LARGEFILE` and `O_NOCTTY` are accepted and have no effect here.
@@ -45,20 +61,29 @@ impl OpenFlags {
         | libc::O_APPEND
         | libc::O_NOFOLLOW
         | libc::O_DIRECTORY
+        | libc::O_PATH
+        | libc::O_TMPFILE
         | libc::O_CLOEXEC
         | libc::O_LARGEFILE
         | libc::O_NOCTTY;
 
-    fn has(self, f: OpenFlags) -> bool {
-        self.0 & f.0 != 0
+    /// Whether every bit of `f` is set.
+    pub fn has(self, f: OpenFlags) -> bool {
+        self.0 & f.0 == f.0
     }
 
-    fn validate(self) -> Result<(bool, bool)> {
+    /// Whether the flags may be used, and if so whether they open for reading and
+    /// for writing.
+    pub(crate) fn validate(self) -> Result<(bool, bool)> {
         if self.0 & !Self::KNOWN != 0 {
             return Err(Error::Invalid(format!(
                 "unsupported open flags {:#o}",
                 self.0 & !Self::KNOWN
             )));
+        }
+        if self.has(OpenFlags::PATH) {
+            // Linux ignores every other flag but O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC.
+            return Ok((false, false));
         }
         match self.0 & libc::O_ACCMODE {
             libc::O_RDONLY => Ok((true, false)),
@@ -81,8 +106,11 @@ impl std::ops::BitOr for OpenFlags {
 /// Origin of an `lseek`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Whence {
+    /// From the start of the file.
     Set,
+    /// From the current position.
     Cur,
+    /// From the end of the file.
     End,
     /// `SEEK_DATA`: the first data at or after the offset (see `crate::space`).
     Data,
@@ -92,13 +120,17 @@ pub enum Whence {
 
 /// An open file description.
 pub(crate) struct OpenFile {
-    inode: Arc<Inode>,
-    readable: bool,
-    writable: bool,
-    append: bool,
-    pos: Mutex<u64>,
+    pub(crate) inode: Arc<Inode>,
+    /// Neither readable nor writable: an `O_PATH` handle.
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) append: bool,
+    pub(crate) pos: Mutex<u64>,
     /// The channel manager's client this handle's copies belong to.
-    client: Client,
+    pub(crate) client: Client,
+    /// Opened for writing by a caller without root's privileges: a write clears the
+    /// file's setuid/setgid bits, as Linux's `file_remove_privs`.
+    pub(crate) drop_privs: bool,
 }
 
 impl OpenFile {
@@ -120,133 +152,6 @@ impl OpenFile {
 }
 
 impl FileSystem {
-    /// Opens (and with `O_CREAT` creates) a file; returns the lowest free descriptor.
-    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
-        self.open_with_class(path, flags, mode, Class::Default)
-    }
-
-    /// [`FileSystem::open`] for a client of the channel manager (EASYIO §4.4): the
-    /// handle's copies go to the channels of `class`, and an L handle's read and write
-    /// latencies feed the throttling loop.
-    pub fn open_with_class(
-        &self,
-        path: &str,
-        flags: OpenFlags,
-        mode: u32,
-        class: Class,
-    ) -> Result<Fd> {
-        let (readable, writable) = flags.validate()?;
-        if writable || flags.has(OpenFlags::TRUNC) {
-            self.check_writable()?;
-        }
-        let follow = !flags.has(OpenFlags::NOFOLLOW);
-        let (inode, created) = if flags.has(OpenFlags::CREAT) {
-            self.open_or_create(path, flags, mode, follow)?
-        } else {
-            (self.resolve(path, follow)?, false)
-        };
-        {
-            let st = inode.state.read();
-            match st.kind {
-                // POSIX: EISDIR for a directory opened for writing, or with O_CREAT
-                // but without O_DIRECTORY.
-                FileKind::Dir
-                    if writable
-                        || (flags.has(OpenFlags::CREAT) && !flags.has(OpenFlags::DIRECTORY)) =>
-                {
-                    return Err(Error::IsDir)
-                }
-                FileKind::Symlink => return Err(Error::Loop),
-                k if flags.has(OpenFlags::DIRECTORY) && k != FileKind::Dir => {
-                    return Err(Error::NotDir)
-                }
-                _ => {}
-            }
-            if st.freed {
-                return Err(Error::NotFound);
-            }
-            inode.opens.fetch_add(1, Ordering::SeqCst);
-        }
-        let file = Arc::new(OpenFile {
-            inode: inode.clone(),
-            readable,
-            writable,
-            append: flags.has(OpenFlags::APPEND),
-            pos: Mutex::new(0),
-            client: self.mover.register(class),
-        });
-        if flags.has(OpenFlags::TRUNC) && writable && !created {
-            if let Err(e) = self.truncate_inode(&inode, 0) {
-                self.drop_open(&inode);
-                return Err(e);
-            }
-        }
-        let mut fds = self.fds.write();
-        let slot = fds.iter().position(Option::is_none).unwrap_or_else(|| {
-            fds.push(None);
-            fds.len() - 1
-        });
-        fds[slot] = Some(file);
-        Ok(Fd(slot as u32))
-    }
-
-    /// The inode `open(O_CREAT)` opens, and whether it created it. A name that is a
-    /// symbolic link leading nowhere gets its target created, as open(2) does: the
-    /// last missing name at the end of the chain of links (without `O_NOFOLLOW`; with
-    /// `O_EXCL` the link's own name already exists).
-    fn open_or_create(
-        &self,
-        path: &str,
-        flags: OpenFlags,
-        mode: u32,
-        follow: bool,
-    ) -> Result<(Arc<Inode>, bool)> {
-        // Where the name being opened is looked up from: the path, then each link's
-        // target from the link's directory.
-        let (mut base, mut rel) = (self.inode(crate::layout::ROOT_INO)?, path.to_string());
-        let mut hops = 0;
-        let mut p = self.resolve_parent(path)?;
-        // As in Linux, O_CREAT with a trailing slash is EISDIR, whatever the name is.
-        if p.trailing_slash && !p.name.is_empty() {
-            return Err(Error::IsDir);
-        }
-        loop {
-            if p.name.is_empty() {
-                return Ok((p.dir, false));
-            }
-            let mut dst = p.dir.state.write();
-            if dst.kind != FileKind::Dir {
-                return Err(Error::NotDir);
-            }
-            if !dst.children.contains_key(&p.name) {
-                if p.trailing_slash {
-                    return Err(Error::IsDir);
-                }
-                let inode = self.create_in(&p.dir, &mut dst, &p.name, FileKind::File, mode, &[])?;
-                return Ok((inode, true));
-            }
-            if flags.has(OpenFlags::EXCL) {
-                return Err(Error::Exists);
-            }
-            drop(dst);
-            match self.resolve_from(base.clone(), &rel, follow, hops) {
-                Err(Error::NotFound) if follow && !p.trailing_slash => {
-                    let Some(target) = self.symlink_target(&p.dir, &p.name)? else {
-                        return Err(Error::NotFound);
-                    };
-                    hops += 1;
-                    if hops > crate::MAX_SYMLINK_HOPS {
-                        return Err(Error::Loop);
-                    }
-                    base = self.follow_base(&p.dir, &target)?;
-                    rel = target;
-                    p = self.walk(base.clone(), &rel, hops)?;
-                }
-                r => return r.map(|inode| (inode, false)),
-            }
-        }
-    }
-
     pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         self.fds
             .read()
@@ -267,7 +172,7 @@ impl FileSystem {
         Ok(())
     }
 
-    fn drop_open(&self, inode: &Arc<Inode>) {
+    pub(crate) fn drop_open(&self, inode: &Arc<Inode>) {
         let mut st = inode.state.write();
         if inode.opens.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.release_if_unused(inode, &mut st);
@@ -302,6 +207,9 @@ impl FileSystem {
         if !f.writable {
             return Err(Error::BadFd);
         }
+        if f.drop_privs && !buf.is_empty() {
+            self.drop_privs_on_write(&f.inode)?;
+        }
         let mut pos = f.pos.lock();
         let at = if f.append { None } else { Some(*pos) };
         let end = self.write_inode(&f.inode, at, buf, f.client)?;
@@ -319,6 +227,9 @@ impl FileSystem {
         let f = self.file(fd)?;
         if !f.writable {
             return Err(Error::BadFd);
+        }
+        if f.drop_privs && !buf.is_empty() {
+            self.drop_privs_on_write(&f.inode)?;
         }
         let at = if f.append { None } else { Some(off) };
         self.write_inode(&f.inode, at, buf, f.client)?;
@@ -353,90 +264,6 @@ impl FileSystem {
         self.file(fd)?;
         self.pm.fence();
         self.sync_result()
-    }
-
-    /// Sets the size of the file at `path`; holes read as zeros.
-    pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
-        let inode = self.resolve(path, true)?;
-        self.truncate_inode(&inode, len)
-    }
-
-    /// Sets the size of an open file.
-    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
-        let f = self.file(fd)?;
-        if !f.writable {
-            return Err(Error::Invalid("descriptor not open for writing".into()));
-        }
-        self.truncate_inode(&f.inode, len)
-    }
-
-    /// `stat`, following a final symbolic link.
-    pub fn stat(&self, path: &str) -> Result<Stat> {
-        Ok(stat_of(&self.resolve(path, true)?))
-    }
-
-    /// `lstat`: a final symbolic link is described itself.
-    pub fn lstat(&self, path: &str) -> Result<Stat> {
-        Ok(stat_of(&self.resolve(path, false)?))
-    }
-
-    /// `fstat`.
-    pub fn fstat(&self, fd: Fd) -> Result<Stat> {
-        Ok(stat_of(&self.file(fd)?.inode))
-    }
-
-    /// Changes the permission bits.
-    pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
-        let inode = self.resolve(path, true)?;
-        self.set_attr(&inode, attr::MODE, |a| a.mode = mode & 0o7777)
-    }
-
-    /// Changes owner and group; `None` leaves one as it is.
-    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let inode = self.resolve(path, true)?;
-        let mask = uid.map_or(0, |_| attr::UID) | gid.map_or(0, |_| attr::GID);
-        self.set_attr(&inode, mask, |a| {
-            a.uid = uid.unwrap_or(0);
-            a.gid = gid.unwrap_or(0);
-        })
-    }
-
-    /// Sets access and modification times (ns since the epoch); `None` leaves one.
-    pub fn utimens(&self, path: &str, atime: Option<i64>, mtime: Option<i64>) -> Result<()> {
-        let inode = self.resolve(path, true)?;
-        let mask = atime.map_or(0, |_| attr::ATIME) | mtime.map_or(0, |_| attr::MTIME);
-        self.set_attr(&inode, mask, |a| {
-            a.atime = atime.unwrap_or(0);
-            a.mtime = mtime.unwrap_or(0);
-        })
-    }
-
-    fn set_attr(
-        &self,
-        inode: &Arc<Inode>,
-        mask: u32,
-        fill: impl FnOnce(&mut AttrValues),
-    ) -> Result<()> {
-        let mut st = inode.state.write();
-        if st.freed {
-            return Err(Error::NotFound);
-        }
-        let mut a = AttrValues::default();
-        fill(&mut a);
-        let e = Entry::Attr {
-            mask: mask | attr::CTIME,
-            mode: a.mode,
-            uid: a.uid,
-            gid: a.gid,
-            size: 0,
-            atime: a.atime,
-            mtime: a.mtime,
-            ctime: now_ns(),
-        };
-        let staged = self.stage(inode.ino, &mut st, vec![e])?;
-        self.commit_one(&mut st, staged);
-        self.maybe_clean(inode, &mut st);
-        Ok(())
     }
 
     /// Copy-on-write write of `buf` at `at` (`None`: at the end). Returns the offset
@@ -479,8 +306,8 @@ impl FileSystem {
         let mut st = self.lock_settled(inode)?;
         match st.kind {
             FileKind::Dir => return Err(Error::IsDir),
-            FileKind::Symlink => return Err(Error::Invalid("write to a symbolic link".into())),
             FileKind::File => {}
+            _ => return Err(Error::Invalid("write to a file that is not regular".into())),
         }
         let off = at.unwrap_or(st.size);
         if buf.is_empty() {
@@ -853,8 +680,12 @@ impl FileSystem {
         let mut st = self.lock_settled(inode)?;
         match st.kind {
             FileKind::Dir => return Err(Error::IsDir),
-            FileKind::Symlink => return Err(Error::Invalid("truncate of a symbolic link".into())),
             FileKind::File => {}
+            _ => {
+                return Err(Error::Invalid(
+                    "truncate of a file that is not regular".into(),
+                ))
+            }
         }
         let now = now_ns();
         let mut entries = Vec::new();
@@ -942,31 +773,4 @@ pub(crate) struct StartedWrite {
     pub pending: Pending,
     /// Merged partial pages the copy reads from.
     pub _pages: Vec<Vec<u8>>,
-}
-
-#[derive(Default)]
-struct AttrValues {
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    atime: i64,
-    mtime: i64,
-}
-
-fn stat_of(inode: &Arc<Inode>) -> Stat {
-    let st = inode.state.read();
-    Stat {
-        ino: inode.ino,
-        kind: st.kind,
-        mode: st.kind.mode_bits() | st.mode,
-        nlink: st.nlink,
-        uid: st.uid,
-        gid: st.gid,
-        size: st.size,
-        blocks: st.pages.len() as u64 * (BLOCK_SIZE / 512),
-        blksize: BLOCK_SIZE as u32,
-        atime_ns: st.atime,
-        mtime_ns: st.mtime,
-        ctime_ns: st.ctime,
-    }
 }

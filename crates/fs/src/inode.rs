@@ -9,12 +9,13 @@
 //! | 8      | 8    | log head: byte offset of the first log page (0: none), sealed|
 //! | 16     | 8    | log tail: byte offset of the next free slot (0: empty), sealed|
 //! | 24     | 8    | inode number (must match the slot)                        |
-//! | 32     | 4    | kind (1 file, 2 directory, 3 symlink)                     |
+//! | 32     | 4    | kind (1 file, 2 directory, 3 symlink, 4 FIFO, 5 socket, 6 character device, 7 block device) |
 //! | 36     | 4    | permission bits at creation                               |
 //! | 40     | 4    | uid at creation                                           |
 //! | 44     | 4    | gid at creation                                           |
 //! | 48     | 8    | creation time, ns since the epoch                         |
-//! | 56     | 4    | CRC-32C of bytes 24..56                                   |
+//! | 56     | 4    | CRC-32C of bytes 24..56, then (special kinds 4..7 only) of 120..128 |
+//! | 120    | 8    | device number (`st_rdev`) of a special file; 0 otherwise   |
 //!
 //! Head and tail are *sealed* ([`crate::layout::seal_log_word`]): offset in the low 48
 //! bits, a 16-bit check of (inode, word, offset) in the high 16.
@@ -50,14 +51,28 @@ const GID_OFF: usize = 44;
 const CTIME_OFF: usize = 48;
 const CSUM_OFF: usize = 56;
 const STATIC_LEN: usize = CSUM_OFF + 4;
+/// The device number, at the end of the record: only special files have one, and only
+/// their checksum covers it, so records of the other kinds read as before.
+const RDEV_OFF: u64 = crate::layout::INODE_SIZE - 8;
 
 /// What an inode is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
+    /// A regular file.
     File = 1,
+    /// A directory.
     Dir = 2,
+    /// A symbolic link.
     Symlink = 3,
+    /// A named pipe (`mkfifo`).
+    Fifo = 4,
+    /// A Unix-domain socket's name.
+    Socket = 5,
+    /// A character device.
+    CharDev = 6,
+    /// A block device.
+    BlockDev = 7,
 }
 
 impl FileKind {
@@ -66,6 +81,10 @@ impl FileKind {
             1 => Some(FileKind::File),
             2 => Some(FileKind::Dir),
             3 => Some(FileKind::Symlink),
+            4 => Some(FileKind::Fifo),
+            5 => Some(FileKind::Socket),
+            6 => Some(FileKind::CharDev),
+            7 => Some(FileKind::BlockDev),
             _ => None,
         }
     }
@@ -76,7 +95,33 @@ impl FileKind {
             FileKind::File => libc::S_IFREG,
             FileKind::Dir => libc::S_IFDIR,
             FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
         }
+    }
+
+    /// The kind an `st_mode`'s `S_IF*` bits name (0 is a regular file, as for mknod).
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => Some(FileKind::File),
+            libc::S_IFDIR => Some(FileKind::Dir),
+            libc::S_IFLNK => Some(FileKind::Symlink),
+            libc::S_IFIFO => Some(FileKind::Fifo),
+            libc::S_IFSOCK => Some(FileKind::Socket),
+            libc::S_IFCHR => Some(FileKind::CharDev),
+            libc::S_IFBLK => Some(FileKind::BlockDev),
+            _ => None,
+        }
+    }
+
+    /// FIFOs, sockets and devices: inodes with a kind and a device number, no data.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::Socket | FileKind::CharDev | FileKind::BlockDev
+        )
     }
 }
 
@@ -89,6 +134,8 @@ pub struct InodeRecord {
     pub uid: u32,
     pub gid: u32,
     pub ctime: i64,
+    /// Device number of a special file (0 for other kinds).
+    pub rdev: u64,
 }
 
 impl InodeRecord {
@@ -101,10 +148,15 @@ impl InodeRecord {
         put32(&mut b, UID_OFF, self.uid);
         put32(&mut b, GID_OFF, self.gid);
         put64(&mut b, CTIME_OFF, self.ctime as u64);
-        let csum = crc32c::crc32c(&b[INO_OFF..CSUM_OFF]);
+        let rdev = self.rdev.to_le_bytes();
+        let csum = record_csum(&b, self.kind, &rdev);
         put32(&mut b, CSUM_OFF, csum);
         pm.write(off + HEAD_OFF, &b[HEAD_OFF as usize..]);
         pm.persist(off + HEAD_OFF, STATIC_LEN as u64 - HEAD_OFF);
+        if self.kind.is_special() {
+            pm.write(off + RDEV_OFF, &rdev);
+            pm.persist(off + RDEV_OFF, 8);
+        }
     }
 
     /// Reads and checks the record of inode `ino` at `off`.
@@ -112,7 +164,15 @@ impl InodeRecord {
         let mut b = [0u8; STATIC_LEN];
         pm.read(off, &mut b);
         let bad = |why: &str| Error::Corrupt(format!("inode {ino}: {why}"));
-        if crc32c::crc32c(&b[INO_OFF..CSUM_OFF]) != get32(&b, CSUM_OFF) {
+        let kind = FileKind::from_u32(get32(&b, KIND_OFF));
+        let mut rdev = [0u8; 8];
+        if kind.is_some_and(FileKind::is_special) {
+            pm.read(off + RDEV_OFF, &mut rdev);
+        }
+        // An unknown kind is reported as such once the checksum says the kind word is
+        // what was written.
+        let csum = record_csum(&b, kind.unwrap_or(FileKind::File), &rdev);
+        if csum != get32(&b, CSUM_OFF) {
             return Err(bad("checksum mismatch"));
         }
         if get64(&b, INO_OFF) != ino {
@@ -120,12 +180,23 @@ impl InodeRecord {
         }
         Ok(InodeRecord {
             ino,
-            kind: FileKind::from_u32(get32(&b, KIND_OFF)).ok_or_else(|| bad("unknown kind"))?,
+            kind: kind.ok_or_else(|| bad("unknown kind"))?,
+            rdev: u64::from_le_bytes(rdev),
             mode: get32(&b, MODE_OFF),
             uid: get32(&b, UID_OFF),
             gid: get32(&b, GID_OFF),
             ctime: get64(&b, CTIME_OFF) as i64,
         })
+    }
+}
+
+/// The record's checksum: bytes 24..56, then the device number for special kinds.
+fn record_csum(b: &[u8], kind: FileKind, rdev: &[u8; 8]) -> u32 {
+    let c = crc32c::crc32c(&b[INO_OFF..CSUM_OFF]);
+    if kind.is_special() {
+        crc32c::crc32c_append(c, rdev)
+    } else {
+        c
     }
 }
 
@@ -153,6 +224,14 @@ pub struct InodeState {
     pub atime: i64,
     pub mtime: i64,
     pub ctime: i64,
+    /// Creation time from the record: the inode's generation, which tells a reused
+    /// inode number from the inode that had it before.
+    pub born: i64,
+    /// Device number of a special file.
+    pub rdev: u64,
+    /// An `O_TMPFILE` inode opened without `O_EXCL`: `linkat` may give it a name
+    /// although it has no links (DRAM only: after a crash it is freed unnamed).
+    pub linkable: bool,
     pub log: LogState,
     /// File and symlink data: page offset → block.
     pub pages: PageIndex,
@@ -182,6 +261,9 @@ impl InodeState {
             atime: rec.ctime,
             mtime: rec.ctime,
             ctime: rec.ctime,
+            born: rec.ctime,
+            rdev: rec.rdev,
+            linkable: false,
             log: LogState::default(),
             pages: PageIndex::default(),
             children: HashMap::new(),

@@ -9,12 +9,15 @@
 //! scheme) held only inside one operation. Reads copy data after releasing it; blocks a
 //! reader may still copy from are not reused until it is done (see `epoch`).
 //!
-//! Not modelled: permissions are recorded (mode, uid, gid) but not enforced, and
-//! `atime` is not updated by reads (as with `noatime`).
+//! Credentials: calls on a [`Session`] (`fs.as_user(&cred)`) are checked against the
+//! caller's [`Cred`] as Linux checks them; calls on the `FileSystem` itself are the
+//! trusted context (no checks). `atime` is not updated by reads (as with `noatime`).
 
 mod aio;
 mod alloc;
+mod attr;
 mod commit;
+mod cred;
 mod epoch;
 mod error;
 mod facade;
@@ -24,15 +27,18 @@ pub mod fault;
 mod fault;
 mod file;
 pub mod fsck;
+mod handle;
 mod index;
 mod inode;
 mod journal;
 pub mod layout;
 mod log;
 mod namespace;
+mod open;
 mod recovery;
 mod space;
 pub mod xattr;
+mod rename;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,14 +48,21 @@ use pmem::Pmem;
 use serde::Serialize;
 
 pub use aio::{ReadToken, WriteToken};
+pub use attr::{SetAttr, Time};
+pub use cred::Cred;
 pub use error::{Error, Result};
 pub use file::{Fd, OpenFlags, Whence};
+pub use handle::{
+    DirEntryAt, Session, StatFs, AT_EMPTY_PATH, AT_REMOVEDIR, AT_SYMLINK_FOLLOW,
+    AT_SYMLINK_NOFOLLOW,
+};
 pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
 pub use space::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 pub use xattr::{XATTR_CREATE, XATTR_REPLACE};
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use alloc::InoAlloc;
 use epoch::Epoch;
@@ -131,7 +144,7 @@ impl MountOptions {
     /// an engine other than the one the file system opens, is refused.
     pub fn with_profile(mut self, path: &std::path::Path) -> Result<MountOptions> {
         self.mover = mover::profile::Profile::load_into(path, self.mover.engine.name(), self.mover)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            .map_err(Error::Mover)?;
         Ok(self)
     }
 }
@@ -139,26 +152,43 @@ impl MountOptions {
 /// What `stat` reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stat {
+    /// Inode number.
     pub ino: u64,
+    /// The inode's generation (its creation time, ns): with `ino`, names the inode
+    /// for its whole life; a reused number has another generation.
+    pub generation: u64,
+    /// What the inode is.
     pub kind: FileKind,
     /// `st_mode`: kind bits and permission bits.
     pub mode: u32,
+    /// Hard links (for a directory: 2 plus its subdirectories).
     pub nlink: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
+    /// Device number of a character or block device (`st_rdev`); 0 otherwise.
+    pub rdev: u64,
+    /// Bytes (0 for directories and special files).
     pub size: u64,
     /// 512-byte units allocated, as `st_blocks`.
     pub blocks: u64,
+    /// Preferred I/O size: the block size.
     pub blksize: u32,
+    /// Last access set (reads do not update it), ns since the epoch.
     pub atime_ns: i64,
+    /// Last change of the contents, ns since the epoch.
     pub mtime_ns: i64,
+    /// Last change of the inode, ns since the epoch.
     pub ctime_ns: i64,
 }
 
 /// One entry of a directory listing (`.` and `..` are not listed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DirEntry {
+    /// The entry's name.
     pub name: String,
+    /// The inode it names.
     pub ino: u64,
     /// `None` when the inode the entry names cannot be read (damaged: naming it is
     /// `Error::Corrupt`), as `ls` shows `?` for an inode it cannot stat.
@@ -168,6 +198,7 @@ pub struct DirEntry {
 /// Usage of the region.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Usage {
+    /// Blocks of the region.
     pub total_blocks: u64,
     /// Blocks the next allocation can take.
     pub free_blocks: u64,
@@ -175,7 +206,9 @@ pub struct Usage {
     /// them may still run): free once those finish. Zero whenever no read or
     /// asynchronous copy is in flight.
     pub reclaiming_blocks: u64,
+    /// Inodes the table holds (inode 0 is never used).
     pub inodes: u64,
+    /// Inodes in use.
     pub inodes_used: u64,
 }
 

@@ -1,15 +1,18 @@
-//! The namespace: path resolution, create, mkdir, unlink, rmdir, rename, link,
-//! symlink, readlink, readdir.
+//! The namespace: path resolution, create, mkdir, mknod, unlink, rmdir, link, symlink,
+//! readlink, readdir (rename is in `rename`).
+//!
+//! Every walk checks search permission on each directory it passes through for the
+//! caller ([`Who`]); the trusted context (`None`) passes every check.
 //!
 //! Lock order: directories before the inodes in them; two directories (a rename across
-//! directories) in inode-number order under the file system's rename lock, which also
-//! keeps parent pointers stable for the "moving a directory into itself" check.
+//! directories) as `rename::dir_lock_order` says, under the file system's rename lock.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::RwLockWriteGuard;
 
+use crate::cred::{self, Who, MAY_EXEC, MAY_WRITE};
 use crate::error::{Error, Result};
 use crate::inode::{FileKind, Inode, InodeRecord, InodeState, VALID, VALID_OFF};
 use crate::layout::ROOT_INO;
@@ -27,8 +30,18 @@ pub(crate) struct Parent {
     pub dot: bool,
 }
 
-fn check_path(path: &str) -> Result<()> {
-    if path.len() > MAX_PATH {
+/// What a new inode is: its kind, requested mode, device number and contents.
+pub(crate) struct NewInode<'a> {
+    pub kind: FileKind,
+    pub mode: u32,
+    pub rdev: u64,
+    /// Symbolic link target; empty otherwise.
+    pub data: &'a [u8],
+}
+
+/// A path string as the kernel takes it: at most [`MAX_PATH`] bytes with its NUL.
+pub(crate) fn check_path(path: &str) -> Result<()> {
+    if path.len() >= MAX_PATH {
         return Err(Error::PathTooLong);
     }
     if path.is_empty() {
@@ -37,7 +50,7 @@ fn check_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.len() > MAX_NAME {
         return Err(Error::NameTooLong);
     }
@@ -45,18 +58,45 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 impl FileSystem {
-    /// Resolves `path` to an inode, following symbolic links (the last one only if
-    /// `follow`, or if the path ends in '/').
+    /// Resolves `path` from the root in the trusted context (see [`Self::resolve_as`]).
     pub(crate) fn resolve(&self, path: &str, follow: bool) -> Result<Arc<Inode>> {
+        self.resolve_as(None, None, path, follow)
+    }
+
+    /// Resolves `path` to an inode, following symbolic links (the last one only if
+    /// `follow`, or if the path ends in '/'). A relative path starts at `base` (the
+    /// root if `None`).
+    pub(crate) fn resolve_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+        follow: bool,
+    ) -> Result<Arc<Inode>> {
         check_path(path)?;
-        self.resolve_from(self.inode(ROOT_INO)?, path, follow, 0)
+        let base = self.start_of(base, path)?;
+        self.resolve_from(who, base, path, follow, 0)
     }
 
     /// Resolves every component but the last; symbolic links inside the path are
-    /// followed. An empty final name means the path named the root.
-    pub(crate) fn resolve_parent(&self, path: &str) -> Result<Parent> {
+    /// followed. An empty final name means the path named the root (or `base`).
+    pub(crate) fn resolve_parent_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+    ) -> Result<Parent> {
         check_path(path)?;
-        self.walk(self.inode(ROOT_INO)?, path, 0)
+        let base = self.start_of(base, path)?;
+        self.walk(who, base, path, 0)
+    }
+
+    /// Where a walk of `path` starts: the root for an absolute path or no base.
+    fn start_of(&self, base: Option<&Arc<Inode>>, path: &str) -> Result<Arc<Inode>> {
+        match base {
+            Some(b) if !path.starts_with('/') => Ok(b.clone()),
+            _ => self.inode(ROOT_INO),
+        }
     }
 
     pub(crate) fn follow_base(&self, dir: &Arc<Inode>, target: &str) -> Result<Arc<Inode>> {
@@ -69,16 +109,17 @@ impl FileSystem {
 
     pub(crate) fn resolve_from(
         &self,
+        who: Who<'_>,
         base: Arc<Inode>,
         path: &str,
         follow: bool,
         hops: usize,
     ) -> Result<Arc<Inode>> {
-        let p = self.walk(base, path, hops)?;
+        let p = self.walk(who, base, path, hops)?;
         if p.name.is_empty() {
             return Ok(p.dir);
         }
-        let child = self.lookup(&p.dir, &p.name)?;
+        let child = self.lookup_in(who, &p.dir, &p.name)?;
         let kind = child.state.read().kind;
         if kind == FileKind::Symlink && (follow || p.trailing_slash) {
             if hops >= MAX_SYMLINK_HOPS {
@@ -86,7 +127,7 @@ impl FileSystem {
             }
             let target = self.read_link_inode(&child)?;
             let base = self.follow_base(&p.dir, &target)?;
-            let t = self.resolve_from(base, &target, true, hops + 1)?;
+            let t = self.resolve_from(who, base, &target, true, hops + 1)?;
             if p.trailing_slash && t.state.read().kind != FileKind::Dir {
                 return Err(Error::NotDir);
             }
@@ -98,18 +139,24 @@ impl FileSystem {
         Ok(child)
     }
 
-    pub(crate) fn walk(&self, mut dir: Arc<Inode>, path: &str, mut hops: usize) -> Result<Parent> {
+    pub(crate) fn walk(
+        &self,
+        who: Who<'_>,
+        mut dir: Arc<Inode>,
+        path: &str,
+        mut hops: usize,
+    ) -> Result<Parent> {
         let trailing_slash = path.len() > 1 && path.ends_with('/');
         let mut comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
         let dot = matches!(comps.last(), Some(&".") | Some(&".."));
         if comps.last() == Some(&".") {
             comps.pop();
             // "d/." names d itself: resolve d as a directory, then stand on it.
-            let p = self.walk(dir, &comps.join("/"), hops)?;
+            let p = self.walk(who, dir, &comps.join("/"), hops)?;
             let d = if p.name.is_empty() {
                 p.dir
             } else {
-                self.resolve_from(p.dir, &p.name, true, hops)?
+                self.resolve_from(who, p.dir, &p.name, true, hops)?
             };
             if d.state.read().kind != FileKind::Dir {
                 return Err(Error::NotDir);
@@ -132,11 +179,7 @@ impl FileSystem {
         };
         for c in comps {
             check_name(c)?;
-            let next = if c == ".." {
-                self.parent_of(&dir)?
-            } else {
-                self.lookup(&dir, c)?
-            };
+            let next = self.step(who, &dir, c)?;
             let kind = next.state.read().kind;
             dir = match kind {
                 FileKind::Dir => next,
@@ -147,19 +190,19 @@ impl FileSystem {
                     hops += 1;
                     let target = self.read_link_inode(&next)?;
                     let base = self.follow_base(&dir, &target)?;
-                    let t = self.resolve_from(base, &target, true, hops)?;
+                    let t = self.resolve_from(who, base, &target, true, hops)?;
                     if t.state.read().kind != FileKind::Dir {
                         return Err(Error::NotDir);
                     }
                     t
                 }
-                FileKind::File => return Err(Error::NotDir),
+                _ => return Err(Error::NotDir),
             };
         }
         check_name(last)?;
         if last == ".." {
             return Ok(Parent {
-                dir: self.parent_of(&dir)?,
+                dir: self.step(who, &dir, "..")?,
                 name: String::new(),
                 trailing_slash,
                 dot,
@@ -173,17 +216,39 @@ impl FileSystem {
         })
     }
 
-    fn parent_of(&self, dir: &Arc<Inode>) -> Result<Arc<Inode>> {
+    /// One component of a walk: `..` or a name, with search permission on `dir`.
+    fn step(&self, who: Who<'_>, dir: &Arc<Inode>, c: &str) -> Result<Arc<Inode>> {
+        if c == ".." {
+            {
+                let st = dir.state.read();
+                if st.kind != FileKind::Dir {
+                    return Err(Error::NotDir);
+                }
+                cred::may(who, &st, MAY_EXEC)?;
+            }
+            self.parent_of(dir)
+        } else {
+            self.lookup_in(who, dir, c)
+        }
+    }
+
+    pub(crate) fn parent_of(&self, dir: &Arc<Inode>) -> Result<Arc<Inode>> {
         let parent = dir.state.read().parent;
         self.inode(parent)
     }
 
-    /// Looks `name` up in directory `dir`.
-    pub(crate) fn lookup(&self, dir: &Arc<Inode>, name: &str) -> Result<Arc<Inode>> {
+    /// Looks `name` up in directory `dir`, which `who` must be allowed to search.
+    pub(crate) fn lookup_in(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        name: &str,
+    ) -> Result<Arc<Inode>> {
         let st = dir.state.read();
         if st.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
+        cred::may(who, &st, MAY_EXEC)?;
         let ino = *st.children.get(name).ok_or(Error::NotFound)?;
         // Take the inode while the entry still names it: once the directory lock is
         // gone the name may be unlinked, the inode freed and its number reused by a
@@ -193,17 +258,13 @@ impl FileSystem {
         inode
     }
 
-    /// Creates an inode of `kind` named `name` in the locked directory `dst`, with
-    /// `data` as its contents (symlink targets). Returns the new inode.
-    pub(crate) fn create_in(
-        &self,
-        dir: &Arc<Inode>,
-        dst: &mut InodeState,
-        name: &str,
-        kind: FileKind,
-        mode: u32,
-        data: &[u8],
-    ) -> Result<Arc<Inode>> {
+    /// Checks that `who` may create `name` in the locked directory `dst`: a live
+    /// directory, the name free, write and search permission.
+    fn may_create(&self, who: Who<'_>, dst: &InodeState, name: &str) -> Result<()> {
+        if dst.kind != FileKind::Dir {
+            return Err(Error::NotDir);
+        }
+        cred::may(who, dst, MAY_EXEC)?;
         if dst.freed || dst.nlink == 0 {
             return Err(Error::NotFound);
         }
@@ -211,7 +272,21 @@ impl FileSystem {
             return Err(Error::Exists);
         }
         self.check_writable()?;
-        if kind == FileKind::Dir && dst.nlink >= MAX_LINKS {
+        cred::may(who, dst, MAY_WRITE)
+    }
+
+    /// Creates an inode as `new` describes, named `name` in the locked directory
+    /// `dst`, owned as [`cred::new_owner`] says. Returns the new inode.
+    pub(crate) fn create_in(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        dst: &mut InodeState,
+        name: &str,
+        new: &NewInode<'_>,
+    ) -> Result<Arc<Inode>> {
+        self.may_create(who, dst, name)?;
+        if new.kind == FileKind::Dir && dst.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
         let ino = self.inos.alloc(|i| {
@@ -220,63 +295,17 @@ impl FileSystem {
                 == 0
         })?;
         let now = now_ns();
+        let (uid, gid, mode) = cred::new_owner(who, dst, new.kind, new.mode);
         let rec = InodeRecord {
             ino,
-            kind,
-            mode: mode & 0o7777,
-            // SAFETY: geteuid/getegid cannot fail.
-            uid: unsafe { libc::geteuid() },
-            // SAFETY: as above.
-            gid: unsafe { libc::getegid() },
+            kind: new.kind,
+            mode,
+            uid,
+            gid,
             ctime: now,
+            rdev: if new.kind.is_special() { new.rdev } else { 0 },
         };
-        let result = (|| {
-            let ioff = self.geo.inode_off(ino);
-            rec.write(&*self.pm, ioff);
-            let mut st = InodeState::new(&rec);
-            if kind == FileKind::Dir {
-                st.parent = dir.ino;
-            }
-            let child_staged = if data.is_empty() {
-                None
-            } else {
-                // Symlink targets are small: copied by this thread, never left pending
-                // while the directory is locked.
-                Some(self.stage_cpu_data(ino, &mut st, data, now)?)
-            };
-            let mut entries = vec![Entry::DentryAdd {
-                ino,
-                ctime: now,
-                name: name.to_string(),
-            }];
-            if kind == FileKind::Dir {
-                entries.push(Entry::Link {
-                    nlink: dst.nlink + 1,
-                    ctime: now,
-                });
-            }
-            let parent_staged = match self.stage(dir.ino, dst, entries) {
-                Ok(s) => s,
-                Err(e) => {
-                    if let Some(c) = &child_staged {
-                        self.release_staged_data(c);
-                    }
-                    self.free_log_pages(&st);
-                    return Err(e);
-                }
-            };
-            let mut staged = vec![&parent_staged];
-            if let Some(c) = &child_staged {
-                staged.push(c);
-            }
-            self.commit_journaled(&staged, &[(ioff + VALID_OFF, VALID)]);
-            let displaced = Self::apply_staged(dst, parent_staged);
-            debug_assert!(displaced.is_empty());
-            if let Some(c) = child_staged {
-                Self::apply_staged(&mut st, c);
-            }
-            Ok(st)
-        })();
+        let result = self.commit_create(dir, dst, name, &rec, new.data);
         match result {
             Ok(st) => {
                 let inode = Arc::new(Inode {
@@ -296,29 +325,179 @@ impl FileSystem {
         }
     }
 
-    /// Creates a directory.
-    pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
-        let p = self.resolve_parent(path)?;
-        if p.name.is_empty() {
-            return Err(Error::Exists);
+    /// Writes the record of a new inode and commits it with its entry in `dst` (and
+    /// its contents, `data`) through a journal. Returns its state.
+    fn commit_create(
+        &self,
+        dir: &Arc<Inode>,
+        dst: &mut InodeState,
+        name: &str,
+        rec: &InodeRecord,
+        data: &[u8],
+    ) -> Result<InodeState> {
+        let (ino, kind, now) = (rec.ino, rec.kind, rec.ctime);
+        let ioff = self.geo.inode_off(ino);
+        rec.write(&*self.pm, ioff);
+        let mut st = InodeState::new(rec);
+        if kind == FileKind::Dir {
+            st.parent = dir.ino;
         }
-        let mut dst = p.dir.state.write();
+        let child_staged = if data.is_empty() {
+            None
+        } else {
+            // Symlink targets are small: copied by this thread, never left pending
+            // while the directory is locked.
+            Some(self.stage_cpu_data(ino, &mut st, data, now)?)
+        };
+        let mut entries = vec![Entry::DentryAdd {
+            ino,
+            ctime: now,
+            name: name.to_string(),
+        }];
+        if kind == FileKind::Dir {
+            entries.push(Entry::Link {
+                nlink: dst.nlink + 1,
+                ctime: now,
+            });
+        }
+        let parent_staged = match self.stage(dir.ino, dst, entries) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(c) = &child_staged {
+                    self.release_staged_data(c);
+                }
+                self.free_log_pages(&st);
+                return Err(e);
+            }
+        };
+        let mut staged = vec![&parent_staged];
+        if let Some(c) = &child_staged {
+            staged.push(c);
+        }
+        self.commit_journaled(&staged, &[(ioff + VALID_OFF, VALID)]);
+        let displaced = Self::apply_staged(dst, parent_staged);
+        debug_assert!(displaced.is_empty());
+        if let Some(c) = child_staged {
+            Self::apply_staged(&mut st, c);
+        }
+        Ok(st)
+    }
+
+    /// Creates an unnamed regular file in directory `dir` (`O_TMPFILE`): an inode
+    /// with no links, committed with its link count 0 so that recovery frees it
+    /// unless `linkat` names it first.
+    pub(crate) fn create_tmpfile(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        mode: u32,
+        linkable: bool,
+    ) -> Result<Arc<Inode>> {
+        let dst = dir.state.read();
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
-        self.create_in(&p.dir, &mut dst, &p.name, FileKind::Dir, mode, &[])?;
+        if dst.freed || dst.nlink == 0 {
+            return Err(Error::NotFound);
+        }
+        self.check_writable()?;
+        cred::may(who, &dst, MAY_WRITE | MAY_EXEC)?;
+        let ino = self.inos.alloc(|i| {
+            self.pm
+                .load_u64(self.geo.inode_off(i) + crate::inode::VALID_OFF)
+                == 0
+        })?;
+        let now = now_ns();
+        let (uid, gid, mode) = cred::new_owner(who, &dst, FileKind::File, mode);
+        drop(dst);
+        let rec = InodeRecord {
+            ino,
+            kind: FileKind::File,
+            mode,
+            uid,
+            gid,
+            ctime: now,
+            rdev: 0,
+        };
+        let ioff = self.geo.inode_off(ino);
+        rec.write(&*self.pm, ioff);
+        let mut st = InodeState::new(&rec);
+        let staged = match self.stage(
+            ino,
+            &mut st,
+            vec![Entry::Link {
+                nlink: 0,
+                ctime: now,
+            }],
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                self.free_log_pages(&st);
+                self.inos.free(ino);
+                return Err(e);
+            }
+        };
+        self.commit_journaled(&[&staged], &[(ioff + VALID_OFF, VALID)]);
+        Self::apply_staged(&mut st, staged);
+        st.linkable = linkable;
+        let inode = Arc::new(Inode {
+            ino,
+            state: parking_lot::RwLock::new(st),
+            opens: Default::default(),
+            io_lock: rt::sync::Mutex::new(()),
+        });
+        self.inodes.write().insert(ino, inode.clone());
+        Ok(inode)
+    }
+
+    /// Creates `name` in directory `dir` as `new` says (mkdir, mknod, symlink).
+    pub(crate) fn make_node(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        name: &str,
+        new: &NewInode<'_>,
+    ) -> Result<Arc<Inode>> {
+        check_name(name)?;
+        let mut dst = dir.state.write();
+        self.create_in(who, dir, &mut dst, name, new)
+    }
+
+    pub(crate) fn mkdir_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+        mode: u32,
+    ) -> Result<()> {
+        let p = self.resolve_parent_as(who, base, path)?;
+        if p.name.is_empty() {
+            return Err(Error::Exists);
+        }
+        let new = NewInode {
+            kind: FileKind::Dir,
+            mode,
+            rdev: 0,
+            data: &[],
+        };
+        self.make_node(who, &p.dir, &p.name, &new)?;
         Ok(())
     }
 
-    /// Creates a symbolic link at `path` pointing to `target`.
-    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+    pub(crate) fn symlink_as(
+        &self,
+        who: Who<'_>,
+        target: &str,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+    ) -> Result<()> {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
         if target.len() >= MAX_PATH {
             return Err(Error::PathTooLong);
         }
-        let p = self.resolve_parent(path)?;
+        let p = self.resolve_parent_as(who, base, path)?;
         if p.name.is_empty() {
             return Err(Error::Exists);
         }
@@ -331,21 +510,55 @@ impl FileSystem {
         if p.trailing_slash && !dst.children.contains_key(&p.name) {
             return Err(Error::NotFound);
         }
-        self.create_in(
-            &p.dir,
-            &mut dst,
-            &p.name,
-            FileKind::Symlink,
-            0o777,
-            target.as_bytes(),
-        )?;
+        let new = NewInode {
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            rdev: 0,
+            data: target.as_bytes(),
+        };
+        self.create_in(who, &p.dir, &mut dst, &p.name, &new)?;
+        Ok(())
+    }
+
+    pub(crate) fn mknod_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<()> {
+        let kind = mknod_kind(who, mode)?;
+        let p = self.resolve_parent_as(who, base, path)?;
+        if p.name.is_empty() {
+            return Err(Error::Exists);
+        }
+        let mut dst = p.dir.state.write();
+        if dst.kind != FileKind::Dir {
+            return Err(Error::NotDir);
+        }
+        if p.trailing_slash && !dst.children.contains_key(&p.name) {
+            return Err(Error::NotFound);
+        }
+        let new = NewInode {
+            kind,
+            mode,
+            rdev,
+            data: &[],
+        };
+        self.create_in(who, &p.dir, &mut dst, &p.name, &new)?;
         Ok(())
     }
 
     /// The target of `name` in `dir` if it is a symbolic link; `None` if it is
     /// something else or no longer there.
-    pub(crate) fn symlink_target(&self, dir: &Arc<Inode>, name: &str) -> Result<Option<String>> {
-        let Ok(child) = self.lookup(dir, name) else {
+    pub(crate) fn symlink_target(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        name: &str,
+    ) -> Result<Option<String>> {
+        let Ok(child) = self.lookup_in(who, dir, name) else {
             return Ok(None);
         };
         if child.state.read().kind != FileKind::Symlink {
@@ -354,16 +567,25 @@ impl FileSystem {
         self.read_link_inode(&child).map(Some)
     }
 
-    /// The target of the symbolic link at `path`.
-    pub fn readlink(&self, path: &str) -> Result<String> {
-        let inode = self.resolve(path, false)?;
+    pub(crate) fn readlink_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+    ) -> Result<String> {
+        let inode = self.resolve_as(who, base, path, false)?;
+        self.readlink_inode(&inode)
+    }
+
+    /// The target of a symbolic link inode; EINVAL for any other kind.
+    pub(crate) fn readlink_inode(&self, inode: &Arc<Inode>) -> Result<String> {
         if inode.state.read().kind != FileKind::Symlink {
             return Err(Error::Invalid("not a symbolic link".into()));
         }
-        self.read_link_inode(&inode)
+        self.read_link_inode(inode)
     }
 
-    fn read_link_inode(&self, inode: &Arc<Inode>) -> Result<String> {
+    pub(crate) fn read_link_inode(&self, inode: &Arc<Inode>) -> Result<String> {
         let size = inode.state.read().size as usize;
         let mut buf = vec![0u8; size];
         let n = self.read_inode(inode, 0, &mut buf, mover::Client::DEFAULT)?;
@@ -371,46 +593,39 @@ impl FileSystem {
         String::from_utf8(buf).map_err(|_| Error::Corrupt("symlink target is not UTF-8".into()))
     }
 
-    /// Lists a directory (without `.` and `..`), sorted by name. An entry whose inode
-    /// cannot be read is listed with no kind.
-    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        let dir = self.resolve(path, true)?;
+    /// The entries of directory `dir` (without `.` and `..`), in no order; `who`
+    /// needs read permission.
+    pub(crate) fn list_dir(&self, who: Who<'_>, dir: &Arc<Inode>) -> Result<Vec<DirEntry>> {
         // The inodes are taken while the entries name them (see `lookup`).
         let children: Vec<(String, u64, Option<Arc<Inode>>)> = {
             let st = dir.state.read();
             if st.kind != FileKind::Dir {
                 return Err(Error::NotDir);
             }
+            cred::may(who, &st, cred::MAY_READ)?;
             st.children
                 .iter()
                 .map(|(n, &i)| (n.clone(), i, self.child_inode(dir.ino, i).ok()))
                 .collect()
         };
-        let mut out: Vec<DirEntry> = children
+        Ok(children
             .into_iter()
             .map(|(name, ino, inode)| DirEntry {
                 name,
                 ino,
                 kind: inode.map(|inode| inode.state.read().kind),
             })
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+            .collect())
     }
 
-    /// Removes a non-directory name; the inode goes when its last link and last open
-    /// descriptor are gone.
-    pub fn unlink(&self, path: &str) -> Result<()> {
-        self.remove(path, false)
-    }
-
-    /// Removes an empty directory.
-    pub fn rmdir(&self, path: &str) -> Result<()> {
-        self.remove(path, true)
-    }
-
-    fn remove(&self, path: &str, want_dir: bool) -> Result<()> {
-        let p = self.resolve_parent(path)?;
+    pub(crate) fn remove_as(
+        &self,
+        who: Who<'_>,
+        base: Option<&Arc<Inode>>,
+        path: &str,
+        want_dir: bool,
+    ) -> Result<()> {
+        let p = self.resolve_parent_as(who, base, path)?;
         if p.dot {
             return Err(Error::Invalid("cannot remove '.' or '..'".into()));
         }
@@ -421,17 +636,34 @@ impl FileSystem {
                 Error::IsDir
             });
         }
-        let mut dst = p.dir.state.write();
+        self.remove_in(who, &p.dir, &p.name, want_dir, p.trailing_slash)
+    }
+
+    /// Removes `name` from directory `dir`: a directory only if `want_dir` (and
+    /// empty), anything else only if not.
+    pub(crate) fn remove_in(
+        &self,
+        who: Who<'_>,
+        dir: &Arc<Inode>,
+        name: &str,
+        want_dir: bool,
+        trailing_slash: bool,
+    ) -> Result<()> {
+        check_name(name)?;
+        let mut dst = dir.state.write();
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
-        let ino = *dst.children.get(&p.name).ok_or(Error::NotFound)?;
-        let child = self.child_inode(p.dir.ino, ino)?;
+        cred::may(who, &dst, MAY_EXEC)?;
+        let ino = *dst.children.get(name).ok_or(Error::NotFound)?;
+        let child = self.child_inode(dir.ino, ino)?;
         let mut cst = child.state.write();
+        self.check_writable()?;
+        cred::may_delete(who, &dst, &cst)?;
         match (want_dir, cst.kind == FileKind::Dir) {
             (false, true) => return Err(Error::IsDir),
             (true, false) => return Err(Error::NotDir),
-            (false, false) if p.trailing_slash => return Err(Error::NotDir),
+            (false, false) if trailing_slash => return Err(Error::NotDir),
             (true, true) if !cst.children.is_empty() => return Err(Error::NotEmpty),
             _ => {}
         }
@@ -439,7 +671,7 @@ impl FileSystem {
         let mut parent_entries = vec![Entry::DentryDel {
             ino,
             ctime: now,
-            name: p.name.clone(),
+            name: name.to_string(),
         }];
         let new_nlink = if want_dir {
             parent_entries.push(Entry::Link {
@@ -450,7 +682,7 @@ impl FileSystem {
         } else {
             cst.nlink - 1
         };
-        let ps = self.stage(p.dir.ino, &mut dst, parent_entries)?;
+        let ps = self.stage(dir.ino, &mut dst, parent_entries)?;
         let cs = self.stage(
             ino,
             &mut cst,
@@ -464,7 +696,7 @@ impl FileSystem {
         Self::apply_staged(&mut cst, cs);
         self.release_if_unused(&child, &mut cst);
         drop(cst);
-        self.maybe_clean(&p.dir, &mut dst);
+        self.maybe_clean(dir, &mut dst);
         Ok(())
     }
 
@@ -505,7 +737,7 @@ impl FileSystem {
 
     /// The directory `dir` and its ancestors up to the root, innermost first. The
     /// caller holds the rename lock (parents are stable) and no directory lock.
-    fn ancestors(&self, dir: &Arc<Inode>) -> Result<Vec<u64>> {
+    pub(crate) fn ancestors(&self, dir: &Arc<Inode>) -> Result<Vec<u64>> {
         let mut chain = vec![dir.ino];
         let mut at = dir.state.read().parent;
         while chain.last() != Some(&ROOT_INO) {
@@ -521,50 +753,72 @@ impl FileSystem {
         Ok(chain)
     }
 
-    /// Adds a hard link `new` to the non-directory at `old`.
-    pub fn link(&self, old: &str, new: &str) -> Result<()> {
-        let target = self.resolve(old, false)?;
-        // Kinds never change; knowing it now means a directory target is never
-        // locked while the destination directory is (an unrelated directory).
-        let target_is_dir = target.state.read().kind == FileKind::Dir;
-        let p = self.resolve_parent(new)?;
+    /// Adds a link at `new` (from `base`) to `target`.
+    pub(crate) fn link_as(
+        &self,
+        who: Who<'_>,
+        target: &Arc<Inode>,
+        base: Option<&Arc<Inode>>,
+        new: &str,
+    ) -> Result<()> {
+        let p = self.resolve_parent_as(who, base, new)?;
         if p.name.is_empty() {
             return Err(Error::Exists);
         }
-        let mut dst = p.dir.state.write();
+        self.link_in(who, target, &p.dir, &p.name, p.trailing_slash)
+    }
+
+    /// Names `target` `name` in directory `dir`.
+    pub(crate) fn link_in(
+        &self,
+        who: Who<'_>,
+        target: &Arc<Inode>,
+        dir: &Arc<Inode>,
+        name: &str,
+        trailing_slash: bool,
+    ) -> Result<()> {
+        check_name(name)?;
+        // Kinds never change; knowing it now means a directory target is never
+        // locked while the destination directory is (an unrelated directory).
+        let target_is_dir = target.state.read().kind == FileKind::Dir;
+        let mut dst = dir.state.write();
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
+        cred::may(who, &dst, MAY_EXEC)?;
         if dst.freed || dst.nlink == 0 {
             return Err(Error::NotFound);
         }
-        if dst.children.contains_key(&p.name) {
+        if dst.children.contains_key(name) {
             return Err(Error::Exists);
         }
-        if p.trailing_slash {
+        if trailing_slash {
             // As for symlink: a free name with a trailing slash is ENOENT.
             return Err(Error::NotFound);
         }
+        self.check_writable()?;
+        cred::may(who, &dst, MAY_WRITE)?;
         if target_is_dir {
             return Err(Error::NotPermitted(
                 "hard links to directories are not allowed",
             ));
         }
         let mut tst = target.state.write();
-        if tst.freed || tst.nlink == 0 {
+        if tst.freed || (tst.nlink == 0 && !tst.linkable) {
             return Err(Error::NotFound);
         }
+        may_link(who, &tst)?;
         if tst.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
         let now = now_ns();
         let ps = self.stage(
-            p.dir.ino,
+            dir.ino,
             &mut dst,
             vec![Entry::DentryAdd {
                 ino: target.ino,
                 ctime: now,
-                name: p.name.clone(),
+                name: name.to_string(),
             }],
         )?;
         let nlink = tst.nlink + 1;
@@ -576,164 +830,40 @@ impl FileSystem {
         self.commit_journaled(&[&ps, &ts], &[]);
         Self::apply_staged(&mut dst, ps);
         Self::apply_staged(&mut tst, ts);
+        tst.linkable = false;
         drop(tst);
-        self.maybe_clean(&p.dir, &mut dst);
+        self.maybe_clean(dir, &mut dst);
         Ok(())
     }
+}
 
-    /// Renames `old` to `new` atomically, replacing `new` if it exists (a directory
-    /// only by an empty directory).
-    pub fn rename(&self, old: &str, new: &str) -> Result<()> {
-        let from = self.resolve_parent(old)?;
-        let to = self.resolve_parent(new)?;
-        if from.name.is_empty() || to.name.is_empty() {
-            return Err(Error::Invalid("cannot rename the root, '.' or '..'".into()));
+/// The kind `mknod` creates for `mode`: regular files, FIFOs and sockets for anyone,
+/// devices for root only, never directories or symbolic links (EPERM, as Linux).
+pub(crate) fn mknod_kind(who: Who<'_>, mode: u32) -> Result<FileKind> {
+    let kind = FileKind::from_mode(mode).ok_or(Error::Invalid("unknown file type".into()))?;
+    match kind {
+        FileKind::Dir | FileKind::Symlink => Err(Error::NotPermitted(
+            "mknod makes no directories or symbolic links",
+        )),
+        FileKind::CharDev | FileKind::BlockDev if !cred::privileged(who) => {
+            Err(Error::NotPermitted("only root makes devices"))
         }
-        let same_dir = from.dir.ino == to.dir.ino;
-        let _cross = (!same_dir).then(|| self.rename_lock.lock());
-        // Directories only change parents under the rename lock, so both ancestor
-        // chains are stable from here on. They are read before any directory is
-        // locked: reading an ancestor while holding a descendant inverts the
-        // parent-before-child order every other operation follows.
-        let (from_anc, to_anc) = if same_dir {
-            (Vec::new(), Vec::new())
-        } else {
-            (self.ancestors(&from.dir)?, self.ancestors(&to.dir)?)
-        };
-        // An ancestor before its descendant; unrelated directories in inode order
-        // (only one cross-directory rename runs at a time).
-        let from_first = if to_anc.contains(&from.dir.ino) {
-            true
-        } else if from_anc.contains(&to.dir.ino) {
-            false
-        } else {
-            from.dir.ino < to.dir.ino
-        };
-        let (mut fst, mut tst_guard);
-        if same_dir {
-            fst = from.dir.state.write();
-            tst_guard = None;
-        } else if from_first {
-            fst = from.dir.state.write();
-            tst_guard = Some(to.dir.state.write());
-        } else {
-            tst_guard = Some(to.dir.state.write());
-            fst = from.dir.state.write();
-        }
-        if fst.kind != FileKind::Dir || tst_guard.as_ref().is_some_and(|t| t.kind != FileKind::Dir)
-        {
-            return Err(Error::NotDir);
-        }
-        let src_ino = *fst.children.get(&from.name).ok_or(Error::NotFound)?;
-        let dst_dir_st: &InodeState = tst_guard.as_deref().unwrap_or(&fst);
-        if dst_dir_st.freed || dst_dir_st.nlink == 0 {
-            return Err(Error::NotFound);
-        }
-        // The destination must not be inside the directory being moved (checked
-        // before the source is locked: it would be an ancestor of a held lock).
-        if src_ino == to.dir.ino || to_anc.contains(&src_ino) {
-            return Err(Error::Invalid("cannot move a directory into itself".into()));
-        }
-        let victim_ino = dst_dir_st.children.get(&to.name).copied();
-        let src = self.child_inode(from.dir.ino, src_ino)?;
-        let src_kind = src.state.read().kind;
-        let src_is_dir = src_kind == FileKind::Dir;
-        // First, as in Linux: a trailing slash on either name of a non-directory is
-        // ENOTDIR, before the same-inode shortcut (`rename("f", "f/")` is no no-op)
-        // and before the check below (`rename("d/f", "d/")`).
-        if (from.trailing_slash || to.trailing_slash) && !src_is_dir {
-            return Err(Error::NotDir);
-        }
-        if victim_ino.is_some_and(|v| v == from.dir.ino || from_anc.contains(&v)) {
-            // Replacing a directory the source lives in: it is not empty.
-            return Err(Error::NotEmpty);
-        }
-        if victim_ino == Some(src_ino) {
-            return Ok(());
-        }
-        let victim = victim_ino
-            .map(|i| self.child_inode(to.dir.ino, i))
-            .transpose()?;
-        let mut vst = victim.as_ref().map(|v| v.state.write());
-        if let Some(v) = &vst {
-            match (src_is_dir, v.kind == FileKind::Dir) {
-                (true, false) => return Err(Error::NotDir),
-                (false, true) => return Err(Error::IsDir),
-                (true, true) if !v.children.is_empty() => return Err(Error::NotEmpty),
-                _ => {}
-            }
-        }
-        let victim_is_dir = vst.as_ref().is_some_and(|v| v.kind == FileKind::Dir);
-        let now = now_ns();
-        let del = |ino, name: &String| Entry::DentryDel {
-            ino,
-            ctime: now,
-            name: name.clone(),
-        };
-        let mut src_entries = vec![del(src_ino, &from.name)];
-        let mut dst_entries = Vec::new();
-        if let Some(v) = victim_ino {
-            dst_entries.push(del(v, &to.name));
-        }
-        dst_entries.push(Entry::DentryAdd {
-            ino: src_ino,
-            ctime: now,
-            name: to.name.clone(),
-        });
-        // Directory link counts: the source parent loses a subdirectory if one moves
-        // out; the destination gains it, and loses a replaced directory.
-        let moved_out = src_is_dir && !same_dir;
-        let dst_delta = moved_out as i64 - victim_is_dir as i64;
-        let src_delta = -(moved_out as i64) + if same_dir { dst_delta } else { 0 };
-        let mut staged = Vec::new();
-        if same_dir {
-            src_entries.extend(dst_entries);
-            if src_delta != 0 {
-                src_entries.push(Entry::Link {
-                    nlink: (fst.nlink as i64 + src_delta) as u32,
-                    ctime: now,
-                });
-            }
-            staged.push(self.stage(from.dir.ino, &mut fst, src_entries)?);
-        } else {
-            let tst = tst_guard.as_mut().unwrap();
-            if src_delta != 0 {
-                src_entries.push(Entry::Link {
-                    nlink: (fst.nlink as i64 + src_delta) as u32,
-                    ctime: now,
-                });
-            }
-            if dst_delta != 0 {
-                dst_entries.push(Entry::Link {
-                    nlink: (tst.nlink as i64 + dst_delta) as u32,
-                    ctime: now,
-                });
-            }
-            staged.push(self.stage(from.dir.ino, &mut fst, src_entries)?);
-            staged.push(self.stage(to.dir.ino, tst, dst_entries)?);
-        }
-        if let (Some(v), Some(vs)) = (&victim, vst.as_mut()) {
-            let nlink = if victim_is_dir { 0 } else { vs.nlink - 1 };
-            staged.push(self.stage(v.ino, vs, vec![Entry::Link { nlink, ctime: now }])?);
-        }
-        let refs: Vec<&crate::commit::Staged> = staged.iter().collect();
-        self.commit_journaled(&refs, &[]);
-        let mut staged = staged.into_iter();
-        Self::apply_staged(&mut fst, staged.next().unwrap());
-        if let Some(tst) = tst_guard.as_mut() {
-            Self::apply_staged(tst, staged.next().unwrap());
-        }
-        if let (Some(v), Some(mut vs)) = (&victim, vst) {
-            Self::apply_staged(&mut vs, staged.next().unwrap());
-            self.release_if_unused(v, &mut vs);
-        }
-        if src_is_dir {
-            src.state.write().parent = to.dir.ino;
-        }
-        self.maybe_clean(&from.dir, &mut fst);
-        if let Some(tst) = tst_guard.as_mut() {
-            self.maybe_clean(&to.dir, tst);
-        }
-        Ok(())
+        k => Ok(k),
     }
+}
+
+/// `fs.protected_hardlinks` as Linux sets it by default (`may_linkat`): a caller who
+/// does not own the target links it only if it is a regular file, not setuid, not
+/// setgid-executable, that it may read and write.
+fn may_link(who: Who<'_>, st: &InodeState) -> Result<()> {
+    if cred::owner_or_root(who, st) {
+        return Ok(());
+    }
+    let regular = st.kind == FileKind::File;
+    let suid = st.mode & libc::S_ISUID != 0;
+    let sgid_x = st.mode & (libc::S_ISGID | 0o010) == (libc::S_ISGID | 0o010);
+    if regular && !suid && !sgid_x && cred::may(who, st, cred::MAY_READ | MAY_WRITE).is_ok() {
+        return Ok(());
+    }
+    Err(Error::NotPermitted("protected hard links: not the owner"))
 }

@@ -132,6 +132,7 @@ pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
         // SAFETY: as above.
         gid: unsafe { libc::getegid() },
         ctime: now,
+        rdev: 0,
     };
     let off = geo.inode_off(ROOT_INO);
     root.write(pm, off);

@@ -64,8 +64,8 @@ impl FileSystem {
         let inode = f.inode().clone();
         match inode.state.read().kind {
             FileKind::Dir => return Err(Error::IsDir),
-            FileKind::Symlink => return Err(Error::Invalid("fallocate of a symlink".into())),
             FileKind::File => {}
+            _ => return Err(Error::Invalid("fallocate of a file that is not regular".into())),
         }
         let end = off
             .checked_add(len)

@@ -449,7 +449,8 @@ fn walk_everything(fs: &FileSystem) {
             let p = format!("{}/{}", d.trim_end_matches('/'), e.name);
             let _ = fs.lstat(&p);
             match e.kind {
-                None => {}
+                None | Some(fs::FileKind::Fifo | fs::FileKind::Socket) => {}
+                Some(fs::FileKind::CharDev | fs::FileKind::BlockDev) => {}
                 Some(fs::FileKind::Dir) => dirs.push(p),
                 Some(fs::FileKind::Symlink) => {
                     let _ = fs.readlink(&p);

@@ -64,7 +64,7 @@ fn easyio_tree(fs: &FileSystem, rel: &str, out: &mut Tree) {
                 out.insert(name.clone(), "dir".into());
                 easyio_tree(fs, &name, out);
             }
-            FileKind::File => {
+            _ => {
                 let data = read_file(fs, &name);
                 out.insert(name, String::from_utf8_lossy(&data).into_owned());
             }
