@@ -5,8 +5,8 @@ use crash::{Config, Mode, Outcome, Workload};
 use pmem::CrashChoice;
 
 use crate::args::usage;
-use crate::output::Output;
-use crate::{progress, report, signals};
+use bench::output::Output;
+use bench::{progress, report, signals};
 
 /// Most crash points per workload, and random images per point, a run accepts.
 const MAX_POINTS: u64 = 1_000_000;

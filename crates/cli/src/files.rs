@@ -4,7 +4,7 @@
 //! if the last user crashed, and saying so on stderr —, does its work, and unmounts.
 //! Every failure path unmounts too (the mount is dropped), and no failure destroys data:
 //! `put` writes a new file in the image and renames it over the old one only when it is
-//! complete; `get` does the same outside the image (see [`crate::output`]).
+//! complete; `get` does the same outside the image (see [`bench::output`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,8 +18,8 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::args::{self, usage};
-use crate::output::{self, Output};
-use crate::{progress, report, signals};
+use bench::output::{self, Output};
+use bench::{progress, report, signals};
 
 /// Chunk size for copying files in and out.
 const COPY_CHUNK: usize = 1 << 20;
@@ -163,29 +163,6 @@ pub struct MvArgs {
     from: String,
     /// New path, or an existing directory to move into.
     to: String,
-}
-
-/// Parses a size like `256M`, `1G`, `4096`.
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => bail!("size {s:?}: unknown suffix {c:?} (use K, M, G or T)"),
-            };
-            (&s[..i], mult)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("size {s:?} is not a number"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
 }
 
 /// A mounted image for the duration of one command.
@@ -827,19 +804,4 @@ pub fn mv(a: MvArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} -> {}", a.from, to))?;
     m.fs.unmount()?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("abc").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
 }

@@ -17,8 +17,8 @@ use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 use serde::Serialize;
 
-use crate::bench::median;
-use crate::bench::raw::open_region;
+use crate::median;
+use crate::raw::open_region;
 use crate::output::Output;
 use crate::report::{self, size_label, Machine};
 use crate::{args, progress, signals};

@@ -9,8 +9,8 @@ use clap::Args;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::bench::app::{self, AppReport, AppSpec};
-use crate::bench::target::{EngineArg, Mode, Slowmem};
+use crate::app::{self, AppReport, AppSpec};
+use crate::target::{EngineArg, Mode, Slowmem};
 use crate::output::Output;
 use crate::report::{self, Machine};
 

@@ -33,11 +33,11 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::target::{
+use crate::target::{
     collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mode, Slowmem,
     Target, ThreadResult,
 };
-use super::{gib_per_s, raw};
+use crate::{gib_per_s, raw};
 use crate::report::{self, Machine};
 use crate::{args, progress, signals};
 
@@ -511,7 +511,7 @@ fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
     let samples = (0..LIMIT_ROUNDS)
         .map(|_| raw::measure(&region, io, path, LIMIT_ROUND))
         .collect();
-    Ok(gib_per_s(io, super::median(samples)))
+    Ok(gib_per_s(io, crate::median(samples)))
 }
 
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {

@@ -24,8 +24,8 @@ use pmem::Pmem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::raw::open_region;
-use super::target::EngineArg;
+use crate::raw::open_region;
+use crate::target::EngineArg;
 use crate::output::Output;
 use crate::report::{self, Machine};
 use crate::{args, progress, signals};

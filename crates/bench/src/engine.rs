@@ -18,8 +18,8 @@ use engine::{BackendKind, Desc, Engine, EngineConfig, Sn, AREA_BYTES};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::raw::{open_region, SIZES};
-use super::{gib_per_s, median, time_per_op};
+use crate::raw::{open_region, SIZES};
+use crate::{gib_per_s, median, time_per_op};
 use crate::report::{self, size_label, Machine};
 
 /// Rounds per measurement; the median is reported.

@@ -14,7 +14,7 @@ use clap::Args;
 use pmem::{peer, Pmem, Region};
 use serde::Serialize;
 
-use super::{gib_per_s, median, time_per_op};
+use crate::{gib_per_s, median, time_per_op};
 use crate::report::{self, size_label, Machine};
 
 /// Copy sizes measured, from one page to one huge page.

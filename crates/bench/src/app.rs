@@ -31,10 +31,10 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-pub use super::applications::App;
-use super::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
-use super::plot;
-use super::target::{
+pub use crate::applications::App;
+use crate::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
+use crate::plot;
+use crate::target::{
     run_clients, timed_loop, EngineArg, Gate, Mode, Slowmem, Target, ThreadResult,
 };
 use crate::args;

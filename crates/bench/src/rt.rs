@@ -20,7 +20,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::{median, time_per_op};
+use crate::{median, time_per_op};
 use crate::report::{self, Machine};
 
 /// Alternating rounds per operation and kind; the median is reported.
