@@ -33,13 +33,13 @@ use serde::Serialize;
 
 pub use crate::applications::App;
 use crate::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
-use crate::plot;
-use crate::target::{
-    run_clients, timed_loop, EngineArg, Gate, Mode, Slowmem, Target, ThreadResult,
-};
 use crate::args;
 use crate::output;
+use crate::plot;
 use crate::report::{self, Machine};
+use crate::target::{
+    run_clients, timed_loop, EngineArg, Gate, Mount, Slowmem, Target, ThreadResult,
+};
 use crate::{progress, signals};
 
 /// Files a fileserver client cycles its created files through.
@@ -56,7 +56,7 @@ pub struct AppArgs {
         value_delimiter = ',',
         default_value = "cpu,semaphore,delegate,dma-sync,async,kernel"
     )]
-    mode: Vec<Mode>,
+    mode: Vec<Target>,
     /// Worker thread counts, comma-separated (1 to 1024 each).
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = args::threads())]
     threads: Vec<usize>,
@@ -89,7 +89,7 @@ pub struct AppArgs {
 #[derive(Clone, Copy)]
 pub struct AppSpec {
     pub app: App,
-    pub mode: Mode,
+    pub mode: Target,
     pub threads: usize,
     pub uthreads_per_core: usize,
     pub slowmem: Slowmem,
@@ -101,7 +101,7 @@ pub struct AppSpec {
 #[derive(Serialize, Clone)]
 pub struct AppRow {
     pub app: App,
-    pub mode: Mode,
+    pub mode: Target,
     pub threads: usize,
     /// Clients (uthreads in async modes).
     pub clients: usize,
@@ -147,7 +147,7 @@ struct Moved {
 /// Runs tasks of `set`'s application on `t` as client `id` until `duration` after the
 /// start line, then reads back and checks its last output.
 fn client(
-    t: &Target,
+    t: &Mount,
     set: &Dataset,
     id: usize,
     duration: Duration,
@@ -252,7 +252,7 @@ pub fn run_one(
     region: &Arc<dyn Pmem>,
 ) -> anyhow::Result<AppRow> {
     let kernel_dir = PathBuf::from(format!("/dev/shm/easyio-bench-app-{}", std::process::id()));
-    let target = Arc::new(Target::set_up(
+    let target = Arc::new(Mount::set_up(
         spec.mode,
         spec.engine,
         region,
@@ -370,7 +370,7 @@ pub fn run_all(
 pub fn vs_cpu(rows: &[AppRow], r: &AppRow) -> Option<f64> {
     rows.iter()
         .find(|p| {
-            p.mode == Mode::Cpu
+            p.mode == Target::Easyio(fs::Mode::Cpu)
                 && p.app == r.app
                 && p.threads == r.threads
                 && p.slowmem == r.slowmem
@@ -388,7 +388,7 @@ pub fn table(rows: &[AppRow]) -> String {
                 r.app.name().to_string(),
                 r.slowmem
                     .map_or("none".into(), |s| format!("{s} (emulated)")),
-                r.mode.name(),
+                r.mode.name().to_string(),
                 format!("{}/{}", r.threads, r.clients),
                 format!("{:.1}", r.tasks_per_s),
                 format!("{:.2}", r.gib_per_s),
@@ -446,7 +446,7 @@ pub fn write_plot(
             Some(i) => &mut panel.series[i],
             None => {
                 panel.series.push(plot::Series {
-                    name: mode,
+                    name: mode.to_string(),
                     points: Vec::new(),
                 });
                 panel.series.last_mut().expect("just pushed")

@@ -18,8 +18,8 @@ use pmem::Pmem;
 use serde::Serialize;
 
 use crate::median;
-use crate::raw::open_region;
 use crate::output::Output;
+use crate::raw::open_region;
 use crate::report::{self, size_label, Machine};
 use crate::{args, progress, signals};
 

@@ -10,9 +10,10 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::app::{self, AppReport, AppSpec};
-use crate::target::{EngineArg, Mode, Slowmem};
 use crate::output::Output;
 use crate::report::{self, Machine};
+use crate::target::{EngineArg, Slowmem, Target};
+use fs::Mode;
 
 /// What the demo compares: an I/O-and-computation-balanced application and an
 /// I/O-heavy one (EASYIO reports 2.1× for both), the movers of NOVA, Fastmove, OdinFS
@@ -75,7 +76,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 for mode in MODES {
                     specs.push(AppSpec {
                         app,
-                        mode,
+                        mode: Target::Easyio(mode),
                         threads,
                         uthreads_per_core: UTHREADS_PER_CORE,
                         slowmem,

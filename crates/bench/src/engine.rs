@@ -19,8 +19,8 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::raw::{open_region, SIZES};
-use crate::{gib_per_s, median, time_per_op};
 use crate::report::{self, size_label, Machine};
+use crate::{gib_per_s, median, time_per_op};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 3;

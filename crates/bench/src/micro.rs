@@ -33,13 +33,13 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
+use crate::report::{self, Machine};
 use crate::target::{
-    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mode, Slowmem,
+    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mount, Slowmem,
     Target, ThreadResult,
 };
-use crate::{gib_per_s, raw};
-use crate::report::{self, Machine};
 use crate::{args, progress, signals};
+use crate::{gib_per_s, raw};
 
 /// Private files grow to at most this many bytes (and at most a quarter of the region
 /// shared among the threads) before DWAL starts them over.
@@ -87,7 +87,7 @@ pub struct MicroArgs {
     workload: Vec<Workload>,
     /// Modes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "cpu,async,kernel")]
-    mode: Vec<Mode>,
+    mode: Vec<Target>,
     /// Thread counts, comma-separated (1 to 1024 each).
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = args::threads())]
     threads: Vec<usize>,
@@ -123,7 +123,7 @@ pub struct MicroArgs {
 #[derive(Serialize, Clone)]
 struct Row {
     workload: Workload,
-    mode: Mode,
+    mode: Target,
     threads: usize,
     /// Workload threads (uthreads in async modes).
     clients: usize,
@@ -178,7 +178,7 @@ struct RunParams {
 /// Sets up one thread's files, waits for every thread at `start`, then runs the
 /// workload for the run's duration.
 fn run_thread(
-    t: &Target,
+    t: &Mount,
     w: Workload,
     tid: usize,
     p: RunParams,
@@ -357,7 +357,7 @@ impl Measure {
 /// One measured configuration.
 struct RunSpec {
     workload: Workload,
-    mode: Mode,
+    mode: Target,
     threads: usize,
     uthreads_per_core: usize,
     slowmem: Option<Model>,
@@ -373,7 +373,7 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         "/dev/shm/easyio-bench-kernel-{}",
         std::process::id()
     ));
-    let target = Target::set_up(
+    let target = Mount::set_up(
         mode,
         spec.engine,
         region,
@@ -599,7 +599,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| {
             let peer = report.results.iter().find(|p| {
-                p.mode == Mode::Kernel
+                p.mode == Target::Kernel
                     && p.workload == r.workload
                     && p.threads == r.threads
                     && p.io_size == r.io_size
@@ -607,7 +607,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
             vec![
                 format!("{:?}", r.workload).to_uppercase(),
                 report::size_label(r.io_size),
-                r.mode.name(),
+                r.mode.name().to_string(),
                 format!("{}/{}", r.threads, r.clients),
                 format!("{:.0}", r.ops_per_s),
                 if r.workload.moves_data() {
@@ -623,7 +623,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                     .map_or(String::new(), |c| format!("{c:.3}")),
                 r.of_limit.map_or(String::new(), |f| format!("{f:.2}")),
                 match peer {
-                    Some(p) if r.mode != Mode::Kernel && p.ops_per_s > 0.0 => {
+                    Some(p) if r.mode != Target::Kernel && p.ops_per_s > 0.0 => {
                         format!("{:.2}x", r.ops_per_s / p.ops_per_s)
                     }
                     _ => String::new(),

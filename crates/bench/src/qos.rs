@@ -24,10 +24,10 @@ use pmem::Pmem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::raw::open_region;
-use crate::target::EngineArg;
 use crate::output::Output;
+use crate::raw::open_region;
 use crate::report::{self, Machine};
+use crate::target::EngineArg;
 use crate::{args, progress, signals};
 
 /// The L client's request size (EASYIO §6.4.3: "Web server (64KB I/O size)").

@@ -14,8 +14,8 @@ use clap::Args;
 use pmem::{peer, Pmem, Region};
 use serde::Serialize;
 
-use crate::{gib_per_s, median, time_per_op};
 use crate::report::{self, size_label, Machine};
+use crate::{gib_per_s, median, time_per_op};
 
 /// Copy sizes measured, from one page to one huge page.
 pub const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];

@@ -20,8 +20,8 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use crate::{median, time_per_op};
 use crate::report::{self, Machine};
+use crate::{median, time_per_op};
 
 /// Alternating rounds per operation and kind; the median is reported.
 const ROUNDS: usize = 5;

@@ -20,8 +20,8 @@ use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::median;
 use crate::args::parse_size;
+use crate::median;
 use crate::report::{self, Machine};
 
 /// Files written into the root of every image before measuring.

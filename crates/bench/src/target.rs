@@ -9,55 +9,87 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::ValueEnum;
-use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
+use fs::{FileSystem, FormatOptions, Mode, MountOptions, OpenFlags};
 use hdrhistogram::Histogram;
 use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 use serde::Serialize;
 
-/// The modes a benchmark can run in: easyio with each data mover, or the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// easyio, data copied by the calling thread (NOVA).
-    Cpu,
-    /// easyio, callers copy, at most K at once.
-    Semaphore,
-    /// easyio, delegation threads copy (OdinFS).
-    Delegate,
-    /// easyio, the engine copies, the caller waits (Fastmove).
-    DmaSync,
-    /// easyio, orderless writes and two-level locking on uthreads (EASYIO).
-    Async,
+/// What a benchmark runs on (`--mode`): easyio with one of its data movers, easyio
+/// `async` holding the per-inode lock across the copy, or the host kernel's tmpfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// easyio in one of the file system's modes.
+    Easyio(Mode),
     /// `async` holding a per-inode lock across the copy (no two-level locking).
     AsyncLocked,
     /// The host kernel's tmpfs through std::fs (not persistent).
     Kernel,
 }
 
-impl Mode {
-    pub fn mover(self) -> Option<fs::Mode> {
+/// The help of `--mode` for the targets that are not a file system mode (clap shows a
+/// one-line doc comment without its final period; these are said the same way).
+const ASYNC_LOCKED_HELP: &str =
+    "`async` holding a per-inode lock across the copy (no two-level locking)";
+const KERNEL_HELP: &str = "The host kernel's tmpfs through std::fs (not persistent)";
+
+impl Target {
+    /// Every target, in the order `--help` lists them.
+    pub const ALL: [Target; 7] = [
+        Target::Easyio(Mode::Cpu),
+        Target::Easyio(Mode::Semaphore),
+        Target::Easyio(Mode::Delegate),
+        Target::Easyio(Mode::DmaSync),
+        Target::Easyio(Mode::Async),
+        Target::AsyncLocked,
+        Target::Kernel,
+    ];
+
+    /// The file system mode easyio runs in, or `None` for the kernel.
+    pub fn mover(self) -> Option<Mode> {
         match self {
-            Mode::Cpu => Some(fs::Mode::Cpu),
-            Mode::Semaphore => Some(fs::Mode::Semaphore),
-            Mode::Delegate => Some(fs::Mode::Delegate),
-            Mode::DmaSync => Some(fs::Mode::DmaSync),
-            Mode::Async | Mode::AsyncLocked => Some(fs::Mode::Async),
-            Mode::Kernel => None,
+            Target::Easyio(m) => Some(m),
+            Target::AsyncLocked => Some(Mode::Async),
+            Target::Kernel => None,
         }
     }
+
+    /// Whether the workload's clients are uthreads (the `async` targets).
     pub fn uthreads(self) -> bool {
-        matches!(self, Mode::Async | Mode::AsyncLocked)
+        self.mover() == Some(Mode::Async)
     }
-    pub fn name(self) -> String {
-        format!("{self:?}")
-            .chars()
-            .enumerate()
-            .flat_map(|(i, c)| {
-                let dash = (i > 0 && c.is_uppercase()).then_some('-');
-                dash.into_iter().chain(c.to_lowercase())
-            })
-            .collect()
+
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Easyio(m) => m.name(),
+            Target::AsyncLocked => "async-locked",
+            Target::Kernel => "kernel",
+        }
+    }
+}
+
+impl ValueEnum for Target {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Target::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Target::Easyio(m) => {
+                let mode = m.to_possible_value()?;
+                format!("easyio, {}", mode.get_help().map(|h| h.to_string())?)
+            }
+            Target::AsyncLocked => ASYNC_LOCKED_HELP.to_string(),
+            Target::Kernel => KERNEL_HELP.to_string(),
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -79,14 +111,14 @@ impl Slowmem {
     }
 }
 
-/// Where a workload runs.
-pub enum Target {
+/// Where a workload runs: a mounted easyio, or a directory of the kernel's tmpfs.
+pub enum Mount {
     Easyio(Box<FileSystem>),
     Kernel(KernelDir),
 }
 
 /// The host directory of the `kernel` mode, removed when dropped: also when a run
-/// ends early (an error, a signal) without [`Target::tear_down`].
+/// ends early (an error, a signal) without [`Mount::tear_down`].
 pub struct KernelDir(PathBuf);
 
 impl Drop for KernelDir {
@@ -100,17 +132,17 @@ pub enum Handle {
     File(std::fs::File),
 }
 
-impl Target {
+impl Mount {
     pub fn path(&self, p: &str) -> PathBuf {
         match self {
-            Target::Kernel(root) => root.0.join(p.trim_start_matches('/')),
-            Target::Easyio(_) => PathBuf::from(p),
+            Mount::Kernel(root) => root.0.join(p.trim_start_matches('/')),
+            Mount::Easyio(_) => PathBuf::from(p),
         }
     }
 
     pub fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
         Ok(match self {
-            Target::Easyio(fs) => {
+            Mount::Easyio(fs) => {
                 let mut f = OpenFlags::RDWR;
                 if create {
                     f = f | OpenFlags::CREAT;
@@ -120,7 +152,7 @@ impl Target {
                 }
                 Handle::Fd(fs.open(p, f, 0o644).with_context(|| p.to_string())?)
             }
-            Target::Kernel(_) => Handle::File(
+            Mount::Kernel(_) => Handle::File(
                 std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -134,7 +166,7 @@ impl Target {
     }
 
     pub fn close(&self, h: Handle) -> anyhow::Result<()> {
-        if let (Target::Easyio(fs), Handle::Fd(fd)) = (self, h) {
+        if let (Mount::Easyio(fs), Handle::Fd(fd)) = (self, h) {
             fs.close(fd)?;
         }
         Ok(())
@@ -143,7 +175,7 @@ impl Target {
     pub fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
         use std::os::unix::fs::FileExt;
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
+            (Mount::Easyio(fs), Handle::Fd(fd)) => {
                 fs.pwrite(*fd, buf, off)?;
             }
             (_, Handle::File(f)) => f.write_all_at(buf, off)?,
@@ -155,7 +187,7 @@ impl Target {
     pub fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
         use std::io::Write;
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
+            (Mount::Easyio(fs), Handle::Fd(fd)) => {
                 fs.write(*fd, buf)?;
             }
             (_, Handle::File(f)) => (&*f).write_all(buf)?,
@@ -167,7 +199,7 @@ impl Target {
     pub fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
         use std::os::unix::fs::FileExt;
         Ok(match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
+            (Mount::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
             (_, Handle::File(f)) => f.read_at(buf, off)?,
             _ => unreachable!(),
         })
@@ -175,7 +207,7 @@ impl Target {
 
     pub fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
+            (Mount::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
             (_, Handle::File(f)) => f.set_len(len)?,
             _ => unreachable!(),
         }
@@ -189,24 +221,24 @@ impl Target {
 
     pub fn unlink(&self, p: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.unlink(p)?,
-            Target::Kernel(_) => std::fs::remove_file(self.path(p))?,
+            Mount::Easyio(fs) => fs.unlink(p)?,
+            Mount::Kernel(_) => std::fs::remove_file(self.path(p))?,
         }
         Ok(())
     }
 
     pub fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.rename(a, b)?,
-            Target::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
+            Mount::Easyio(fs) => fs.rename(a, b)?,
+            Mount::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
         }
         Ok(())
     }
 
     pub fn mkdir(&self, p: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.mkdir(p, 0o755)?,
-            Target::Kernel(_) => std::fs::create_dir(self.path(p))?,
+            Mount::Easyio(fs) => fs.mkdir(p, 0o755)?,
+            Mount::Kernel(_) => std::fs::create_dir(self.path(p))?,
         }
         Ok(())
     }
@@ -406,19 +438,19 @@ impl EngineArg {
     }
 }
 
-impl Target {
+impl Mount {
     /// Formats `region` and mounts it in `mode` (wrapped in the slow-memory model if
     /// one is given), its copy engine on `engine` if the mode uses one, or for `kernel`
     /// makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
     /// threads, for the engine's idle policy ([`engine_nap`]).
     pub fn set_up(
-        mode: Mode,
+        mode: Target,
         engine: EngineArg,
         region: &Arc<dyn Pmem>,
         slowmem: Option<Model>,
         kernel_dir: &Path,
         workers: usize,
-    ) -> anyhow::Result<Target> {
+    ) -> anyhow::Result<Mount> {
         Ok(match mode.mover() {
             Some(m) => {
                 FileSystem::format(&**region, &FormatOptions::default())?;
@@ -427,19 +459,19 @@ impl Target {
                     None => region.clone(),
                 };
                 let mut opts = MountOptions {
-                    lock_across_wait: mode == Mode::AsyncLocked,
+                    lock_across_wait: mode == Target::AsyncLocked,
                     ..MountOptions::with_mode(m)
                 };
                 if m.uses_engine() {
                     opts.mover.engine = engine.backend();
                 }
                 opts.mover.engine_nap = engine_nap(workers, opts.mover.channels_needed());
-                Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
+                Mount::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
             }
             None => {
                 let _ = std::fs::remove_dir_all(kernel_dir);
                 std::fs::create_dir_all(kernel_dir)?;
-                Target::Kernel(KernelDir(kernel_dir.to_path_buf()))
+                Mount::Kernel(KernelDir(kernel_dir.to_path_buf()))
             }
         })
     }
@@ -447,8 +479,8 @@ impl Target {
     /// Unmounts the file system, or removes the kernel directory.
     pub fn tear_down(self) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.unmount()?,
-            Target::Kernel(dir) => drop(dir),
+            Mount::Easyio(fs) => fs.unmount()?,
+            Mount::Kernel(dir) => drop(dir),
         }
         Ok(())
     }
@@ -456,8 +488,8 @@ impl Target {
     /// The size of the file at `p`.
     pub fn size(&self, p: &str) -> anyhow::Result<u64> {
         Ok(match self {
-            Target::Easyio(fs) => fs.stat(p).with_context(|| p.to_string())?.size,
-            Target::Kernel(_) => std::fs::metadata(self.path(p))
+            Mount::Easyio(fs) => fs.stat(p).with_context(|| p.to_string())?.size,
+            Mount::Kernel(_) => std::fs::metadata(self.path(p))
                 .with_context(|| p.to_string())?
                 .len(),
         })
@@ -491,7 +523,7 @@ impl Target {
 /// seconds and the process's CPU-seconds from the start line until the last client
 /// finished.
 pub fn run_clients<T: Send + 'static>(
-    mode: Mode,
+    mode: Target,
     threads: usize,
     clients: usize,
     gate: &Arc<Gate>,

@@ -72,7 +72,12 @@ fn parse_modes(s: &str) -> Result<Modes, String> {
     if s == "all" {
         return Ok(Modes(Mode::ALL.to_vec()));
     }
-    s.parse().map(|m| Modes(vec![m]))
+    <Mode as clap::ValueEnum>::from_str(s, false)
+        .map(|m| Modes(vec![m]))
+        .map_err(|_| {
+            let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown mode {s:?}; modes: {}", names.join(", "))
+        })
 }
 
 fn parse_state(s: &str) -> Result<CrashChoice, String> {
