@@ -418,7 +418,8 @@ pub fn table(rows: &[AppRow]) -> String {
     )
 }
 
-/// Writes the Fig. 10-style plot of `rows` to `out`.
+/// Writes the Fig. 10-style plot of `rows` to `out`: a panel per application and
+/// medium, throughput against threads, a line per mode.
 pub fn write_plot(
     out: output::Output,
     title: &str,
@@ -431,31 +432,42 @@ pub fn write_plot(
             Some(s) => format!("{} — {s} (emulated)", r.app.name()),
             None => format!("{} — DRAM", r.app.name()),
         };
-        let panel = match panels.iter_mut().position(|p| p.title == name) {
+        let panel = match panels.iter().position(|p| p.title == name) {
             Some(i) => &mut panels[i],
             None => {
                 panels.push(plot::Panel {
                     title: name,
+                    y_label: "throughput (tasks/s)".into(),
                     series: Vec::new(),
+                    mark: None,
+                    y_top: None,
                 });
                 panels.last_mut().expect("just pushed")
             }
         };
         let mode = r.mode.name();
-        let series = match panel.series.iter_mut().position(|s| s.name == mode) {
+        let series = match panel.series.iter().position(|s| s.name == mode) {
             Some(i) => &mut panel.series[i],
             None => {
                 panel.series.push(plot::Series {
                     name: mode.to_string(),
                     points: Vec::new(),
+                    dots: true,
                 });
                 panel.series.last_mut().expect("just pushed")
             }
         };
         series.points.push((r.threads as f64, r.tasks_per_s));
     }
-    let svg = plot::svg(title, "threads", "tasks/s", caption, &panels);
-    out.write_all(svg.as_bytes())
+    let figure = plot::Figure {
+        title: title.to_string(),
+        x_label: "threads".into(),
+        caption: caption.to_vec(),
+        columns: 2,
+        panel_size: (340, 240),
+        panels,
+    };
+    out.write_all(plot::svg(&figure)?.as_bytes())
 }
 
 pub fn run(a: AppArgs) -> anyhow::Result<()> {

@@ -1,47 +1,87 @@
-//! Line plots as standalone SVG: a grid of panels, one line per series, a legend and a
-//! caption — enough for EASYIO Fig. 10-style throughput-against-threads figures.
+//! Line plots as standalone SVG, drawn with `plotters`: a title, one legend for the
+//! whole figure, a grid of panels with one line per series, and a caption — enough for
+//! EASYIO Fig. 10-style throughput-against-threads figures and Fig. 12's series over
+//! time.
 
-use std::fmt::Write;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Size of one panel and the space around its axes, in SVG user units (pixels).
-const PANEL_W: f64 = 340.0;
-const PANEL_H: f64 = 240.0;
-const MARGIN_L: f64 = 62.0;
-const MARGIN_R: f64 = 16.0;
-const MARGIN_T: f64 = 30.0;
-const MARGIN_B: f64 = 42.0;
-/// Panels per row of the grid.
-const COLUMNS: usize = 2;
+/// Space around a panel's axes, in SVG user units (pixels).
+const MARGIN: u32 = 16;
+const X_LABEL_AREA: u32 = 40;
+const Y_LABEL_AREA: u32 = 62;
 /// Heights of the title band, of each caption line and of the legend band.
-const TITLE_H: f64 = 34.0;
-const LINE_H: f64 = 16.0;
-const LEGEND_H: f64 = 28.0;
+const TITLE_H: u32 = 34;
+const LINE_H: u32 = 16;
+const LEGEND_H: u32 = 28;
 /// Average width of a caption character, to wrap the caption to the figure's width.
-const CAPTION_CHAR_W: f64 = 6.0;
+const CAPTION_CHAR_W: u32 = 6;
 /// Ticks on the y axis.
-const Y_TICKS: usize = 5;
-/// Line colours, one per series in order (colour-blind-safe palette).
-const COLOURS: [&str; 8] = [
-    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+const Y_TICKS: usize = 6;
+/// Font of every text.
+const FONT: &str = "sans-serif";
+/// Line colours, one per series name in order of appearance (colour-blind-safe).
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(0x00, 0x72, 0xB2),
+    RGBColor(0xD5, 0x5E, 0x00),
+    RGBColor(0x00, 0x9E, 0x73),
+    RGBColor(0xCC, 0x79, 0xA7),
+    RGBColor(0xE6, 0x9F, 0x00),
+    RGBColor(0x56, 0xB4, 0xE9),
+    RGBColor(0x00, 0x00, 0x00),
+    RGBColor(0xF0, 0xE4, 0x42),
 ];
+/// Colour of a panel's mark (a target or a limit).
+const MARK: RGBColor = RGBColor(0x2C, 0xA0, 0x2C);
 
 /// One line: (x, y) points, drawn in x order.
 pub struct Series {
+    /// Name in the legend; series of the same name share a colour across panels.
     pub name: String,
+    /// The points, in any order.
     pub points: Vec<(f64, f64)>,
+    /// Whether each point gets a dot (few points) or the line is drawn alone.
+    pub dots: bool,
+}
+
+/// A horizontal dashed line across a panel, with its label (a target, a limit).
+pub struct Mark {
+    /// Where, on the y axis.
+    pub y: f64,
+    /// What it is.
+    pub label: String,
 }
 
 /// One chart of the grid.
 pub struct Panel {
+    /// Title above the chart.
     pub title: String,
+    /// The y axis: what and in which unit.
+    pub y_label: String,
+    /// The lines.
     pub series: Vec<Series>,
+    /// A horizontal mark, if any.
+    pub mark: Option<Mark>,
+    /// Top of the y axis; values above it are drawn at the top edge. Default: a round
+    /// number at or above the largest value.
+    pub y_top: Option<f64>,
 }
 
-/// Escapes text for SVG.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// A whole figure.
+pub struct Figure {
+    /// Title at the top.
+    pub title: String,
+    /// The x axis of every panel: what and in which unit.
+    pub x_label: String,
+    /// Lines under the grid (wrapped to the figure's width).
+    pub caption: Vec<String>,
+    /// Panels per row of the grid.
+    pub columns: usize,
+    /// Size of one panel, pixels.
+    pub panel_size: (u32, u32),
+    /// The charts, row by row.
+    pub panels: Vec<Panel>,
 }
 
 /// Splits `text` at spaces into lines of at most `width` characters.
@@ -72,6 +112,7 @@ fn nice_top(max: f64) -> f64 {
         .unwrap_or(10.0 * mag)
 }
 
+/// An axis label: whole numbers without decimals, small ones with one.
 fn tick_label(v: f64) -> String {
     if v >= 100.0 || v == v.round() {
         format!("{v:.0}")
@@ -80,97 +121,132 @@ fn tick_label(v: f64) -> String {
     }
 }
 
-/// The whole figure. Series with the same name share a colour across panels; the
-/// legend lists each name once.
-pub fn svg(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    caption: &[String],
-    panels: &[Panel],
-) -> String {
+/// The series names of the figure, each once, in order of appearance.
+fn names(fig: &Figure) -> Vec<&str> {
     let mut names: Vec<&str> = Vec::new();
-    for s in panels.iter().flat_map(|p| &p.series) {
+    for s in fig.panels.iter().flat_map(|p| &p.series) {
         if !names.contains(&s.name.as_str()) {
             names.push(&s.name);
         }
     }
-    let colour = |name: &str| {
-        let i = names.iter().position(|n| *n == name).unwrap_or(0);
-        COLOURS[i % COLOURS.len()]
-    };
-    let rows = panels.len().div_ceil(COLUMNS).max(1);
-    let cols = panels.len().clamp(1, COLUMNS);
-    let width = cols as f64 * PANEL_W;
-    let caption: Vec<String> = caption
-        .iter()
-        .flat_map(|l| wrap(l, ((width - 20.0) / CAPTION_CHAR_W) as usize))
-        .collect();
-    let grid_top = TITLE_H + LEGEND_H;
-    let height = grid_top + rows as f64 * PANEL_H + caption.len() as f64 * LINE_H + 10.0;
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif">"#
-    );
-    let _ = writeln!(o, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="22" font-size="15" font-weight="bold" text-anchor="middle">{}</text>"#,
-        width / 2.0,
-        esc(title)
-    );
-    // Legend.
-    let step = width / (names.len().max(1) as f64);
-    for (i, name) in names.iter().enumerate() {
-        let x = i as f64 * step + 16.0;
-        let y = TITLE_H + 12.0;
-        let _ = writeln!(
-            o,
-            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2.5"/><circle cx="{}" cy="{y}" r="3" fill="{}"/><text x="{}" y="{}" font-size="12">{}</text>"#,
-            x + 22.0,
-            colour(name),
-            x + 11.0,
-            colour(name),
-            x + 27.0,
-            y + 4.0,
-            esc(name)
-        );
-    }
-    for (pi, panel) in panels.iter().enumerate() {
-        let ox = (pi % COLUMNS) as f64 * PANEL_W;
-        let oy = grid_top + (pi / COLUMNS) as f64 * PANEL_H;
-        let (x0, x1) = (ox + MARGIN_L, ox + PANEL_W - MARGIN_R);
-        let (y0, y1) = (oy + PANEL_H - MARGIN_B, oy + MARGIN_T);
-        let pts = panel.series.iter().flat_map(|s| &s.points);
-        let xmin = pts.clone().map(|p| p.0).fold(f64::INFINITY, f64::min);
-        let xmax = pts.clone().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-        let ytop = nice_top(pts.map(|p| p.1).fold(0.0, f64::max));
-        let (xmin, xmax) = if xmin.is_finite() && xmax > xmin {
-            (xmin, xmax)
-        } else {
-            (xmin.min(1.0) - 0.5, xmin.max(1.0) + 0.5)
-        };
-        let sx = |x: f64| x0 + (x - xmin) / (xmax - xmin) * (x1 - x0);
-        let sy = |y: f64| y0 - y / ytop * (y0 - y1);
-        let _ = writeln!(
-            o,
-            r#"<text x="{}" y="{}" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"#,
-            (x0 + x1) / 2.0,
-            oy + 18.0,
-            esc(&panel.title)
-        );
-        for t in 0..=Y_TICKS {
-            let v = ytop * t as f64 / Y_TICKS as f64;
-            let y = sy(v);
-            let _ = writeln!(
-                o,
-                r##"<line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#e3e3e3"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
-                x0 - 4.0,
-                y + 3.5,
-                tick_label(v)
-            );
+    names
+}
+
+/// The colour of the series called `name`.
+fn colour(names: &[&str], name: &str) -> RGBColor {
+    let i = names.iter().position(|n| *n == name).unwrap_or(0);
+    COLOURS[i % COLOURS.len()]
+}
+
+/// The figure as an SVG document.
+pub fn svg(fig: &Figure) -> anyhow::Result<String> {
+    let names = names(fig);
+    let columns = fig.columns.max(1);
+    let rows = fig.panels.len().div_ceil(columns).max(1);
+    let cols = fig.panels.len().clamp(1, columns);
+    let (panel_w, panel_h) = fig.panel_size;
+    let width = cols as u32 * panel_w;
+    let wrap_at = (width.saturating_sub(20) / CAPTION_CHAR_W) as usize;
+    let caption: Vec<String> = fig.caption.iter().flat_map(|l| wrap(l, wrap_at)).collect();
+    let grid_h = rows as u32 * panel_h;
+    let height = TITLE_H + LEGEND_H + grid_h + caption.len() as u32 * LINE_H + 10;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (width, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, rest) = root.split_vertically(TITLE_H);
+        top.draw(&Text::new(
+            fig.title.as_str(),
+            (width as i32 / 2, 10),
+            TextStyle::from((FONT, 19).into_font().style(FontStyle::Bold))
+                .pos(Pos::new(HPos::Center, VPos::Top)),
+        ))?;
+        let (legend, rest) = rest.split_vertically(LEGEND_H);
+        draw_legend(&legend, &names, width)?;
+        let (grid, bottom) = rest.split_vertically(grid_h);
+        let areas = grid.split_evenly((rows, cols));
+        for (panel, area) in fig.panels.iter().zip(&areas) {
+            draw_panel(area, panel, &fig.x_label, &names)?;
         }
+        for (i, line) in caption.iter().enumerate() {
+            let y = (i as u32 * LINE_H + LINE_H / 4) as i32;
+            bottom.draw(&Text::new(
+                line.as_str(),
+                (10, y),
+                (FONT, 14).into_font().color(&RGBColor(0x33, 0x33, 0x33)),
+            ))?;
+        }
+        root.present()?;
+    }
+    Ok(out)
+}
+
+/// One entry per series name, spread across the figure's width.
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    names: &[&str],
+    width: u32,
+) -> anyhow::Result<()> {
+    let step = width as i32 / names.len().max(1) as i32;
+    for (i, name) in names.iter().enumerate() {
+        let (x, y) = (i as i32 * step + 16, 12);
+        let c = colour(names, name);
+        area.draw(&PathElement::new(
+            vec![(x, y), (x + 22, y)],
+            c.stroke_width(3),
+        ))?;
+        area.draw(&Circle::new((x + 11, y), 3, c.filled()))?;
+        area.draw(&Text::new(
+            *name,
+            (x + 27, y),
+            TextStyle::from((FONT, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The x range of a panel: its points' span, or one unit around a single x.
+fn x_range(panel: &Panel) -> (f64, f64) {
+    let xs = || {
+        panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+    };
+    let lo = xs().fold(f64::INFINITY, f64::min);
+    let hi = xs().fold(f64::NEG_INFINITY, f64::max);
+    if lo.is_finite() && hi > lo {
+        (lo, hi)
+    } else {
+        (lo.min(1.0) - 0.5, lo.max(1.0) + 0.5)
+    }
+}
+
+/// One chart: axes with their labels, the mark, a line per series.
+fn draw_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    panel: &Panel,
+    x_label: &str,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    let (x0, x1) = x_range(panel);
+    let y_max = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(panel.mark.as_ref().map(|m| m.y))
+        .fold(0.0, f64::max);
+    let top = panel.y_top.unwrap_or_else(|| nice_top(y_max));
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            panel.title.as_str(),
+            (FONT, 16).into_font().style(FontStyle::Bold),
+        )
+        .margin(MARGIN)
+        .x_label_area_size(X_LABEL_AREA)
+        .y_label_area_size(Y_LABEL_AREA)
+        .build_cartesian_2d(x0..x1, 0.0..top)?;
+    let distinct_x = {
         let mut xs: Vec<f64> = panel
             .series
             .iter()
@@ -178,73 +254,90 @@ pub fn svg(
             .collect();
         xs.sort_by(f64::total_cmp);
         xs.dedup();
-        for x in xs {
-            let _ = writeln!(
-                o,
-                r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
-                sx(x),
-                y0 + 14.0,
-                tick_label(x)
-            );
-        }
-        let _ = writeln!(
-            o,
-            r#"<polyline points="{x0},{y1} {x0},{y0} {x1},{y0}" fill="none" stroke="black"/>"#
-        );
-        let _ = writeln!(
-            o,
-            r#"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"#,
-            (x0 + x1) / 2.0,
-            y0 + 30.0,
-            esc(x_label)
-        );
-        let (lx, ly) = (ox + 14.0, (y0 + y1) / 2.0);
-        let _ = writeln!(
-            o,
-            r#"<text x="{lx}" y="{ly}" font-size="11" text-anchor="middle" transform="rotate(-90 {lx} {ly})">{}</text>"#,
-            esc(y_label)
-        );
-        for s in &panel.series {
-            let mut p = s.points.clone();
-            p.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let path: Vec<String> = p
-                .iter()
-                .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
-                .collect();
-            let c = colour(&s.name);
-            let _ = writeln!(
-                o,
-                r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"/>"#,
-                path.join(" ")
-            );
-            for &(x, y) in &p {
-                let _ = writeln!(
-                    o,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"><title>{}: {}</title></circle>"#,
-                    sx(x),
-                    sy(y),
-                    esc(&s.name),
-                    tick_label(y)
-                );
-            }
+        xs.len()
+    };
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(panel.y_label.as_str())
+        .x_labels(distinct_x.clamp(2, 6))
+        .y_labels(Y_TICKS)
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v))
+        .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(0xE3, 0xE3, 0xE3))
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 14))
+        .draw()?;
+    if let Some(mark) = &panel.mark {
+        chart.draw_series(DashedLineSeries::new(
+            [(x0, mark.y), (x1, mark.y)],
+            4,
+            3,
+            MARK.stroke_width(1),
+        ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            mark.label.clone(),
+            (x1, mark.y.min(top)),
+            (FONT, 14)
+                .into_font()
+                .color(&MARK)
+                .pos(Pos::new(HPos::Right, VPos::Bottom)),
+        )))?;
+    }
+    for s in &panel.series {
+        let mut points = s.points.clone();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c = colour(names, &s.name);
+        let line: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, y.min(top))).collect();
+        chart.draw_series(LineSeries::new(line.iter().copied(), c.stroke_width(2)))?;
+        if s.dots {
+            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
         }
     }
-    let cap_y = grid_top + rows as f64 * PANEL_H;
-    for (i, line) in caption.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            r##"<text x="10" y="{}" font-size="11" fill="#333">{}</text>"##,
-            cap_y + (i as f64 + 0.8) * LINE_H,
-            esc(line)
-        );
-    }
-    o.push_str("</svg>\n");
-    o
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the SVG has a text element saying exactly `text`.
+    fn has_text(svg: &str, text: &str) -> bool {
+        svg.contains(&format!("\n{text}\n</text>"))
+    }
+
+    fn figure() -> Figure {
+        Figure {
+            title: "t".into(),
+            x_label: "threads".into(),
+            caption: vec!["cap & more".into()],
+            columns: 2,
+            panel_size: (340, 240),
+            panels: vec![Panel {
+                title: "a<b".into(),
+                y_label: "tasks/s".into(),
+                series: vec![
+                    Series {
+                        name: "cpu".into(),
+                        points: vec![(1.0, 10.0), (2.0, 18.0)],
+                        dots: true,
+                    },
+                    Series {
+                        name: "async".into(),
+                        points: vec![(2.0, 25.0), (1.0, 12.0)],
+                        dots: true,
+                    },
+                ],
+                mark: Some(Mark {
+                    y: 20.0,
+                    label: "target".into(),
+                }),
+                y_top: None,
+            }],
+        }
+    }
 
     #[test]
     fn nice_tops_are_round_and_cover_the_maximum() {
@@ -255,24 +348,41 @@ mod tests {
     }
 
     #[test]
-    fn the_svg_has_a_line_per_series_and_escapes_text() {
-        let panels = [Panel {
-            title: "a<b".into(),
-            series: vec![
-                Series {
-                    name: "cpu".into(),
-                    points: vec![(1.0, 10.0), (2.0, 18.0)],
-                },
-                Series {
-                    name: "async".into(),
-                    points: vec![(1.0, 12.0), (2.0, 25.0)],
-                },
-            ],
-        }];
-        let s = svg("t", "threads", "tasks/s", &["cap & more".into()], &panels);
-        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
-        assert_eq!(s.matches("stroke-width=\"2\"").count(), 2);
-        assert!(s.contains("a&lt;b") && s.contains("cap &amp; more"));
+    fn the_svg_has_a_line_per_series_labelled_axes_and_escaped_text() {
+        let s = svg(&figure()).unwrap();
+        assert!(
+            s.starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+            "{s}"
+        );
+        // Each series is one polyline in its colour, with a dot per point.
+        for c in ["#0072B2", "#D55E00"] {
+            let line = s
+                .lines()
+                .filter(|l| l.contains("<polyline") && l.contains(c))
+                .filter(|l| l.contains("stroke-width=\"2\""))
+                .count();
+            assert_eq!(line, 1, "{c}: {s}");
+            let dots = s
+                .lines()
+                .filter(|l| l.contains("<circle") && l.contains(c))
+                .count();
+            assert_eq!(dots, 2 + 1, "{c}: two points and the legend's dot");
+        }
+        for text in ["threads", "tasks/s", "cpu", "async", "target"] {
+            assert!(has_text(&s, text), "{text}: {s}");
+        }
+        assert!(s.contains("a&lt;b") && s.contains("cap &amp; more"), "{s}");
+    }
+
+    #[test]
+    fn values_above_the_top_are_drawn_at_the_edge() {
+        let mut fig = figure();
+        fig.panels[0].y_top = Some(15.0);
+        let capped = svg(&fig).unwrap();
+        fig.panels[0].y_top = Some(1000.0);
+        let roomy = svg(&fig).unwrap();
+        assert_ne!(capped, roomy);
+        assert!(has_text(&capped, "15"), "the top tick is the cap");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::output::Output;
+use crate::plot;
 use crate::raw::open_region;
 use crate::report::{self, Machine};
 use crate::target::EngineArg;
@@ -439,7 +440,7 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         easyio_max_us: EASYIO_MAX_US,
     };
     if let Some(out) = svg_out {
-        out.write_all(svg(&report).as_bytes())?;
+        out.write_all(svg(&report)?.as_bytes())?;
     }
     drop(bench);
     if let Ok(fs) = Arc::try_unwrap(fs) {
@@ -508,19 +509,9 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Colours of the three policies in the plot.
-const COLOURS: [&str; 3] = ["#d62728", "#ff7f0e", "#1f77b4"];
-
-/// Two panels over time: L's p99 latency per window, and B's bandwidth.
-fn svg(r: &Report) -> String {
-    let (w, h, left, right, top, panel, gap) = (760.0, 590.0, 70.0, 20.0, 40.0, 190.0, 60.0);
-    let t_max = r
-        .runs
-        .iter()
-        .flat_map(|x| x.windows.iter().map(|w| w.t_ms))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
+/// Two panels over time: L's p99 latency per window, and B's bandwidth; a line per
+/// policy, the L target and the B limit marked.
+fn svg(r: &Report) -> anyhow::Result<String> {
     // Scheduler stalls of a shared machine make single windows jump by milliseconds:
     // the latency axis stops at twice the worst whole-run p99 (higher values are
     // drawn at the top edge).
@@ -531,92 +522,68 @@ fn svg(r: &Report) -> String {
         .flat_map(|x| x.windows.iter().map(|w| w.b_gb_per_s))
         .fold(r.b_alone_gb_per_s, f64::max)
         * 1.1;
-    let x = |t: u64| left + (t as f64 / t_max) * (w - left - right);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" \
-         fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">easyio bench qos: L \
-         64 KiB reads beside B 2 MiB copies ({})</text>\n",
-        r.medium.split(':').next().unwrap_or("")
-    );
-    for (i, (title, max, unit)) in [
-        ("L p99 latency per window", lat_max, "µs"),
-        ("B bandwidth per window", bw_max, "GB/s"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let y0 = top + i as f64 * (panel + gap);
-        let y = |v: f64| y0 + panel - (v / max).min(1.0) * panel;
-        s += &format!(
-            "<rect x=\"{left}\" y=\"{y0}\" width=\"{}\" height=\"{panel}\" fill=\"none\" \
-             stroke=\"#888\"/>\n<text x=\"{}\" y=\"{}\">{title}</text>\n",
-            w - left - right,
-            left + 5.0,
-            y0 + 15.0
-        );
-        for k in 0..=4 {
-            let v = max * k as f64 / 4.0;
-            s += &format!(
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.1} {unit}</text>\n",
-                left - 4.0,
-                y(v) + 4.0
-            );
-        }
-        let (mark, label) = if i == 0 {
-            (r.target_us, "L target")
-        } else {
-            (r.b_limit_gb_per_s, "B limit")
-        };
-        let ym = y(mark);
-        s += &format!(
-            "<line x1=\"{left}\" x2=\"{x2}\" y1=\"{ym}\" y2=\"{ym}\" stroke=\"#2ca02c\" \
-             stroke-dasharray=\"4 3\"/>\n<text x=\"{tx}\" y=\"{ty}\" \
-             fill=\"#2ca02c\">{label}</text>\n",
-            x2 = w - right,
-            tx = w - right - 60.0,
-            ty = ym - 4.0
-        );
-        for (run, colour) in r.runs.iter().zip(COLOURS) {
-            let pts: Vec<String> = run
-                .windows
-                .iter()
-                .map(|wd| {
-                    let v = if i == 0 { wd.p99_us } else { wd.b_gb_per_s };
-                    format!("{:.1},{:.1}", x(wd.t_ms), y(v))
-                })
-                .collect();
-            s += &format!(
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" \
-                 points=\"{}\"/>\n",
-                pts.join(" ")
-            );
-        }
-        for k in 0..=4 {
-            let t = (t_max * k as f64 / 4.0) as u64;
-            s += &format!(
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{t}</text>\n",
-                x(t),
-                y0 + panel + 14.0
-            );
-        }
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (ms)</text>\n",
-            left + (w - left - right) / 2.0,
-            y0 + panel + 30.0
-        );
-    }
-    for (k, (run, colour)) in r.runs.iter().zip(COLOURS).enumerate() {
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">■ {} (p99 {:.1} µs, max {:.1} µs, B \
-             {:.2} GB/s)</text>\n",
-            left + 5.0,
-            h - 10.0 - (2 - k) as f64 * 15.0,
-            run.policy.name(),
-            run.p99_us,
-            run.max_us,
-            run.b_gb_per_s
-        );
-    }
-    s + "</svg>\n"
+    let panel = |title: &str, y_label: &str, value: fn(&Window) -> f64, mark, top| plot::Panel {
+        title: title.into(),
+        y_label: y_label.into(),
+        series: r
+            .runs
+            .iter()
+            .map(|run| plot::Series {
+                name: run.policy.name().into(),
+                points: run
+                    .windows
+                    .iter()
+                    .map(|w| (w.t_ms as f64, value(w)))
+                    .collect(),
+                dots: false,
+            })
+            .collect(),
+        mark: Some(mark),
+        y_top: Some(top),
+    };
+    let latency = plot::Mark {
+        y: r.target_us,
+        label: "L target".into(),
+    };
+    let bandwidth = plot::Mark {
+        y: r.b_limit_gb_per_s,
+        label: "B limit".into(),
+    };
+    let figure = plot::Figure {
+        title: "easyio bench qos: L 64 KiB reads beside B 2 MiB copies".into(),
+        x_label: "time (ms)".into(),
+        caption: std::iter::once(format!(
+            "medium: {}",
+            r.medium.split(':').next().unwrap_or("")
+        ))
+        .chain(r.runs.iter().map(|run| {
+            format!(
+                "{}: p99 {:.1} µs, max {:.1} µs, B {:.2} GB/s",
+                run.policy.name(),
+                run.p99_us,
+                run.max_us,
+                run.b_gb_per_s
+            )
+        }))
+        .collect(),
+        columns: 1,
+        panel_size: (760, 250),
+        panels: vec![
+            panel(
+                "L p99 latency per window",
+                "L p99 latency (µs)",
+                |w| w.p99_us,
+                latency,
+                lat_max,
+            ),
+            panel(
+                "B bandwidth per window",
+                "B bandwidth (GB/s)",
+                |w| w.b_gb_per_s,
+                bandwidth,
+                bw_max,
+            ),
+        ],
+    };
+    plot::svg(&figure)
 }
