@@ -1,4 +1,17 @@
-//! `easyio bench …`: measurements of each layer, each beside its peer in the same run.
+//! The evaluation of easyio: workloads, applications, benchmark targets, measurement
+//! (CPU time, histograms, the physical limit), reports (tables, JSON) and plots, the
+//! calibration that writes a mover profile, and the demo. Each benchmark measures one
+//! layer beside its peer in the same run, and is a runner of three steps: set up,
+//! run, report.
+//!
+//! What it may do: import every library crate of the workspace (pmem, rt, engine,
+//! mover, fs) and print its reports. What it must not do: be imported by a library
+//! crate — only the `easyio` binary (which parses the arguments and calls a runner)
+//! and tests use it; install signal handlers (the binary does, and [`signals`] only
+//! reads what they recorded); or hold anything the file system needs to work.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 pub mod app;
 pub mod applications;

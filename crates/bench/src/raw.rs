@@ -24,6 +24,7 @@ pub const REGION_BYTES: u64 = 256 << 20;
 /// Alternating rounds per (size, path); the median is reported.
 pub const ROUNDS: usize = 5;
 
+/// The options of `easyio bench raw`.
 #[derive(Args)]
 pub struct RawArgs {
     /// Where to create the benchmark region: a directory (a temporary region is made
@@ -89,6 +90,8 @@ struct Report {
     results: Vec<Row>,
 }
 
+/// `easyio bench raw`: every path at every size in alternating rounds, then the
+/// report.
 pub fn run(args: RawArgs) -> anyhow::Result<()> {
     let region = open_region(args.image.as_deref())?;
     let round = Duration::from_millis(args.round_ms);

@@ -96,12 +96,16 @@ impl Serialize for Target {
 /// Slow-memory emulation presets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Slowmem {
+    /// The region as it is.
     None,
+    /// Intel Optane's latencies and bandwidths.
     Optane,
+    /// A CXL memory expander's.
     Cxl,
 }
 
 impl Slowmem {
+    /// The emulation model, if any.
     pub fn model(self) -> Option<Model> {
         match self {
             Slowmem::None => None,
@@ -113,7 +117,9 @@ impl Slowmem {
 
 /// Where a workload runs: a mounted easyio, or a directory of the kernel's tmpfs.
 pub enum Mount {
+    /// easyio, formatted and mounted on the benchmark region.
     Easyio(Box<FileSystem>),
+    /// A directory of the host's tmpfs.
     Kernel(KernelDir),
 }
 
@@ -127,12 +133,17 @@ impl Drop for KernelDir {
     }
 }
 
+/// An open file of a [`Mount`].
 pub enum Handle {
+    /// A descriptor of easyio.
     Fd(fs::Fd),
+    /// A file of the kernel's.
     File(std::fs::File),
 }
 
 impl Mount {
+    /// Where the path `p` of the workload is on the host (the kernel's directory) or
+    /// in easyio.
     pub fn path(&self, p: &str) -> PathBuf {
         match self {
             Mount::Kernel(root) => root.0.join(p.trim_start_matches('/')),
@@ -140,6 +151,7 @@ impl Mount {
         }
     }
 
+    /// Opens `p` for reading and writing, creating it or appending if asked.
     pub fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
         Ok(match self {
             Mount::Easyio(fs) => {
@@ -165,6 +177,7 @@ impl Mount {
         })
     }
 
+    /// Closes `h`.
     pub fn close(&self, h: Handle) -> anyhow::Result<()> {
         if let (Mount::Easyio(fs), Handle::Fd(fd)) = (self, h) {
             fs.close(fd)?;
@@ -172,6 +185,7 @@ impl Mount {
         Ok(())
     }
 
+    /// Writes all of `buf` at `off`.
     pub fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
         use std::os::unix::fs::FileExt;
         match (self, h) {
@@ -184,6 +198,7 @@ impl Mount {
         Ok(())
     }
 
+    /// Appends all of `buf` (the file was opened to append).
     pub fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
         use std::io::Write;
         match (self, h) {
@@ -196,6 +211,7 @@ impl Mount {
         Ok(())
     }
 
+    /// Reads into `buf` from `off`; returns the bytes read.
     pub fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
         use std::os::unix::fs::FileExt;
         Ok(match (self, h) {
@@ -205,6 +221,7 @@ impl Mount {
         })
     }
 
+    /// Sets the file's length.
     pub fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
         match (self, h) {
             (Mount::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
@@ -214,11 +231,13 @@ impl Mount {
         Ok(())
     }
 
+    /// Creates `p` empty (or leaves it as it is).
     pub fn create_empty(&self, p: &str) -> anyhow::Result<()> {
         let h = self.open(p, true, false)?;
         self.close(h)
     }
 
+    /// Removes the file `p`.
     pub fn unlink(&self, p: &str) -> anyhow::Result<()> {
         match self {
             Mount::Easyio(fs) => fs.unlink(p)?,
@@ -227,6 +246,7 @@ impl Mount {
         Ok(())
     }
 
+    /// Renames `a` to `b`.
     pub fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
         match self {
             Mount::Easyio(fs) => fs.rename(a, b)?,
@@ -235,6 +255,7 @@ impl Mount {
         Ok(())
     }
 
+    /// Creates the directory `p`.
     pub fn mkdir(&self, p: &str) -> anyhow::Result<()> {
         match self {
             Mount::Easyio(fs) => fs.mkdir(p, 0o755)?,
@@ -246,9 +267,13 @@ impl Mount {
 
 /// What one thread measured.
 pub struct ThreadResult {
+    /// Operations done.
     pub ops: u64,
+    /// Bytes they moved.
     pub bytes: u64,
+    /// Time spent on them (upkeep left out).
     pub active: Duration,
+    /// Their latencies, ns.
     pub hist: Histogram<u64>,
 }
 
@@ -311,6 +336,7 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// A gate for `expected` parties.
     pub fn new(expected: usize) -> Gate {
         Gate {
             arrived: AtomicUsize::new(0),
@@ -430,6 +456,7 @@ pub enum EngineArg {
 }
 
 impl EngineArg {
+    /// The engine's backend.
     pub fn backend(self) -> engine::BackendKind {
         match self {
             EngineArg::Software => engine::BackendKind::Software,
