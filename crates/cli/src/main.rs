@@ -1,4 +1,9 @@
-//! The `easyio` command.
+//! The `easyio` command: parses the arguments, calls the library that does the work
+//! (`fs` for the file commands, `bench` for benchmarks, calibration and the demo,
+//! `crash` for crash tests) and prints the result. It holds no measurement, workload
+//! or file system logic of its own, and nothing imports it.
+
+#![warn(clippy::too_many_lines)]
 
 mod args;
 mod crashtest;
