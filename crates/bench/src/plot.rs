@@ -303,6 +303,9 @@ fn draw_panel(
 mod tests {
     use super::*;
 
+    /// The namespace of an SVG document's root element.
+    const SVG_NS: &str = "xmlns=\"http://www.w3.org/2000/svg\"";
+
     /// Whether the SVG has a text element saying exactly `text`.
     fn has_text(svg: &str, text: &str) -> bool {
         svg.contains(&format!("\n{text}\n</text>"))
@@ -351,7 +354,7 @@ mod tests {
     fn the_svg_has_a_line_per_series_labelled_axes_and_escaped_text() {
         let s = svg(&figure()).unwrap();
         assert!(
-            s.starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+            s.contains(SVG_NS) && s.trim_end().ends_with("</svg>"),
             "{s}"
         );
         // Each series is one polyline in its colour, with a dot per point.

@@ -599,3 +599,74 @@ pub fn run_clients<T: Send + 'static>(
     let wall = start?.elapsed().as_secs_f64();
     Ok((results, wall, cpu_seconds() - cpu0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_parses_by_its_name_with_help() {
+        for t in Target::ALL {
+            assert_eq!(Target::from_str(t.name(), false), Ok(t));
+            let help = t
+                .to_possible_value()
+                .unwrap()
+                .get_help()
+                .unwrap()
+                .to_string();
+            assert_eq!(
+                help.starts_with("easyio, "),
+                t.mover().is_some() && t != Target::AsyncLocked,
+                "{help}"
+            );
+        }
+        assert_eq!(
+            Target::from_str("async-locked", false),
+            Ok(Target::AsyncLocked)
+        );
+        assert!(Target::from_str("nope", false).is_err());
+        assert_eq!(
+            Target::Easyio(Mode::Cpu)
+                .to_possible_value()
+                .unwrap()
+                .get_help()
+                .unwrap()
+                .to_string(),
+            "easyio, data copied by the calling thread (NOVA)"
+        );
+    }
+
+    #[test]
+    fn a_target_is_reported_by_its_name() {
+        let names: Vec<String> = Target::ALL
+            .iter()
+            .map(|t| {
+                serde_json::to_value(t)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cpu",
+                "semaphore",
+                "delegate",
+                "dma-sync",
+                "async",
+                "async-locked",
+                "kernel"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_file_system_modes_parse_by_their_names() {
+        for m in Mode::ALL {
+            assert_eq!(<Mode as ValueEnum>::from_str(m.name(), false), Ok(m));
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+        }
+    }
+}
