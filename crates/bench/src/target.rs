@@ -1,6 +1,7 @@
-//! Where a benchmark runs and how its threads are timed: the targets (easyio in each
-//! mover mode, or the host kernel's tmpfs), slow-memory presets, the start line, the
-//! timed loop and the process's CPU time, shared by `bench micro` and `bench app`.
+//! Where a benchmark runs and how its threads are timed: the targets ([`Target`]:
+//! easyio in each mover mode, `async-locked`, or the host kernel's tmpfs) and their
+//! set-up instances ([`Mount`]), slow-memory presets, the start line, the timed loop
+//! and the process's CPU time, shared by `bench micro` and `bench app`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -466,9 +467,9 @@ impl EngineArg {
 }
 
 impl Mount {
-    /// Formats `region` and mounts it in `mode` (wrapped in the slow-memory model if
-    /// one is given), its copy engine on `engine` if the mode uses one, or for `kernel`
-    /// makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
+    /// Formats `region` and mounts it in `mode`'s file system mode (wrapped in the
+    /// slow-memory model if one is given), its copy engine on `engine` if the mode uses
+    /// one, or for [`Target::Kernel`] makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
     /// threads, for the engine's idle policy ([`engine_nap`]).
     pub fn set_up(
         mode: Target,
