@@ -5,8 +5,8 @@ use crash::{Config, Mode, Outcome, Workload};
 use pmem::CrashChoice;
 
 use crate::args::usage;
-use crate::output::Output;
-use crate::{progress, report, signals};
+use bench::output::Output;
+use bench::{progress, report, signals};
 
 /// Most crash points per workload, and random images per point, a run accepts.
 const MAX_POINTS: u64 = 1_000_000;
@@ -72,7 +72,12 @@ fn parse_modes(s: &str) -> Result<Modes, String> {
     if s == "all" {
         return Ok(Modes(Mode::ALL.to_vec()));
     }
-    s.parse().map(|m| Modes(vec![m]))
+    <Mode as clap::ValueEnum>::from_str(s, false)
+        .map(|m| Modes(vec![m]))
+        .map_err(|_| {
+            let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown mode {s:?}; modes: {}", names.join(", "))
+        })
 }
 
 fn parse_state(s: &str) -> Result<CrashChoice, String> {
@@ -99,53 +104,16 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
         .flat_map(|&m| workloads.iter().map(move |&w| (m, w)))
         .collect();
     // Each trace file is prepared before any work and put in place when written.
-    let mut traces = Vec::new();
-    for &(mode, w) in &runs {
-        traces.push(match &args.save_trace {
-            Some(p) => Some((Output::create(p, None)?, false)),
-            None if mode.copies_off_thread() && args.trace.is_none() && !args.json => {
-                let p = format!(
-                    "easyio-crash-{}-{}-seed{}.trace",
-                    w.name(),
-                    mode.name(),
-                    args.seed
-                );
-                Some((Output::create(p.as_ref(), None)?, true))
-            }
-            None => None,
-        });
-    }
+    let traces = runs
+        .iter()
+        .map(|&(mode, w)| trace_output(&args, mode, w))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let progress = progress::bar(runs.len() as u64, args.json);
     let mut outcomes = Vec::new();
     for ((mode, w), trace) in runs.into_iter().zip(traces) {
         signals::check()?;
         progress.set_message(format!("{} {}", mode.name(), w.name()));
-        let cfg = Config {
-            points: args.points,
-            seed: args.seed,
-            random_states: args.random_states,
-            only: args.at.map(|pos| (pos, args.state)),
-            trace: args.trace.clone(),
-            save_trace: trace
-                .as_ref()
-                .map(|(out, on_failure)| (out.path().to_path_buf(), *on_failure)),
-            ..Config::new(w, mode)
-        };
-        let mut outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
-        if let Some((out, _)) = trace {
-            // Written by the harness (always, or on a failure): put it in place, and
-            // name that place in the replay commands.
-            if std::fs::metadata(out.path()).is_ok_and(|m| m.len() > 0) {
-                let target = out.target().display().to_string();
-                out.commit()?;
-                for f in &mut outcome.failures {
-                    if f.trace_file.is_some() {
-                        f.trace_file = Some(target.clone());
-                    }
-                }
-            }
-        }
-        outcomes.push(outcome);
+        outcomes.push(run_one(&args, mode, w, trace)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -168,6 +136,64 @@ pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
         anyhow::bail!("{failed} crash point(s) failed");
     }
     Ok(())
+}
+
+/// Where a run saves its recording, if anywhere, and whether only on a failure: the
+/// file asked for, or for a mode whose copies run off the caller's thread a file
+/// named after the run (not with --json, which writes no file unasked).
+fn trace_output(
+    args: &CrashtestArgs,
+    mode: Mode,
+    w: Workload,
+) -> anyhow::Result<Option<(Output, bool)>> {
+    Ok(match &args.save_trace {
+        Some(p) => Some((Output::create(p, None)?, false)),
+        None if mode.copies_off_thread() && args.trace.is_none() && !args.json => {
+            let p = format!(
+                "easyio-crash-{}-{}-seed{}.trace",
+                w.name(),
+                mode.name(),
+                args.seed
+            );
+            Some((Output::create(p.as_ref(), None)?, true))
+        }
+        None => None,
+    })
+}
+
+/// Runs workload `w` in `mode`; puts its recording in place if the harness wrote one.
+fn run_one(
+    args: &CrashtestArgs,
+    mode: Mode,
+    w: Workload,
+    trace: Option<(Output, bool)>,
+) -> anyhow::Result<Outcome> {
+    let cfg = Config {
+        points: args.points,
+        seed: args.seed,
+        random_states: args.random_states,
+        only: args.at.map(|pos| (pos, args.state)),
+        trace: args.trace.clone(),
+        save_trace: trace
+            .as_ref()
+            .map(|(out, on_failure)| (out.path().to_path_buf(), *on_failure)),
+        ..Config::new(w, mode)
+    };
+    let mut outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
+    if let Some((out, _)) = trace {
+        // Written by the harness (always, or on a failure): put it in place, and
+        // name that place in the replay commands.
+        if std::fs::metadata(out.path()).is_ok_and(|m| m.len() > 0) {
+            let target = out.target().display().to_string();
+            out.commit()?;
+            for f in &mut outcome.failures {
+                if f.trace_file.is_some() {
+                    f.trace_file = Some(target.clone());
+                }
+            }
+        }
+    }
+    Ok(outcome)
 }
 
 fn print_table(outcomes: &[Outcome]) {

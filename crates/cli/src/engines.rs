@@ -3,7 +3,7 @@
 use clap::Args;
 use serde::Serialize;
 
-use crate::report;
+use bench::report;
 
 #[derive(Args)]
 pub struct EnginesArgs {

@@ -4,7 +4,7 @@
 //! if the last user crashed, and saying so on stderr —, does its work, and unmounts.
 //! Every failure path unmounts too (the mount is dropped), and no failure destroys data:
 //! `put` writes a new file in the image and renames it over the old one only when it is
-//! complete; `get` does the same outside the image (see [`crate::output`]).
+//! complete; `get` does the same outside the image (see [`bench::output`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,8 +18,8 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::args::{self, usage};
-use crate::output::{self, Output};
-use crate::{progress, report, signals};
+use bench::output::{self, Output};
+use bench::{progress, report, signals};
 
 /// Chunk size for copying files in and out.
 const COPY_CHUNK: usize = 1 << 20;
@@ -165,29 +165,6 @@ pub struct MvArgs {
     to: String,
 }
 
-/// Parses a size like `256M`, `1G`, `4096`.
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => bail!("size {s:?}: unknown suffix {c:?} (use K, M, G or T)"),
-            };
-            (&s[..i], mult)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("size {s:?} is not a number"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
-}
-
 /// A mounted image for the duration of one command.
 pub struct Mounted {
     pub fs: FileSystem,
@@ -212,7 +189,8 @@ pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
         FileSystem::mount(pm, opts).with_context(|| format!("mounting {}", image.display()))?;
     if !report.damage.is_empty() {
         eprintln!(
-            "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only:              undamaged files read back, damaged ones fail with EUCLEAN; run `easyio fsck`",
+            "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only: \
+             undamaged files read back, damaged ones fail with EUCLEAN; run `easyio fsck`",
             image.display(),
             report.damage.len(),
             report.damage[0]
@@ -232,6 +210,27 @@ pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
         }
     }
     Ok(Mounted { fs, report })
+}
+
+/// Mounts the image, runs `work` on the file system and unmounts. When `work` fails
+/// the mount is dropped, which unmounts too.
+fn with_mount<T>(
+    arg: &ImageArg,
+    work: impl FnOnce(&FileSystem) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let m = mount(arg)?;
+    let done = work(&m.fs)?;
+    m.fs.unmount()?;
+    Ok(done)
+}
+
+/// Fails unless `path` is a directory (or leads to one).
+fn ensure_dir(fs: &FileSystem, path: &str) -> anyhow::Result<()> {
+    match fs.stat(path) {
+        Ok(st) if st.kind == FileKind::Dir => Ok(()),
+        Ok(_) => Err(fs::Error::NotDir.into()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
@@ -511,45 +510,43 @@ fn long_line(st: &fs::Stat, name: &str) -> String {
 }
 
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    let st = m.fs.stat(&a.path).with_context(|| a.path.clone())?;
-    let out = &mut std::io::stdout().lock();
-    if st.kind != FileKind::Dir {
-        // A file lists itself, by the name it was given, as `ls FILE` does.
-        let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
-        if a.json {
-            report::print_json(&[fs::DirEntry {
-                name: a.path.clone(),
-                ino: st.ino,
-                kind: Some(st.kind),
-            }])?;
-        } else if a.long {
-            writeln!(out, "{}", long_line(&st, &a.path))?;
-        } else {
-            writeln!(out, "{}", a.path)?;
+    with_mount(&a.image, |fs| {
+        let st = fs.stat(&a.path).with_context(|| a.path.clone())?;
+        let out = &mut std::io::stdout().lock();
+        if st.kind != FileKind::Dir {
+            // A file lists itself, by the name it was given, as `ls FILE` does.
+            let st = fs.lstat(&a.path).with_context(|| a.path.clone())?;
+            if a.json {
+                return report::print_json(&[fs::DirEntry {
+                    name: a.path.clone(),
+                    ino: st.ino,
+                    kind: Some(st.kind),
+                }]);
+            }
+            let line = if a.long {
+                long_line(&st, &a.path)
+            } else {
+                a.path.clone()
+            };
+            return Ok(writeln!(out, "{line}")?);
         }
-        m.fs.unmount()?;
-        return Ok(());
-    }
-    let entries = m.fs.readdir(&a.path).with_context(|| a.path.clone())?;
-    if a.json {
-        report::print_json(&entries)?;
-    } else {
+        let entries = fs.readdir(&a.path).with_context(|| a.path.clone())?;
+        if a.json {
+            return report::print_json(&entries);
+        }
         for e in &entries {
             if a.long && e.kind.is_none() {
                 // As `ls -l` shows an entry whose inode it cannot stat.
                 writeln!(out, "?????? {:>3} {:>12} {}", "?", "?", e.name)?;
             } else if a.long {
-                let full = join(&a.path, &e.name);
-                let st = m.fs.lstat(&full)?;
+                let st = fs.lstat(&join(&a.path, &e.name))?;
                 writeln!(out, "{}", long_line(&st, &e.name))?;
             } else {
                 writeln!(out, "{}", e.name)?;
             }
         }
-    }
-    m.fs.unmount()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -562,11 +559,11 @@ fn base_name(path: &str) -> &str {
 }
 
 pub fn stat(a: PathArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
-    if a.json {
-        report::print_json(&st)?;
-    } else {
+    with_mount(&a.image, |fs| {
+        let st = fs.lstat(&a.path).with_context(|| a.path.clone())?;
+        if a.json {
+            return report::print_json(&st);
+        }
         let out = &mut std::io::stdout().lock();
         writeln!(out, "  path: {}", a.path)?;
         writeln!(
@@ -587,9 +584,8 @@ pub fn stat(a: PathArgs) -> anyhow::Result<()> {
             "  mtime: {} ns  ctime: {} ns",
             st.mtime_ns, st.ctime_ns
         )?;
-    }
-    m.fs.unmount()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Names of the new file a `put` writes before renaming it into place: in the root
@@ -614,27 +610,50 @@ fn remove_put_leftovers(fs: &FileSystem) -> anyhow::Result<Vec<String>> {
     Ok(removed)
 }
 
-pub fn put(a: PutArgs) -> anyhow::Result<()> {
-    let local_name = a.local.display().to_string();
-    let mut input: Box<dyn Read> = if a.local.as_os_str() == "-" {
-        Box::new(std::io::stdin())
-    } else {
-        let f = std::fs::File::open(&a.local).with_context(|| local_name.clone())?;
-        if f.metadata().with_context(|| local_name.clone())?.is_dir() {
-            return Err(std::io::Error::from_raw_os_error(libc::EISDIR)).context(local_name);
+/// How long a wait for standard input lasts before it looks at the stop flag again
+/// (a signal normally ends the wait at once; this covers one that arrives just before
+/// it starts).
+const STDIN_SLICE: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 0,
+    tv_nsec: 100_000_000,
+};
+
+/// Standard input, read so that a stopping signal ends a wait for input: the signal
+/// handlers restart an interrupted read(2), so each read first waits in poll(2), which
+/// a signal always interrupts, and looks at the stop flag between waits. It reads the
+/// descriptor itself: no buffer of its own holds input that poll would not see.
+struct Stdin;
+
+impl Read for Stdin {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let fd = std::os::fd::AsFd::as_fd(&std::io::stdin()).try_clone_to_owned()?;
+        loop {
+            signals::check().map_err(std::io::Error::other)?;
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match poll(&mut fds, Some(&STDIN_SLICE)) {
+                // Data, end of file, or an error the read reports.
+                Ok(n) if n > 0 => return Ok(rustix::io::read(&fd, &mut *buf)?),
+                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
-        Box::new(f)
-    };
-    let m = mount(&a.image)?;
+    }
+}
+
+/// Where `put` writes in the image: `dest`, or the local file's name in `dest` if that
+/// is a directory; with the stat of what is there now. What the final rename would
+/// refuse is refused here, before the copy.
+fn put_dest(fs: &FileSystem, a: &PutArgs) -> anyhow::Result<(String, Option<fs::Stat>)> {
     let mut dest = a.dest.clone();
-    let old = match m.fs.stat(&dest) {
+    let old = match fs.stat(&dest) {
         Ok(st) if st.kind == FileKind::Dir => {
             if a.local.as_os_str() == "-" {
                 return Err(fs::Error::IsDir).context(dest);
             }
             let name = a.local.file_name().unwrap_or_default().to_string_lossy();
             dest = join(&dest, &name);
-            m.fs.stat(&dest).ok()
+            fs.stat(&dest).ok()
         }
         Ok(st) => Some(st),
         Err(_) => None,
@@ -643,55 +662,71 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
         return Err(fs::Error::IsDir).context(dest);
     }
     if old.is_none() {
-        // What the final rename would refuse, refused before the copy.
         let parent = match dest.trim_end_matches('/').rfind('/') {
             Some(0) | None => "/",
             Some(i) => &dest[..i],
         };
-        match m.fs.stat(parent) {
-            Ok(st) if st.kind == FileKind::Dir => {}
-            Ok(_) => return Err(fs::Error::NotDir).context(dest),
-            Err(e) => return Err(e).context(dest),
-        }
+        ensure_dir(fs, parent).with_context(|| dest.clone())?;
         if base_name(&dest).len() > fs::MAX_NAME {
             return Err(fs::Error::NameTooLong).context(dest);
         }
     }
-    // The new content goes to a file of its own, renamed over the old one only when
-    // complete: a put that fails (no space, a read error, a signal) leaves the old
-    // file as it was.
-    let temp = put_temp();
-    let _ = m.fs.unlink(&temp);
-    let mode = old.as_ref().map_or(0o644, |st| st.mode & 0o7777);
-    let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::EXCL;
-    let fd =
-        m.fs.open(&temp, flags, mode)
-            .with_context(|| dest.clone())?;
-    let copied = (|| -> anyhow::Result<()> {
-        let mut buf = vec![0u8; COPY_CHUNK];
-        loop {
-            signals::check()?;
-            let n = match input.read(&mut buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e).context(local_name.clone()),
-            };
-            if n == 0 {
-                return Ok(());
-            }
-            m.fs.write(fd, &buf[..n]).with_context(|| dest.clone())?;
+    Ok((dest, old))
+}
+
+/// Copies `input` to the open file `fd` of the image until its end or a signal.
+fn copy_in(
+    fs: &FileSystem,
+    fd: fs::Fd,
+    input: &mut dyn Read,
+    (from, to): (&str, &str),
+) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; COPY_CHUNK];
+    loop {
+        signals::check()?;
+        let n = match input.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context(from.to_string()),
+        };
+        if n == 0 {
+            return Ok(());
         }
-    })();
-    let closed = m.fs.close(fd);
-    let placed = copied
-        .and_then(|()| Ok(closed?))
-        .and_then(|()| m.fs.rename(&temp, &dest).with_context(|| dest.clone()));
-    if placed.is_err() {
-        let _ = m.fs.unlink(&temp);
+        fs.write(fd, &buf[..n]).with_context(|| to.to_string())?;
     }
-    placed?;
-    m.fs.unmount()?;
-    Ok(())
+}
+
+pub fn put(a: PutArgs) -> anyhow::Result<()> {
+    let local_name = a.local.display().to_string();
+    let mut input: Box<dyn Read> = if a.local.as_os_str() == "-" {
+        Box::new(Stdin)
+    } else {
+        let f = std::fs::File::open(&a.local).with_context(|| local_name.clone())?;
+        if f.metadata().with_context(|| local_name.clone())?.is_dir() {
+            return Err(std::io::Error::from_raw_os_error(libc::EISDIR)).context(local_name);
+        }
+        Box::new(f)
+    };
+    with_mount(&a.image, |fs| {
+        let (dest, old) = put_dest(fs, &a)?;
+        // The new content goes to a file of its own, renamed over the old one only
+        // when complete: a put that fails (no space, a read error, a signal) leaves
+        // the old file as it was.
+        let temp = put_temp();
+        let _ = fs.unlink(&temp);
+        let mode = old.as_ref().map_or(0o644, |st| st.mode & 0o7777);
+        let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::EXCL;
+        let fd = fs.open(&temp, flags, mode).with_context(|| dest.clone())?;
+        let copied = copy_in(fs, fd, &mut *input, (&local_name, &dest));
+        let closed = fs.close(fd);
+        let placed = copied
+            .and_then(|()| Ok(closed?))
+            .and_then(|()| fs.rename(&temp, &dest).with_context(|| dest.clone()));
+        if placed.is_err() {
+            let _ = fs.unlink(&temp);
+        }
+        placed
+    })
 }
 
 fn copy_out(fs: &FileSystem, path: &str, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -716,34 +751,31 @@ fn copy_out(fs: &FileSystem, path: &str, out: &mut dyn Write) -> anyhow::Result<
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    let st = m.fs.stat(&a.src).with_context(|| a.src.clone())?;
-    if st.kind == FileKind::Dir {
-        return Err(fs::Error::IsDir).context(a.src);
-    }
-    if a.local.as_os_str() == "-" {
-        output::refuse_image_stdout(&a.image.image)?;
-        copy_out(&m.fs, &a.src, &mut std::io::stdout().lock())?;
-    } else {
+    with_mount(&a.image, |fs| {
+        let st = fs.stat(&a.src).with_context(|| a.src.clone())?;
+        if st.kind == FileKind::Dir {
+            return Err(fs::Error::IsDir).context(a.src.clone());
+        }
+        if a.local.as_os_str() == "-" {
+            output::refuse_image_stdout(&a.image.image)?;
+            return copy_out(fs, &a.src, &mut std::io::stdout().lock());
+        }
         let target = if a.local.is_dir() {
             a.local.join(base_name(&a.src))
         } else {
             a.local.clone()
         };
         let mut out = Output::create(&target, Some(&a.image.image))?;
-        copy_out(&m.fs, &a.src, &mut out)?;
-        out.commit()?;
-    }
-    m.fs.unmount()?;
-    Ok(())
+        copy_out(fs, &a.src, &mut out)?;
+        out.commit()
+    })
 }
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
     output::refuse_image_stdout(&a.image.image)?;
-    let m = mount(&a.image)?;
-    copy_out(&m.fs, &a.path, &mut std::io::stdout().lock())?;
-    m.fs.unmount()?;
-    Ok(())
+    with_mount(&a.image, |fs| {
+        copy_out(fs, &a.path, &mut std::io::stdout().lock())
+    })
 }
 
 /// Removes everything in the directory `path`, then (unless `keep`) the directory;
@@ -768,82 +800,60 @@ fn remove_tree(fs: &FileSystem, path: &str, keep: bool) -> anyhow::Result<u64> {
 }
 
 pub fn rm(a: RmArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    let st = m.fs.lstat(&a.path).with_context(|| a.path.clone())?;
-    if st.kind == FileKind::Dir {
+    with_mount(&a.image, |fs| {
+        let st = fs.lstat(&a.path).with_context(|| a.path.clone())?;
+        if st.kind != FileKind::Dir {
+            return fs.unlink(&a.path).with_context(|| a.path.clone());
+        }
         if !a.recursive {
             bail!("{}: is a directory (use -r)", a.path);
         }
-        if st.ino == fs::ROOT_INO {
-            if !a.no_preserve_root {
-                bail!(
-                    "{}: refusing to remove / recursively (every file of the image); \
-                     pass --no-preserve-root to remove everything in it",
-                    a.path
-                );
-            }
-            let n = remove_tree(&m.fs, "/", true)?;
-            println!("removed everything in / ({n} entries); / itself stays");
-        } else {
-            remove_tree(&m.fs, &a.path, false)?;
+        if st.ino != fs::ROOT_INO {
+            return remove_tree(fs, &a.path, false).map(drop);
         }
-    } else {
-        m.fs.unlink(&a.path).with_context(|| a.path.clone())?;
-    }
-    m.fs.unmount()?;
-    Ok(())
+        if !a.no_preserve_root {
+            bail!(
+                "{}: refusing to remove / recursively (every file of the image); \
+                 pass --no-preserve-root to remove everything in it",
+                a.path
+            );
+        }
+        let n = remove_tree(fs, "/", true)?;
+        println!("removed everything in / ({n} entries); / itself stays");
+        Ok(())
+    })
 }
 
 pub fn mkdir(a: MkdirArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    if a.parents {
+    with_mount(&a.image, |fs| {
+        if !a.parents {
+            return fs.mkdir(&a.path, 0o755).with_context(|| a.path.clone());
+        }
         let mut at = String::new();
         for c in a.path.split('/').filter(|c| !c.is_empty()) {
             at = format!("{at}/{c}");
-            match m.fs.mkdir(&at, 0o755) {
-                Ok(()) => {}
+            match fs.mkdir(&at, 0o755) {
                 // What is there must be a directory (or lead to one).
-                Err(fs::Error::Exists) => match m.fs.stat(&at) {
-                    Ok(st) if st.kind == FileKind::Dir => {}
-                    Ok(_) => return Err(fs::Error::NotDir).context(at),
-                    Err(e) => return Err(e).context(at),
-                },
+                Ok(()) => {}
+                Err(fs::Error::Exists) => ensure_dir(fs, &at).with_context(|| at.clone())?,
                 Err(e) => return Err(e).context(at),
             }
         }
-    } else {
-        m.fs.mkdir(&a.path, 0o755).with_context(|| a.path.clone())?;
-    }
-    m.fs.unmount()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 pub fn mv(a: MvArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    // Onto an existing directory (or a name ending in '/'): into it, as mv(1) does.
-    let to = match m.fs.stat(&a.to) {
-        Ok(st) if st.kind == FileKind::Dir && !base_name(&a.from).is_empty() => {
-            join(&a.to, base_name(&a.from))
-        }
-        _ => a.to.clone(),
-    };
-    m.fs.rename(&a.from, &to)
-        .with_context(|| format!("{} -> {}", a.from, to))?;
-    m.fs.unmount()?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("abc").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
+    with_mount(&a.image, |fs| {
+        // Onto an existing directory (or a name ending in '/'): into it, as mv(1) does.
+        let to = match fs.stat(&a.to) {
+            Ok(st) if st.kind == FileKind::Dir && !base_name(&a.from).is_empty() => {
+                join(&a.to, base_name(&a.from))
+            }
+            _ => a.to.clone(),
+        };
+        fs.rename(&a.from, &to)
+            .with_context(|| format!("{} -> {}", a.from, to))?;
+        Ok(())
+    })
 }

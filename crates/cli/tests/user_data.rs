@@ -379,15 +379,25 @@ fn sigint_and_sigterm_end_a_put_through_a_clean_unmount() {
 
 #[test]
 fn a_second_sigint_exits_at_once_and_the_next_open_recovers() {
-    let s = Scratch::new("sigint2");
-    // The put waits for input that never comes: the first SIGINT cannot finish it.
-    let mut feed = feeding_put(&s, "/b", 2 << 20, 2 << 20);
-    let put = &mut feed.child;
+    let mut s = Scratch::new("sigint2");
+    s.put("/big", pattern(8 << 20, 2));
+    // Its output goes to a pipe nobody reads: the write it blocks in is restarted after
+    // the first SIGINT, which therefore cannot finish it.
+    let mut cat = s
+        .cmd(&["cat", "/big"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&cat, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(200));
-    signal(put, libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(200));
-    signal(put, libc::SIGINT);
-    let status = wait_bounded(put);
+    assert!(
+        cat.try_wait().unwrap().is_none(),
+        "the first SIGINT ended it"
+    );
+    signal(&cat, libc::SIGINT);
+    let status = wait_bounded(&mut cat);
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
     assert!(!mount_was_clean(&s));
     s.intact();

@@ -33,95 +33,18 @@ pub const DEFAULT_SEED: u64 = 1;
 
 /// Who moves file data while the workload runs: every data-movement mode of the file
 /// system (DESIGN.md, "Baselines as modes"), each on the tracing region with every
-/// store it makes traced, by whichever thread makes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// The calling thread copies (NOVA's data path); the fence that makes a write's
-    /// log entry durable covers its data too.
-    Cpu,
-    /// The calling thread copies, at most K callers at once; each copy has its own
-    /// fence before the entry is staged.
-    Semaphore,
-    /// Copies above 256 B go in 32 KiB stripes to delegation threads, which copy and
-    /// fence on their own threads while the caller waits; the caller's fence covers
-    /// only its own stores (the log entry), so the data is durable only by the
-    /// delegation threads' fences.
-    Delegate,
-    /// Copies of 16 KiB and more go to the software copy engine, whose worker copies,
-    /// fences and publishes its completion counter while the caller waits; the entry
-    /// is staged (with no SN) only after the counter says done.
-    #[serde(rename = "dma-sync")]
-    DmaSync,
-    /// EASYIO's orderless writes: copies above 4 KiB go to the software copy engine,
-    /// whose worker threads copy through the traced region and publish completion
-    /// counters there; the log entry carrying the copy's SN commits before the copy
-    /// is done.
-    Async,
-}
-
-impl Mode {
-    /// Every mode the harness runs, in the order of the file system's modes.
-    pub const ALL: [Mode; 5] = [
-        Mode::Cpu,
-        Mode::Semaphore,
-        Mode::Delegate,
-        Mode::DmaSync,
-        Mode::Async,
-    ];
-
-    /// Name on the command line (the file system's name for the mode).
-    pub fn name(self) -> &'static str {
-        self.fs_mode().name()
-    }
-
-    /// The file system's mode.
-    pub fn fs_mode(self) -> fs::Mode {
-        match self {
-            Mode::Cpu => fs::Mode::Cpu,
-            Mode::Semaphore => fs::Mode::Semaphore,
-            Mode::Delegate => fs::Mode::Delegate,
-            Mode::DmaSync => fs::Mode::DmaSync,
-            Mode::Async => fs::Mode::Async,
-        }
-    }
-
-    /// Mount options selecting this mode's mover. Crash images are mounted in the
-    /// same mode: recovery itself needs no engine (it reads the completion records),
-    /// but the writes after it then run on an engine resumed from those records.
-    pub fn mount_options(self) -> MountOptions {
-        MountOptions::with_mode(self.fs_mode())
-    }
-
-    /// Whether copies are made by threads other than the caller's (engine workers,
-    /// delegation threads): the trace then interleaves as the scheduler decided, so a
-    /// trace position means something only in its own recording.
-    pub fn copies_off_thread(self) -> bool {
-        matches!(self, Mode::Delegate | Mode::DmaSync | Mode::Async)
-    }
-
-    /// Whether a write may return, or a crash find it committed, with its copy still
-    /// running: only in `async` may a committed entry carry an SN that recovery finds
-    /// not done. In every other mode the caller is blocked until its data is durable
-    /// and the entry says so (SN 0), so recovery must never drop a committed write.
-    pub fn commits_before_copy(self) -> bool {
-        self == Mode::Async
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Mode, String> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
-                format!("unknown mode {s:?}; modes: {}", names.join(", "))
-            })
-    }
-}
+/// store it makes traced, by whichever thread makes it. A crash image is mounted in
+/// the mode that made it: recovery itself needs no engine (it reads the completion
+/// records), but the writes after it then run on an engine resumed from those records.
+/// What each mode means for the trace:
+/// - `cpu`: the fence that makes a write's log entry durable covers its data too;
+/// - `semaphore`: each copy has its own fence before the entry is staged;
+/// - `delegate`: delegation threads copy and fence on their own threads, so the data is
+///   durable only by their fences, not the caller's;
+/// - `dma-sync`: the engine's worker copies, fences and publishes its completion
+///   counter; the entry is staged (with no SN) only after the counter says done;
+/// - `async`: the log entry carrying the copy's SN commits before the copy is done.
+pub use fs::Mode;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -303,7 +226,7 @@ pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
     let (image, geo) = formatted();
     let records = records_area(&geo);
     let tp = Arc::new(TracePmem::new(image));
-    let (fs, _) = FileSystem::mount(tp.clone() as Arc<dyn Pmem>, mode.mount_options())
+    let (fs, _) = FileSystem::mount(tp.clone() as Arc<dyn Pmem>, MountOptions::with_mode(mode))
         .map_err(|e| format!("mount of the fresh region: {e}"))?;
     let mut fds = HashMap::new();
     let mut spans = Vec::with_capacity(ops.len());

@@ -130,8 +130,11 @@ fn read_all(fs: &FileSystem, path: &str) -> Result<Vec<u8>, String> {
 /// being the state if the operation in flight did not happen).
 pub fn check_image(image: Vec<u8>, allowed: &[&Snapshot], mode: Mode) -> Result<(), Problem> {
     let pm = Arc::new(MemPmem::from_image(image));
-    let (fs, report) = FileSystem::mount(pm.clone() as Arc<dyn Pmem>, mode.mount_options())
-        .map_err(|e| Problem::new(format!("mount failed: {e}")))?;
+    let (fs, report) = FileSystem::mount(
+        pm.clone() as Arc<dyn Pmem>,
+        fs::MountOptions::with_mode(mode),
+    )
+    .map_err(|e| Problem::new(format!("mount failed: {e}")))?;
     if report.pending_writes_dropped > 0 && !mode.commits_before_copy() {
         return Err(Problem::new(format!(
             "recovery dropped {} committed write(s) whose copy had not completed: in {} mode \

@@ -452,4 +452,3 @@ fn write_entry(st: &InodeState, pgoff: u64, block: u64, npages: u32) -> Entry {
         sn: 0,
     }
 }
-

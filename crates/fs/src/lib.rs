@@ -36,9 +36,9 @@ mod log;
 mod namespace;
 mod open;
 mod recovery;
+mod rename;
 mod space;
 pub mod xattr;
-mod rename;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,9 +60,9 @@ pub use inode::FileKind;
 pub use layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 pub use mover::{Class, Client, Config as MoverConfig, Mode, Mover, Pending, QosConfig};
 pub use recovery::MountReport;
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use space::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 pub use xattr::{XATTR_CREATE, XATTR_REPLACE};
-pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use alloc::InoAlloc;
 use epoch::Epoch;

@@ -65,7 +65,11 @@ impl FileSystem {
         match inode.state.read().kind {
             FileKind::Dir => return Err(Error::IsDir),
             FileKind::File => {}
-            _ => return Err(Error::Invalid("fallocate of a file that is not regular".into())),
+            _ => {
+                return Err(Error::Invalid(
+                    "fallocate of a file that is not regular".into(),
+                ))
+            }
         }
         let end = off
             .checked_add(len)

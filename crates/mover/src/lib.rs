@@ -120,16 +120,23 @@ impl Error {
     }
 }
 
-// Each variant is a row of the table at the top of this file.
-#[allow(missing_docs)]
-/// The data-movement modes.
+/// The data-movement modes: who copies file data and when the caller gets control
+/// back. The one definition of the modes: the file system, the crash harness, the
+/// benchmarks and the command line all use it (the `clap` feature lets a command line
+/// parse it, by the kebab-case names of [`Mode::name`], with these lines as help).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
+    /// data copied by the calling thread (NOVA)
     Cpu,
+    /// callers copy, at most K at once
     Semaphore,
+    /// delegation threads copy (OdinFS)
     Delegate,
+    /// the engine copies, the caller waits (Fastmove)
     DmaSync,
+    /// orderless writes and two-level locking on uthreads (EASYIO)
     Async,
 }
 
@@ -157,6 +164,22 @@ impl Mode {
     /// Whether the mode uses a copy engine.
     pub fn uses_engine(self) -> bool {
         matches!(self, Mode::DmaSync | Mode::Async)
+    }
+
+    /// Whether copies are made by threads other than the caller's (engine workers,
+    /// delegation threads), so that their stores interleave with the caller's as the
+    /// scheduler decides.
+    pub fn copies_off_thread(self) -> bool {
+        matches!(self, Mode::Delegate | Mode::DmaSync | Mode::Async)
+    }
+
+    /// Whether a write may return, or a crash find it committed, with its copy still
+    /// running: only in `async` may a committed log entry carry an SN that recovery
+    /// finds not done. In every other mode the caller is blocked until its data is
+    /// durable and the entry says so (SN 0), so recovery must never drop a committed
+    /// write.
+    pub fn commits_before_copy(self) -> bool {
+        self == Mode::Async
     }
 }
 

@@ -37,6 +37,9 @@ fn a_read_whose_cpu_share_panics_leaves_no_copy_running() {
     let data: Vec<u8> = (0..PIECE).map(|i| (i as u8).wrapping_mul(2)).collect();
     pm.copy_persist(DATA, &data);
 
+    // From before the hold starts: a pause of this thread between starting the releaser
+    // and reading the clock would otherwise count against the hold.
+    let start = Instant::now();
     engine.suspend(0).unwrap();
     let releaser = {
         let engine = engine.clone();
@@ -49,7 +52,6 @@ fn a_read_whose_cpu_share_panics_leaves_no_copy_running() {
     let mut cpu_share = vec![1u8; PIECE];
     // The default hook's backtrace can take longer than the hold: keep the panic quick.
     std::panic::set_hook(Box::new(|_| {}));
-    let start = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| {
         let mut pieces = [
             ReadPiece {

@@ -31,20 +31,21 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-pub use super::applications::App;
-use super::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
-use super::plot;
-use super::target::{
-    run_clients, timed_loop, EngineArg, Gate, Mode, Slowmem, Target, ThreadResult,
-};
+pub use crate::applications::App;
+use crate::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
 use crate::args;
 use crate::output;
+use crate::plot;
 use crate::report::{self, Machine};
+use crate::target::{
+    run_clients, timed_loop, EngineArg, Gate, Handle, Mount, Slowmem, Target, ThreadResult,
+};
 use crate::{progress, signals};
 
 /// Files a fileserver client cycles its created files through.
 const FILESERVER_SET: u64 = 8;
 
+/// The options of `easyio bench app`.
 #[derive(Args)]
 pub struct AppArgs {
     /// Applications, comma-separated, or `all`.
@@ -56,7 +57,7 @@ pub struct AppArgs {
         value_delimiter = ',',
         default_value = "cpu,semaphore,delegate,dma-sync,async,kernel"
     )]
-    mode: Vec<Mode>,
+    mode: Vec<Target>,
     /// Worker thread counts, comma-separated (1 to 1024 each).
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = args::threads())]
     threads: Vec<usize>,
@@ -88,32 +89,48 @@ pub struct AppArgs {
 /// One measured configuration.
 #[derive(Clone, Copy)]
 pub struct AppSpec {
+    /// The application.
     pub app: App,
-    pub mode: Mode,
+    /// What it runs on.
+    pub mode: Target,
+    /// Worker threads (kernel threads, or the runtime's workers in `async`).
     pub threads: usize,
+    /// Clients per worker in `async` modes.
     pub uthreads_per_core: usize,
+    /// Slow-memory emulation of the region.
     pub slowmem: Slowmem,
+    /// Copy engine of the modes that use one.
     pub engine: EngineArg,
+    /// How long the clients run.
     pub duration: Duration,
 }
 
 /// What one configuration measured.
 #[derive(Serialize, Clone)]
 pub struct AppRow {
+    /// The application.
     pub app: App,
-    pub mode: Mode,
+    /// What it ran on.
+    pub mode: Target,
+    /// Worker threads.
     pub threads: usize,
     /// Clients (uthreads in async modes).
     pub clients: usize,
     /// The slow-memory model applied, if any: this result is emulated.
     pub slowmem: Option<&'static str>,
+    /// Tasks all clients completed.
     pub tasks: u64,
+    /// Tasks of all clients per second of wall time from the common start.
     pub tasks_per_s: f64,
     /// File data read plus written, GiB/s.
     pub gib_per_s: f64,
+    /// File data read per task, KiB.
     pub read_kib_per_task: f64,
+    /// File data written per task, KiB.
     pub write_kib_per_task: f64,
+    /// Median latency of a task, ms.
     pub p50_ms: f64,
+    /// 99th-percentile latency of a task, ms.
     pub p99_ms: f64,
     /// CPU-seconds of the whole process per GiB of file data moved.
     pub cpu_s_per_gib: f64,
@@ -124,11 +141,17 @@ pub struct AppRow {
 /// A report of application runs.
 #[derive(Serialize)]
 pub struct AppReport {
+    /// The machine measured.
     pub machine: Machine,
+    /// Seconds per run.
     pub duration_s: f64,
+    /// File sizes as a multiple of EASYIO Table 1's.
     pub scale: f64,
+    /// Clients per worker in `async` modes.
     pub uthreads_per_core: usize,
+    /// What the columns mean.
     pub note: &'static str,
+    /// A row per configuration.
     pub results: Vec<AppRow>,
 }
 
@@ -144,10 +167,16 @@ struct Moved {
     written: u64,
 }
 
+/// One client's buffers: an input of each file, and a fileserver file read back whole.
+struct Buffers {
+    inputs: Vec<Vec<u8>>,
+    whole: Vec<u8>,
+}
+
 /// Runs tasks of `set`'s application on `t` as client `id` until `duration` after the
 /// start line, then reads back and checks its last output.
 fn client(
-    t: &Target,
+    t: &Mount,
     set: &Dataset,
     id: usize,
     duration: Duration,
@@ -160,8 +189,10 @@ fn client(
     let out_path = format!("{dir}/out");
     let mut moved = Moved::default();
     let mut last_out: Option<(usize, u64)> = None;
-    let mut bufs: Vec<Vec<u8>> = set.inputs.iter().map(|i| vec![0; i.data.len()]).collect();
-    let mut whole = vec![0u8; set.inputs[0].data.len() + set.append.len()];
+    let mut bufs = Buffers {
+        inputs: set.inputs.iter().map(|i| vec![0; i.data.len()]).collect(),
+        whole: vec![0u8; set.inputs[0].data.len() + set.append.len()],
+    };
     let log = (app == App::Webserver)
         .then(|| t.open("/log", false, true))
         .transpose()?;
@@ -174,54 +205,16 @@ fn client(
             match app {
                 App::Fileserver => {
                     let p = format!("{dir}/f{}", i % FILESERVER_SET);
-                    let data = &set.inputs[k].data;
-                    let h = t.open(&p, true, false)?;
-                    t.pwrite(&h, data, 0)?;
-                    t.close(h)?;
-                    let h = t.open(&p, false, true)?;
-                    t.append(&h, &set.append)?;
-                    t.close(h)?;
-                    let h = t.open(&p, false, false)?;
-                    let n = data.len() + set.append.len();
-                    t.read_exact(&h, &mut whole[..n], 0)?;
-                    t.close(h)?;
-                    anyhow::ensure!(
-                        checksum(&whole[..n]) == set.inputs[k].expect,
-                        "fileserver read back different data from {p}"
-                    );
-                    t.unlink(&p)?;
-                    t.size(&format!("/in/{k}"))?;
-                    moved.written += n as u64;
-                    moved.read += n as u64;
+                    fileserver_task(t, set, k, &p, &mut bufs.whole, &mut moved)?;
                 }
                 App::Webserver => {
-                    for j in 0..WEBSERVER_READS {
-                        let k = (k + j) % INPUTS;
-                        let h = t.open(&format!("/in/{k}"), false, false)?;
-                        t.read_exact(&h, &mut bufs[k], 0)?;
-                        t.close(h)?;
-                        anyhow::ensure!(
-                            checksum(&bufs[k]) == set.inputs[k].expect,
-                            "webserver read different data from /in/{k}"
-                        );
-                        moved.read += bufs[k].len() as u64;
-                    }
-                    t.append(log.as_ref().expect("log opened"), &set.append)?;
+                    let log = log.as_ref().expect("log opened");
+                    webserver_task(t, set, k, log, &mut bufs.inputs, &mut moved)?;
                     log_appends.fetch_add(1, Ordering::Relaxed);
-                    moved.written += set.append.len() as u64;
                 }
                 _ => {
-                    let h = t.open(&format!("/in/{k}"), false, false)?;
-                    t.read_exact(&h, &mut bufs[k], 0)?;
-                    t.close(h)?;
-                    moved.read += bufs[k].len() as u64;
-                    if let Output::Bytes(out) = set.process(k, &bufs[k])? {
-                        let h = t.open(&out_path, true, false)?;
-                        t.pwrite(&h, &out, 0)?;
-                        t.close(h)?;
-                        moved.written += out.len() as u64;
-                        last_out = Some((out.len(), set.inputs[k].expect));
-                    }
+                    let out = compute_task(t, set, k, &out_path, &mut bufs.inputs, &mut moved)?;
+                    last_out = out.or(last_out);
                 }
             }
             Ok(moved.read - r0 + moved.written - w0)
@@ -232,17 +225,112 @@ fn client(
         t.close(h)?;
     }
     if let Some((len, expect)) = last_out {
-        let h = t.open(&out_path, false, false)?;
-        let mut back = vec![0u8; len];
-        t.read_exact(&h, &mut back, 0)?;
-        t.close(h)?;
-        anyhow::ensure!(
-            checksum(&back) == expect,
-            "{}: the output file read back differs from what was written",
-            app.name()
-        );
+        check_output(t, app, &out_path, len, expect)?;
     }
     Ok((result, moved))
+}
+
+/// A fileserver task on `p`: create and write input `k`, append, read it all back and
+/// check it, delete it; stat an input.
+fn fileserver_task(
+    t: &Mount,
+    set: &Dataset,
+    k: usize,
+    p: &str,
+    whole: &mut [u8],
+    moved: &mut Moved,
+) -> anyhow::Result<()> {
+    let data = &set.inputs[k].data;
+    let h = t.open(p, true, false)?;
+    t.pwrite(&h, data, 0)?;
+    t.close(h)?;
+    let h = t.open(p, false, true)?;
+    t.append(&h, &set.append)?;
+    t.close(h)?;
+    let h = t.open(p, false, false)?;
+    let n = data.len() + set.append.len();
+    t.read_exact(&h, &mut whole[..n], 0)?;
+    t.close(h)?;
+    anyhow::ensure!(
+        checksum(&whole[..n]) == set.inputs[k].expect,
+        "fileserver read back different data from {p}"
+    );
+    t.unlink(p)?;
+    t.size(&format!("/in/{k}"))?;
+    moved.written += n as u64;
+    moved.read += n as u64;
+    Ok(())
+}
+
+/// A webserver task: read ten whole inputs from `k` on and check them, then append
+/// to the shared log.
+fn webserver_task(
+    t: &Mount,
+    set: &Dataset,
+    k: usize,
+    log: &Handle,
+    bufs: &mut [Vec<u8>],
+    moved: &mut Moved,
+) -> anyhow::Result<()> {
+    for j in 0..WEBSERVER_READS {
+        let k = (k + j) % INPUTS;
+        let h = t.open(&format!("/in/{k}"), false, false)?;
+        t.read_exact(&h, &mut bufs[k], 0)?;
+        t.close(h)?;
+        anyhow::ensure!(
+            checksum(&bufs[k]) == set.inputs[k].expect,
+            "webserver read different data from /in/{k}"
+        );
+        moved.read += bufs[k].len() as u64;
+    }
+    t.append(log, &set.append)?;
+    moved.written += set.append.len() as u64;
+    Ok(())
+}
+
+/// A task of a computing application: read input `k`, process it (which checks the
+/// result) and write the output, if the application has one, to `out_path`. Returns
+/// the output's length and checksum, for the check after the run.
+fn compute_task(
+    t: &Mount,
+    set: &Dataset,
+    k: usize,
+    out_path: &str,
+    bufs: &mut [Vec<u8>],
+    moved: &mut Moved,
+) -> anyhow::Result<Option<(usize, u64)>> {
+    let h = t.open(&format!("/in/{k}"), false, false)?;
+    t.read_exact(&h, &mut bufs[k], 0)?;
+    t.close(h)?;
+    moved.read += bufs[k].len() as u64;
+    let Output::Bytes(out) = set.process(k, &bufs[k])? else {
+        return Ok(None);
+    };
+    let h = t.open(out_path, true, false)?;
+    t.pwrite(&h, &out, 0)?;
+    t.close(h)?;
+    moved.written += out.len() as u64;
+    Ok(Some((out.len(), set.inputs[k].expect)))
+}
+
+/// Reads back the last output a client wrote and checks it.
+fn check_output(
+    t: &Mount,
+    app: App,
+    out_path: &str,
+    len: usize,
+    expect: u64,
+) -> anyhow::Result<()> {
+    let h = t.open(out_path, false, false)?;
+    let mut back = vec![0u8; len];
+    t.read_exact(&h, &mut back, 0)?;
+    t.close(h)?;
+    anyhow::ensure!(
+        checksum(&back) == expect,
+        "{}: the output file read back differs from what was written",
+        app.name()
+    );
+    Ok(())
 }
 
 /// Runs one configuration on a freshly formatted `region` (or the kernel's tmpfs).
@@ -252,7 +340,7 @@ pub fn run_one(
     region: &Arc<dyn Pmem>,
 ) -> anyhow::Result<AppRow> {
     let kernel_dir = PathBuf::from(format!("/dev/shm/easyio-bench-app-{}", std::process::id()));
-    let target = Arc::new(Target::set_up(
+    let target = Arc::new(Mount::set_up(
         spec.mode,
         spec.engine,
         region,
@@ -370,7 +458,7 @@ pub fn run_all(
 pub fn vs_cpu(rows: &[AppRow], r: &AppRow) -> Option<f64> {
     rows.iter()
         .find(|p| {
-            p.mode == Mode::Cpu
+            p.mode == Target::Easyio(fs::Mode::Cpu)
                 && p.app == r.app
                 && p.threads == r.threads
                 && p.slowmem == r.slowmem
@@ -388,7 +476,7 @@ pub fn table(rows: &[AppRow]) -> String {
                 r.app.name().to_string(),
                 r.slowmem
                     .map_or("none".into(), |s| format!("{s} (emulated)")),
-                r.mode.name(),
+                r.mode.name().to_string(),
                 format!("{}/{}", r.threads, r.clients),
                 format!("{:.1}", r.tasks_per_s),
                 format!("{:.2}", r.gib_per_s),
@@ -418,7 +506,8 @@ pub fn table(rows: &[AppRow]) -> String {
     )
 }
 
-/// Writes the Fig. 10-style plot of `rows` to `out`.
+/// Writes the Fig. 10-style plot of `rows` to `out`: a panel per application and
+/// medium, throughput against threads, a line per mode.
 pub fn write_plot(
     out: output::Output,
     title: &str,
@@ -431,33 +520,46 @@ pub fn write_plot(
             Some(s) => format!("{} — {s} (emulated)", r.app.name()),
             None => format!("{} — DRAM", r.app.name()),
         };
-        let panel = match panels.iter_mut().position(|p| p.title == name) {
+        let panel = match panels.iter().position(|p| p.title == name) {
             Some(i) => &mut panels[i],
             None => {
                 panels.push(plot::Panel {
                     title: name,
+                    y_label: "throughput (tasks/s)".into(),
                     series: Vec::new(),
+                    mark: None,
+                    y_top: None,
                 });
                 panels.last_mut().expect("just pushed")
             }
         };
         let mode = r.mode.name();
-        let series = match panel.series.iter_mut().position(|s| s.name == mode) {
+        let series = match panel.series.iter().position(|s| s.name == mode) {
             Some(i) => &mut panel.series[i],
             None => {
                 panel.series.push(plot::Series {
-                    name: mode,
+                    name: mode.to_string(),
                     points: Vec::new(),
+                    dots: true,
                 });
                 panel.series.last_mut().expect("just pushed")
             }
         };
         series.points.push((r.threads as f64, r.tasks_per_s));
     }
-    let svg = plot::svg(title, "threads", "tasks/s", caption, &panels);
-    out.write_all(svg.as_bytes())
+    let figure = plot::Figure {
+        title: title.to_string(),
+        x_label: "threads".into(),
+        caption: caption.to_vec(),
+        columns: 2,
+        panel_size: (340, 240),
+        panels,
+    };
+    out.write_all(plot::svg(&figure)?.as_bytes())
 }
 
+/// `easyio bench app`: every configuration asked for, then the table (or JSON) and
+/// the plot if asked.
 pub fn run(a: AppArgs) -> anyhow::Result<()> {
     let plot = output::prepare(a.plot.as_deref())?;
     let apps: Vec<App> = if a.app.contains(&App::All) {

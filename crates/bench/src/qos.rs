@@ -10,7 +10,7 @@
 //! on DRAM. The default model gives the medium the engine's bandwidth.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,11 @@ use pmem::Pmem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::raw::open_region;
-use super::target::EngineArg;
 use crate::output::Output;
+use crate::plot;
+use crate::raw::open_region;
 use crate::report::{self, Machine};
+use crate::target::EngineArg;
 use crate::{args, progress, signals};
 
 /// The L client's request size (EASYIO §6.4.3: "Web server (64KB I/O size)").
@@ -56,6 +57,7 @@ const IOAT_MEDIUM: Model = Model {
 /// EASYIO's figures (§6.4.3): L's maximum latency with and without engine throttling.
 const EASYIO_MAX_US: (f64, f64) = (13.7, 20.0);
 
+/// The options of `easyio bench qos`.
 #[derive(Args)]
 pub struct QosArgs {
     /// Where to create the benchmark region (as for `bench raw`).
@@ -183,12 +185,62 @@ struct Raw {
     wall: Duration,
 }
 
+/// The latency windows of a run being recorded.
+struct Windows {
+    start: Instant,
+    width: Duration,
+    /// Latencies of the current window.
+    win: Histogram<u64>,
+    win_start: Instant,
+    /// B's bytes when the current window began.
+    win_b: u64,
+    done: Vec<Window>,
+}
+
+impl Windows {
+    fn new(start: Instant, width: Duration) -> anyhow::Result<Windows> {
+        Ok(Windows {
+            start,
+            width,
+            win: Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?,
+            win_start: start,
+            win_b: 0,
+            done: Vec::new(),
+        })
+    }
+
+    /// Closes the current window if it is over (or the run is, at `end`); `b_now` is
+    /// B's bytes so far.
+    fn roll(&mut self, now: Instant, end: Instant, b_now: u64) {
+        if now < self.win_start + self.width && now < end {
+            return;
+        }
+        let secs = now.duration_since(self.win_start).as_secs_f64();
+        self.done.push(Window {
+            t_ms: self.win_start.duration_since(self.start).as_millis() as u64,
+            requests: self.win.len(),
+            p50_us: self.win.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us: self.win.value_at_quantile(0.99) as f64 / 1e3,
+            max_us: self.win.max() as f64 / 1e3,
+            b_gb_per_s: (b_now - self.win_b) as f64 / secs / 1e9,
+        });
+        self.win.reset();
+        self.win_start = now;
+        self.win_b = b_now;
+    }
+}
+
 impl Bench {
-    fn run(&self, seconds: f64, b: BMode, l_on: bool) -> anyhow::Result<Raw> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let b_done = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let b_thread = (b != BMode::Off).then(|| {
-            let (fs, stop, done) = (self.fs.clone(), stop.clone(), b_done.clone());
+    /// Starts the B client (unless `b` is off): 2 MiB reads back to back on its own
+    /// thread, CPU-throttled if asked, until `stop`; it counts its bytes in `done`.
+    fn start_b(
+        &self,
+        b: BMode,
+        stop: &Arc<AtomicBool>,
+        done: &Arc<AtomicU64>,
+    ) -> Option<std::thread::JoinHandle<anyhow::Result<()>>> {
+        (b != BMode::Off).then(|| {
+            let (fs, stop, done) = (self.fs.clone(), stop.clone(), done.clone());
             let (fd, epoch) = (self.b_fd, self.epoch);
             std::thread::spawn(move || -> anyhow::Result<()> {
                 let mut throttle =
@@ -210,40 +262,31 @@ impl Bench {
                 }
                 Ok(())
             })
-        });
+        })
+    }
+
+    /// One run of `seconds`: B as `b` says, L's requests at Poisson arrivals if
+    /// `l_on`, latencies recorded per window.
+    fn run(&self, seconds: f64, b: BMode, l_on: bool) -> anyhow::Result<Raw> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let b_done = Arc::new(AtomicU64::new(0));
+        let b_thread = self.start_b(b, &stop, &b_done);
         let mut lat = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-        let mut win = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-        let mut windows = Vec::new();
         let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(12);
         let mut buf = vec![0u8; L_BYTES];
         let slots = (L_FILE_BYTES / L_BYTES) as u64;
         let start = Instant::now();
         let end = start + Duration::from_secs_f64(seconds);
+        let mut windows = Windows::new(start, self.window)?;
         let mut next = start;
-        let mut win_start = start;
-        let mut win_b = 0u64;
         loop {
             if signals::stopping() {
                 break;
             }
             let now = Instant::now();
-            if now >= win_start + self.window || now >= end {
-                let b_now = b_done.load(Ordering::Relaxed);
-                let secs = now.duration_since(win_start).as_secs_f64();
-                windows.push(Window {
-                    t_ms: win_start.duration_since(start).as_millis() as u64,
-                    requests: win.len(),
-                    p50_us: win.value_at_quantile(0.5) as f64 / 1e3,
-                    p99_us: win.value_at_quantile(0.99) as f64 / 1e3,
-                    max_us: win.max() as f64 / 1e3,
-                    b_gb_per_s: (b_now - win_b) as f64 / secs / 1e9,
-                });
-                win.reset();
-                win_start = now;
-                win_b = b_now;
-                if now >= end {
-                    break;
-                }
+            windows.roll(now, end, b_done.load(Ordering::Relaxed));
+            if now >= end {
+                break;
             }
             if !l_on {
                 std::thread::sleep(Duration::from_millis(1));
@@ -252,20 +295,13 @@ impl Bench {
             // Poisson arrivals: exponential gaps. Sleep most of a gap, spin the rest.
             let gap = -(1.0 - rng.random::<f64>()).ln() / self.rate;
             next = next.max(now - Duration::from_millis(1)) + Duration::from_secs_f64(gap);
-            if let Some(d) = next.checked_duration_since(Instant::now()) {
-                if d > Duration::from_micros(200) {
-                    std::thread::sleep(d - Duration::from_micros(100));
-                }
-                while Instant::now() < next {
-                    std::hint::spin_loop();
-                }
-            }
+            wait_until(next);
             let off = rng.random_range(0..slots) * L_BYTES as u64;
             let t = Instant::now();
             self.fs.pread(self.l_fd, &mut buf, off)?;
-            let ns = t.elapsed().as_nanos() as u64;
-            lat.record(ns.max(1))?;
-            win.record(ns.max(1))?;
+            let ns = (t.elapsed().as_nanos() as u64).max(1);
+            lat.record(ns)?;
+            windows.win.record(ns)?;
         }
         let wall = start.elapsed();
         stop.store(true, Ordering::Relaxed);
@@ -276,10 +312,22 @@ impl Bench {
         signals::check()?;
         Ok(Raw {
             lat,
-            windows,
+            windows: windows.done,
             b_bytes: b_done.load(Ordering::Relaxed),
             wall,
         })
+    }
+}
+
+/// Sleeps most of the time to `next`, then spins the rest (a sleep overshoots).
+fn wait_until(next: Instant) {
+    if let Some(d) = next.checked_duration_since(Instant::now()) {
+        if d > Duration::from_micros(200) {
+            std::thread::sleep(d - Duration::from_micros(100));
+        }
+        while Instant::now() < next {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -287,6 +335,8 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1e3
 }
 
+/// `easyio bench qos`: set up the file system and its two clients, run L alone, B
+/// alone and the three policies, then report and plot.
 pub fn run(args: QosArgs) -> anyhow::Result<()> {
     let svg_path = match (&args.svg, args.json) {
         (Some(p), _) => Some(p.clone()),
@@ -297,8 +347,25 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| Output::create(p, None))
         .transpose()?;
-    let region = Arc::new(open_region(args.image.as_deref())?);
-    let model = match args.medium.as_str() {
+    let (fs, medium) = mount(&args)?;
+    let report = measure(&args, &fs, medium);
+    if let Ok(fs) = Arc::try_unwrap(fs) {
+        fs.unmount()?;
+    }
+    let report = report?;
+    if let Some(out) = svg_out {
+        out.write_all(svg(&report)?.as_bytes())?;
+    }
+    if args.json {
+        return report::print_json(&report);
+    }
+    print_report(&report, svg_path.as_deref());
+    Ok(())
+}
+
+/// The medium `--medium` names, with its description.
+fn medium(name: &str) -> anyhow::Result<(Option<Model>, String)> {
+    let model = match name {
         "ioat" => Some(IOAT_MEDIUM),
         "none" => None,
         m => Some(
@@ -306,18 +373,27 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("unknown medium {m:?} (ioat, optane, cxl, none)"))?,
         ),
     };
-    let (pm, medium): (Arc<dyn Pmem>, String) = match model {
-        Some(m) => (
-            Arc::new(SlowMem::new(region.clone(), m)),
-            format!(
-                "EMULATED {}: read {:.1} GB/s, {} ns ({})",
-                m.name,
-                m.read_bw / 1e9,
-                m.read_latency.as_nanos(),
-                m.source
-            ),
+    let description = match model {
+        Some(m) => format!(
+            "EMULATED {}: read {:.1} GB/s, {} ns ({})",
+            m.name,
+            m.read_bw / 1e9,
+            m.read_latency.as_nanos(),
+            m.source
         ),
-        None => (region.clone(), "region (no emulation)".into()),
+        None => "region (no emulation)".into(),
+    };
+    Ok((model, description))
+}
+
+/// Formats the region (behind the medium model) and mounts it in `async` mode with
+/// the channel manager; returns the file system and the medium's description.
+fn mount(args: &QosArgs) -> anyhow::Result<(Arc<FileSystem>, String)> {
+    let region = Arc::new(open_region(args.image.as_deref())?);
+    let (model, medium) = medium(&args.medium)?;
+    let pm: Arc<dyn Pmem> = match model {
+        Some(m) => Arc::new(SlowMem::new(region.clone(), m)),
+        None => region.clone(),
     };
     FileSystem::format(&*pm, &FormatOptions::default())?;
     let epoch = Duration::from_micros(args.epoch_us);
@@ -345,15 +421,18 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         ..base
     };
     let (fs, _) = FileSystem::mount(pm, opts)?;
-    let fs = Arc::new(fs);
+    Ok((Arc::new(fs), medium))
+}
+
+/// Writes the two clients' files and runs L alone (its p99 sets the target), B alone
+/// (its bandwidth sets the limit), then each policy.
+fn measure(args: &QosArgs, fs: &Arc<FileSystem>, medium: String) -> anyhow::Result<Report> {
     let flags = fs::OpenFlags::RDWR | fs::OpenFlags::CREAT;
     let b_fd = fs.open_with_class("/bulk", flags, 0o644, Class::Bandwidth)?;
     fs.pwrite(b_fd, &vec![0xb5; B_FILE_BYTES], 0)?;
     let warm = fs.open("/web", flags, 0o644)?;
     fs.pwrite(warm, &vec![0x1a; L_FILE_BYTES], 0)?;
     fs.close(warm)?;
-    let qos = fs.qos().context("mount without a channel manager")?.clone();
-
     // Five runs: L alone, B alone, then the three policies.
     let progress = progress::bar(5, args.json);
     progress.set_message("L alone");
@@ -363,7 +442,7 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         b_fd,
         rate: args.rate,
         window: Duration::from_millis(args.window_ms),
-        epoch,
+        epoch: Duration::from_micros(args.epoch_us),
     };
     // L alone: its latency without contention sets the target.
     let alone = bench.run(args.seconds.min(1.0), BMode::Off, true)?;
@@ -371,7 +450,7 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         .target_us
         .unwrap_or(1.5 * us(&alone.lat, 0.99))
         .max(1.0);
-    let l_fd = fs.open_with_class(
+    bench.l_fd = fs.open_with_class(
         "/web",
         fs::OpenFlags::RDONLY,
         0,
@@ -379,7 +458,6 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
             target: Duration::from_secs_f64(target_us / 1e6),
         },
     )?;
-    bench.l_fd = l_fd;
     progress.inc(1);
     progress.set_message("B alone");
     // B alone: its bandwidth sets the limit.
@@ -387,43 +465,14 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
     progress.inc(1);
     let b_bw = b_alone.b_bytes as f64 / b_alone.wall.as_secs_f64();
     let limit = (b_bw * B_SHARE).max(1.0) as u64;
-
     let mut runs = Vec::new();
     for policy in [Policy::None, Policy::Cpu, Policy::Engine] {
-        let bmode = match policy {
-            Policy::Cpu => BMode::CpuThrottled,
-            _ => BMode::Free,
-        };
         progress.set_message(policy.name());
-        let before = qos.stats();
-        if policy == Policy::Engine {
-            qos.set_b_limit_max(Some(limit));
-            qos.start();
-        }
-        let raw = bench.run(args.seconds, bmode, true)?;
-        let after = qos.stats();
-        if policy == Policy::Engine {
-            qos.stop();
-            qos.set_b_limit_max(None);
-        }
-        let engine = policy == Policy::Engine;
-        runs.push(Run {
-            policy,
-            requests: raw.lat.len(),
-            p50_us: us(&raw.lat, 0.5),
-            p99_us: us(&raw.lat, 0.99),
-            max_us: raw.lat.max() as f64 / 1e3,
-            b_gb_per_s: raw.b_bytes as f64 / raw.wall.as_secs_f64() / 1e9,
-            b_limit_gb_per_s: engine.then(|| after.b_limit as f64 / 1e9),
-            suspensions: after.suspensions - before.suspensions,
-            loop_cpu_share: (engine && after.loop_wall_ns > 0)
-                .then(|| after.loop_cpu_ns as f64 / after.loop_wall_ns as f64),
-            windows: raw.windows,
-        });
+        runs.push(run_policy(&bench, args.seconds, policy, limit)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
-    let report = Report {
+    Ok(Report {
         machine: Machine::this(),
         medium,
         seconds: args.seconds,
@@ -437,33 +486,67 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         b_limit_gb_per_s: limit as f64 / 1e9,
         runs,
         easyio_max_us: EASYIO_MAX_US,
+    })
+}
+
+/// One run under `policy`; engine throttling runs the channel manager's loop with B
+/// limited to `limit` bytes per second.
+fn run_policy(bench: &Bench, seconds: f64, policy: Policy, limit: u64) -> anyhow::Result<Run> {
+    let qos = bench
+        .fs
+        .qos()
+        .context("mount without a channel manager")?
+        .clone();
+    let bmode = match policy {
+        Policy::Cpu => BMode::CpuThrottled,
+        _ => BMode::Free,
     };
-    if let Some(out) = svg_out {
-        out.write_all(svg(&report).as_bytes())?;
+    let engine = policy == Policy::Engine;
+    let before = qos.stats();
+    if engine {
+        qos.set_b_limit_max(Some(limit));
+        qos.start();
     }
-    drop(bench);
-    if let Ok(fs) = Arc::try_unwrap(fs) {
-        fs.unmount()?;
+    let raw = bench.run(seconds, bmode, true)?;
+    let after = qos.stats();
+    if engine {
+        qos.stop();
+        qos.set_b_limit_max(None);
     }
-    if args.json {
-        return report::print_json(&report);
-    }
-    println!("machine: {}", report.machine.describe());
-    println!("medium:  {}", report.medium);
+    Ok(Run {
+        policy,
+        requests: raw.lat.len(),
+        p50_us: us(&raw.lat, 0.5),
+        p99_us: us(&raw.lat, 0.99),
+        max_us: raw.lat.max() as f64 / 1e3,
+        b_gb_per_s: raw.b_bytes as f64 / raw.wall.as_secs_f64() / 1e9,
+        b_limit_gb_per_s: engine.then(|| after.b_limit as f64 / 1e9),
+        suspensions: after.suspensions - before.suspensions,
+        loop_cpu_share: (engine && after.loop_wall_ns > 0)
+            .then(|| after.loop_cpu_ns as f64 / after.loop_wall_ns as f64),
+        windows: raw.windows,
+    })
+}
+
+/// The report for people: the settings and L and B alone, a row per policy, and
+/// EASYIO's figures beside them.
+fn print_report(r: &Report, plot: Option<&std::path::Path>) {
+    println!("machine: {}", r.machine.describe());
+    println!("medium:  {}", r.medium);
     println!(
         "L alone: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs; target {:.1} µs; B alone {:.2} GB/s, \
          limit {:.2} GB/s; epoch {} µs; {} L req/s, {:.1} s per run",
-        report.alone_p50_us,
-        report.alone_p99_us,
-        report.alone_max_us,
-        report.target_us,
-        report.b_alone_gb_per_s,
-        report.b_limit_gb_per_s,
-        report.epoch_us,
-        report.rate,
-        report.seconds
+        r.alone_p50_us,
+        r.alone_p99_us,
+        r.alone_max_us,
+        r.target_us,
+        r.b_alone_gb_per_s,
+        r.b_limit_gb_per_s,
+        r.epoch_us,
+        r.rate,
+        r.seconds
     );
-    let rows = report
+    let rows = r
         .runs
         .iter()
         .map(|r| {
@@ -500,27 +583,13 @@ pub fn run(args: QosArgs) -> anyhow::Result<()> {
         "EASYIO Fig. 12: max {} µs with engine throttling vs {} µs without; plot: {}",
         EASYIO_MAX_US.0,
         EASYIO_MAX_US.1,
-        svg_path
-            .as_deref()
-            .unwrap_or(std::path::Path::new("-"))
-            .display()
+        plot.unwrap_or(std::path::Path::new("-")).display()
     );
-    Ok(())
 }
 
-/// Colours of the three policies in the plot.
-const COLOURS: [&str; 3] = ["#d62728", "#ff7f0e", "#1f77b4"];
-
-/// Two panels over time: L's p99 latency per window, and B's bandwidth.
-fn svg(r: &Report) -> String {
-    let (w, h, left, right, top, panel, gap) = (760.0, 590.0, 70.0, 20.0, 40.0, 190.0, 60.0);
-    let t_max = r
-        .runs
-        .iter()
-        .flat_map(|x| x.windows.iter().map(|w| w.t_ms))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
+/// Two panels over time: L's p99 latency per window, and B's bandwidth; a line per
+/// policy, the L target and the B limit marked.
+fn svg(r: &Report) -> anyhow::Result<String> {
     // Scheduler stalls of a shared machine make single windows jump by milliseconds:
     // the latency axis stops at twice the worst whole-run p99 (higher values are
     // drawn at the top edge).
@@ -531,92 +600,68 @@ fn svg(r: &Report) -> String {
         .flat_map(|x| x.windows.iter().map(|w| w.b_gb_per_s))
         .fold(r.b_alone_gb_per_s, f64::max)
         * 1.1;
-    let x = |t: u64| left + (t as f64 / t_max) * (w - left - right);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" \
-         fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">easyio bench qos: L \
-         64 KiB reads beside B 2 MiB copies ({})</text>\n",
-        r.medium.split(':').next().unwrap_or("")
-    );
-    for (i, (title, max, unit)) in [
-        ("L p99 latency per window", lat_max, "µs"),
-        ("B bandwidth per window", bw_max, "GB/s"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let y0 = top + i as f64 * (panel + gap);
-        let y = |v: f64| y0 + panel - (v / max).min(1.0) * panel;
-        s += &format!(
-            "<rect x=\"{left}\" y=\"{y0}\" width=\"{}\" height=\"{panel}\" fill=\"none\" \
-             stroke=\"#888\"/>\n<text x=\"{}\" y=\"{}\">{title}</text>\n",
-            w - left - right,
-            left + 5.0,
-            y0 + 15.0
-        );
-        for k in 0..=4 {
-            let v = max * k as f64 / 4.0;
-            s += &format!(
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.1} {unit}</text>\n",
-                left - 4.0,
-                y(v) + 4.0
-            );
-        }
-        let (mark, label) = if i == 0 {
-            (r.target_us, "L target")
-        } else {
-            (r.b_limit_gb_per_s, "B limit")
-        };
-        let ym = y(mark);
-        s += &format!(
-            "<line x1=\"{left}\" x2=\"{x2}\" y1=\"{ym}\" y2=\"{ym}\" stroke=\"#2ca02c\" \
-             stroke-dasharray=\"4 3\"/>\n<text x=\"{tx}\" y=\"{ty}\" \
-             fill=\"#2ca02c\">{label}</text>\n",
-            x2 = w - right,
-            tx = w - right - 60.0,
-            ty = ym - 4.0
-        );
-        for (run, colour) in r.runs.iter().zip(COLOURS) {
-            let pts: Vec<String> = run
-                .windows
-                .iter()
-                .map(|wd| {
-                    let v = if i == 0 { wd.p99_us } else { wd.b_gb_per_s };
-                    format!("{:.1},{:.1}", x(wd.t_ms), y(v))
-                })
-                .collect();
-            s += &format!(
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" \
-                 points=\"{}\"/>\n",
-                pts.join(" ")
-            );
-        }
-        for k in 0..=4 {
-            let t = (t_max * k as f64 / 4.0) as u64;
-            s += &format!(
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{t}</text>\n",
-                x(t),
-                y0 + panel + 14.0
-            );
-        }
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (ms)</text>\n",
-            left + (w - left - right) / 2.0,
-            y0 + panel + 30.0
-        );
-    }
-    for (k, (run, colour)) in r.runs.iter().zip(COLOURS).enumerate() {
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">■ {} (p99 {:.1} µs, max {:.1} µs, B \
-             {:.2} GB/s)</text>\n",
-            left + 5.0,
-            h - 10.0 - (2 - k) as f64 * 15.0,
-            run.policy.name(),
-            run.p99_us,
-            run.max_us,
-            run.b_gb_per_s
-        );
-    }
-    s + "</svg>\n"
+    let panel = |title: &str, y_label: &str, value: fn(&Window) -> f64, mark, top| plot::Panel {
+        title: title.into(),
+        y_label: y_label.into(),
+        series: r
+            .runs
+            .iter()
+            .map(|run| plot::Series {
+                name: run.policy.name().into(),
+                points: run
+                    .windows
+                    .iter()
+                    .map(|w| (w.t_ms as f64, value(w)))
+                    .collect(),
+                dots: false,
+            })
+            .collect(),
+        mark: Some(mark),
+        y_top: Some(top),
+    };
+    let latency = plot::Mark {
+        y: r.target_us,
+        label: "L target".into(),
+    };
+    let bandwidth = plot::Mark {
+        y: r.b_limit_gb_per_s,
+        label: "B limit".into(),
+    };
+    let figure = plot::Figure {
+        title: "easyio bench qos: L 64 KiB reads beside B 2 MiB copies".into(),
+        x_label: "time (ms)".into(),
+        caption: std::iter::once(format!(
+            "medium: {}",
+            r.medium.split(':').next().unwrap_or("")
+        ))
+        .chain(r.runs.iter().map(|run| {
+            format!(
+                "{}: p99 {:.1} µs, max {:.1} µs, B {:.2} GB/s",
+                run.policy.name(),
+                run.p99_us,
+                run.max_us,
+                run.b_gb_per_s
+            )
+        }))
+        .collect(),
+        columns: 1,
+        panel_size: (760, 250),
+        panels: vec![
+            panel(
+                "L p99 latency per window",
+                "L p99 latency (µs)",
+                |w| w.p99_us,
+                latency,
+                lat_max,
+            ),
+            panel(
+                "B bandwidth per window",
+                "B bandwidth (GB/s)",
+                |w| w.b_gb_per_s,
+                bandwidth,
+                bw_max,
+            ),
+        ],
+    };
+    plot::svg(&figure)
 }

@@ -18,9 +18,9 @@ use engine::{BackendKind, Desc, Engine, EngineConfig, Sn, AREA_BYTES};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::raw::{open_region, SIZES};
-use super::{gib_per_s, median, time_per_op};
+use crate::raw::{open_region, SIZES};
 use crate::report::{self, size_label, Machine};
+use crate::{gib_per_s, median, time_per_op};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 3;
@@ -31,6 +31,7 @@ const CHANNELS: [usize; 2] = [1, 2];
 /// The copy size whose software-engine bandwidth is the headline figure.
 const HEADLINE_BYTES: u64 = 64 << 10;
 
+/// The options of `easyio bench engine`.
 #[derive(Args)]
 pub struct EngineArgs {
     /// Where to create the benchmark region (as for `bench raw`). Default: a temporary
@@ -234,6 +235,8 @@ impl Drop for Outstanding<'_> {
     }
 }
 
+/// `easyio bench engine`: set up the region and buffers, measure every case of every
+/// backend beside the CPU copy, report.
 pub fn run(args: EngineArgs) -> anyhow::Result<()> {
     let region = Arc::new(open_region(args.image.as_deref())?);
     let max = *SIZES.last().unwrap();
@@ -255,53 +258,86 @@ pub fn run(args: EngineArgs) -> anyhow::Result<()> {
         channels,
         ..EngineConfig::default()
     };
-
     let mut peers = Vec::new();
     let mut results = Vec::new();
     for kind in &kinds {
         let engine = Engine::open(*kind, region.clone(), &cfg)
             .with_context(|| format!("opening the {} engine", kind.name()))?;
         for case in cases(*kind, engine.channels()) {
-            let (mut eng, mut cpu) = (Vec::new(), Vec::new());
-            for r in 0..ROUNDS {
-                // Alternate the order so that neither side always runs on a warmer machine.
-                if r % 2 == 0 {
-                    eng.push(bench.engine_round(&engine, &case)?);
-                    cpu.push(bench.cpu_round(&case));
-                } else {
-                    cpu.push(bench.cpu_round(&case));
-                    eng.push(bench.engine_round(&engine, &case)?);
-                }
-            }
-            let bytes = case.bytes * case.batch as u64;
-            let (ns, cpu_ns) = (median(eng), median(cpu));
-            if case.batch == 1 && case.channels == 1 && case.metric == Metric::Bandwidth {
-                peers.push(Peer {
-                    path: match case.dir {
-                        Dir::ToRegion => "persistent-copy",
-                        Dir::FromRegion => "memcpy-read",
-                    },
-                    bytes: case.bytes,
-                    gib_per_s: gib_per_s(bytes, cpu_ns),
-                    ns_per_op: cpu_ns,
-                });
-            }
-            results.push(Row {
-                backend: kind.name(),
-                direction: case.dir,
-                metric: case.metric,
-                bytes: case.bytes,
-                batch: case.batch,
-                channels: case.channels,
-                gib_per_s: gib_per_s(bytes, ns),
-                ns_per_op: ns,
-                vs_cpu_copy: cpu_ns / ns,
-            });
+            let (row, peer) = bench.measure(&engine, *kind, &case)?;
+            results.push(row);
+            peers.extend(peer);
         }
     }
     std::hint::black_box(&bench.dst);
+    let report = Report {
+        machine: Machine::this(),
+        region: region.path().display().to_string(),
+        durability: region.durability().describe().to_string(),
+        backends: kinds.iter().map(|k| k.name()).collect(),
+        skipped,
+        peers,
+        headline: headline(&results),
+        results,
+    };
+    if args.json {
+        return report::print_json(&report);
+    }
+    print_table(&report, args.round_ms);
+    Ok(())
+}
 
-    let headline = results
+impl Bench {
+    /// One case on `engine` beside the CPU copy, in alternating rounds; the CPU copy
+    /// is also a peer row when the case is one plain copy.
+    fn measure(
+        &mut self,
+        engine: &Engine,
+        kind: BackendKind,
+        case: &Case,
+    ) -> anyhow::Result<(Row, Option<Peer>)> {
+        let (mut eng, mut cpu) = (Vec::new(), Vec::new());
+        for r in 0..ROUNDS {
+            // Alternate the order so that neither side always runs on a warmer machine.
+            if r % 2 == 0 {
+                eng.push(self.engine_round(engine, case)?);
+                cpu.push(self.cpu_round(case));
+            } else {
+                cpu.push(self.cpu_round(case));
+                eng.push(self.engine_round(engine, case)?);
+            }
+        }
+        let bytes = case.bytes * case.batch as u64;
+        let (ns, cpu_ns) = (median(eng), median(cpu));
+        let peer = (case.batch == 1 && case.channels == 1 && case.metric == Metric::Bandwidth)
+            .then(|| Peer {
+                path: match case.dir {
+                    Dir::ToRegion => "persistent-copy",
+                    Dir::FromRegion => "memcpy-read",
+                },
+                bytes: case.bytes,
+                gib_per_s: gib_per_s(bytes, cpu_ns),
+                ns_per_op: cpu_ns,
+            });
+        let row = Row {
+            backend: kind.name(),
+            direction: case.dir,
+            metric: case.metric,
+            bytes: case.bytes,
+            batch: case.batch,
+            channels: case.channels,
+            gib_per_s: gib_per_s(bytes, ns),
+            ns_per_op: ns,
+            vs_cpu_copy: cpu_ns / ns,
+        };
+        Ok((row, peer))
+    }
+}
+
+/// The headline: the software engine's bandwidth into the region at 64 KiB, one
+/// channel, no batch, beside the persistent copy.
+fn headline(results: &[Row]) -> Option<Headline> {
+    results
         .iter()
         .find(|r| {
             r.backend == "software"
@@ -319,22 +355,7 @@ pub fn run(args: EngineArgs) -> anyhow::Result<()> {
                 persistent_copy_gib_per_s: cpu,
                 ratio: r.vs_cpu_copy,
             }
-        });
-    let report = Report {
-        machine: Machine::this(),
-        region: region.path().display().to_string(),
-        durability: region.durability().describe().to_string(),
-        backends: kinds.iter().map(|k| k.name()).collect(),
-        skipped,
-        peers,
-        results,
-        headline,
-    };
-    if args.json {
-        return report::print_json(&report);
-    }
-    print_table(&report, args.round_ms);
-    Ok(())
+        })
 }
 
 /// The measurements of one backend: bandwidth and latency per size and direction on

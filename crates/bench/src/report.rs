@@ -26,13 +26,18 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
 /// The machine a measurement came from, printed beside every benchmark result.
 #[derive(Serialize, Clone, Debug)]
 pub struct Machine {
+    /// The CPU's model name.
     pub cpu: String,
+    /// Cores this process may use.
     pub cores: usize,
+    /// The non-temporal copy routine `pmem` chose.
     pub copy: &'static str,
+    /// The cache-line write-back instruction `pmem` chose.
     pub flush: &'static str,
 }
 
 impl Machine {
+    /// This machine.
     pub fn this() -> Machine {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
@@ -51,6 +56,7 @@ impl Machine {
         }
     }
 
+    /// One line for people.
     pub fn describe(&self) -> String {
         format!(
             "{} ({} cores; non-temporal copy {}, write-back {})",

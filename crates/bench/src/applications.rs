@@ -29,6 +29,7 @@ const FILESERVER_BYTES: f64 = MIB;
 const FILESERVER_APPEND_BYTES: f64 = 16.0 * KIB;
 /// Webserver: size of each file read, reads per task, and the log append of each task.
 const WEBSERVER_FILE_BYTES: f64 = 256.0 * KIB;
+/// Whole-file reads of one webserver task.
 pub const WEBSERVER_READS: usize = 10;
 const WEBSERVER_LOG_BYTES: f64 = 16.0 * KIB;
 
@@ -88,6 +89,7 @@ impl App {
         App::Webserver,
     ];
 
+    /// The name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             App::Snappy => "snappy",
@@ -105,6 +107,7 @@ impl App {
 
 /// One input file and what processing it must give.
 pub struct Input {
+    /// The file's content.
     pub data: Vec<u8>,
     /// Checksum of the output (snappy, jpeg, aes, fileserver's read-back), or the
     /// result itself (grep's match count, knn's and bfs's result checksums).
@@ -113,7 +116,9 @@ pub struct Input {
 
 /// An application's generated data.
 pub struct Dataset {
+    /// The application the data is for.
     pub app: App,
+    /// Its input files, [`INPUTS`] of them.
     pub inputs: Vec<Input>,
     /// Bytes appended by fileserver (to each file) and webserver (to the log).
     pub append: Vec<u8>,
@@ -317,6 +322,26 @@ fn knn(tree: &KdTree<f32, 3>, data: &[u8]) -> u64 {
         .fold(0u64, u64::wrapping_add)
 }
 
+/// A JPEG input: an image of about `JPEG_RGB_BYTES × scale` pixels, encoded; the
+/// expected result is the checksum of its decoding.
+fn jpeg_input(rng: &mut Pcg64Mcg, scale: f64) -> anyhow::Result<Input> {
+    let side = ((JPEG_RGB_BYTES * scale / 3.0).sqrt() as usize).clamp(16, 8192);
+    let px = image(rng, side, side);
+    let mut data = Vec::new();
+    jpeg_encoder::Encoder::new(&mut data, JPEG_QUALITY).encode(
+        &px,
+        side as u16,
+        side as u16,
+        jpeg_encoder::ColorType::Rgb,
+    )?;
+    let decoded = jpeg_decoder::Decoder::new(&data[..]).decode()?;
+    anyhow::ensure!(decoded.len() == px.len(), "JPEG decoded to the wrong size");
+    Ok(Input {
+        expect: checksum(&decoded),
+        data,
+    })
+}
+
 impl Dataset {
     /// Generates the application's inputs at `scale` times Table 1's sizes and works
     /// out what processing each must give.
@@ -345,90 +370,82 @@ impl Dataset {
             _ => Vec::new(),
         };
         for index in 0..INPUTS {
-            let input = match app {
-                App::Snappy => {
-                    let (plain, _) = text(&mut rng, scaled(SNAPPY_OUT_BYTES, scale), None);
-                    let data = snap::raw::Encoder::new().compress_vec(&plain)?;
-                    Input {
-                        data,
-                        expect: checksum(&plain),
-                    }
-                }
-                App::Jpeg => {
-                    let side = ((JPEG_RGB_BYTES * scale / 3.0).sqrt() as usize).clamp(16, 8192);
-                    let px = image(&mut rng, side, side);
-                    let mut data = Vec::new();
-                    jpeg_encoder::Encoder::new(&mut data, JPEG_QUALITY).encode(
-                        &px,
-                        side as u16,
-                        side as u16,
-                        jpeg_encoder::ColorType::Rgb,
-                    )?;
-                    let decoded = jpeg_decoder::Decoder::new(&data[..]).decode()?;
-                    anyhow::ensure!(decoded.len() == px.len(), "JPEG decoded to the wrong size");
-                    Input {
-                        expect: checksum(&decoded),
-                        data,
-                    }
-                }
-                App::Aes => {
-                    let data: Vec<u8> = (0..scaled(AES_BYTES, scale))
-                        .map(|_| rng.next_u64() as u8)
-                        .collect();
-                    let mut cipher = data.clone();
-                    aes_cipher(index).apply_keystream(&mut cipher);
-                    Input {
-                        expect: checksum(&cipher),
-                        data,
-                    }
-                }
-                App::Grep => {
-                    let (data, matches) =
-                        text(&mut rng, scaled(GREP_BYTES, scale), Some(GREP_MATCH_EVERY));
-                    anyhow::ensure!(matches > 0, "grep input without a matching line");
-                    Input {
-                        data,
-                        expect: matches,
-                    }
-                }
-                App::Knn => {
-                    let data = knn_samples(&mut rng, scaled(KNN_BYTES, scale));
-                    let tree = set.knn_tree.as_ref().expect("tree built above");
-                    Input {
-                        expect: knn(tree, &data),
-                        data,
-                    }
-                }
-                App::Bfs => {
-                    let data = graph(&mut rng, scaled(BFS_BYTES, scale));
-                    Input {
-                        expect: bfs(&data)?,
-                        data,
-                    }
-                }
-                App::Fileserver | App::Webserver => {
-                    let bytes = if app == App::Fileserver {
-                        FILESERVER_BYTES
-                    } else {
-                        WEBSERVER_FILE_BYTES
-                    };
-                    let data: Vec<u8> = (0..scaled(bytes, scale))
-                        .map(|_| rng.next_u64() as u8)
-                        .collect();
-                    let mut whole = data.clone();
-                    if app == App::Fileserver {
-                        whole.extend_from_slice(&set.append);
-                    }
-                    Input {
-                        expect: checksum(&whole),
-                        data,
-                    }
-                }
-                App::All => anyhow::bail!("`all` is not one application"),
-            };
+            let input = set.input(&mut rng, index, scale)?;
             set.inputs.push(input);
         }
         Ok(set)
+    }
+
+    /// Input `index` of the application, generated from `rng`.
+    fn input(&self, rng: &mut Pcg64Mcg, index: usize, scale: f64) -> anyhow::Result<Input> {
+        Ok(match self.app {
+            App::Snappy => {
+                let (plain, _) = text(rng, scaled(SNAPPY_OUT_BYTES, scale), None);
+                let data = snap::raw::Encoder::new().compress_vec(&plain)?;
+                Input {
+                    data,
+                    expect: checksum(&plain),
+                }
+            }
+            App::Jpeg => jpeg_input(rng, scale)?,
+            App::Aes => {
+                let data: Vec<u8> = (0..scaled(AES_BYTES, scale))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                let mut cipher = data.clone();
+                aes_cipher(index).apply_keystream(&mut cipher);
+                Input {
+                    expect: checksum(&cipher),
+                    data,
+                }
+            }
+            App::Grep => {
+                let (data, matches) = text(rng, scaled(GREP_BYTES, scale), Some(GREP_MATCH_EVERY));
+                anyhow::ensure!(matches > 0, "grep input without a matching line");
+                Input {
+                    data,
+                    expect: matches,
+                }
+            }
+            App::Knn => {
+                let data = knn_samples(rng, scaled(KNN_BYTES, scale));
+                let tree = self.knn_tree.as_ref().expect("tree built above");
+                Input {
+                    expect: knn(tree, &data),
+                    data,
+                }
+            }
+            App::Bfs => {
+                let data = graph(rng, scaled(BFS_BYTES, scale));
+                Input {
+                    expect: bfs(&data)?,
+                    data,
+                }
+            }
+            App::Fileserver | App::Webserver => self.file_input(rng, scale),
+            App::All => anyhow::bail!("`all` is not one application"),
+        })
+    }
+
+    /// An input of fileserver or webserver: bytes to store and read back whole (with
+    /// the append, for fileserver).
+    fn file_input(&self, rng: &mut Pcg64Mcg, scale: f64) -> Input {
+        let bytes = if self.app == App::Fileserver {
+            FILESERVER_BYTES
+        } else {
+            WEBSERVER_FILE_BYTES
+        };
+        let data: Vec<u8> = (0..scaled(bytes, scale))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        let mut whole = data.clone();
+        if self.app == App::Fileserver {
+            whole.extend_from_slice(&self.append);
+        }
+        Input {
+            expect: checksum(&whole),
+            data,
+        }
     }
 
     /// The computation of snappy, jpeg, aes, grep, knn and bfs on input `index`, whose

@@ -20,8 +20,8 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::{median, time_per_op};
 use crate::report::{self, Machine};
+use crate::{median, time_per_op};
 
 /// Alternating rounds per operation and kind; the median is reported.
 const ROUNDS: usize = 5;
@@ -36,6 +36,7 @@ const WORKERS: usize = 1;
 /// Workers of the runtime of the ping-pong across workers.
 const WORKERS_APART: usize = 2;
 
+/// The options of `easyio bench rt`.
 #[derive(Args)]
 pub struct RtArgs {
     /// Milliseconds per measurement round (1 to 60000).
@@ -114,6 +115,8 @@ struct WorkerRow {
     wait_polls: u64,
 }
 
+/// `easyio bench rt`: start the two runtimes, measure every operation beside its
+/// kernel-thread peer, report.
 pub fn run(args: RtArgs) -> anyhow::Result<()> {
     let runtime = ::rt::Runtime::builder()
         .workers(WORKERS)
@@ -126,35 +129,17 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the two-worker runtime")?;
     let round = Duration::from_millis(args.round_ms);
-
-    let mut results = Vec::new();
-    for op in Op::ALL {
-        let mut uthread = Vec::new();
-        let mut os = Vec::new();
-        let runtime = if op == Op::PingPongApart {
-            &apart
-        } else {
-            &runtime
-        };
-        for r in 0..ROUNDS {
-            // Alternate the order so that neither kind always runs on a warmer machine.
-            if r % 2 == 0 {
-                uthread.push(measure_uthread(runtime, op, round));
-                os.push(measure_os(op, round));
+    let results = Op::ALL
+        .into_iter()
+        .map(|op| {
+            let on = if op == Op::PingPongApart {
+                &apart
             } else {
-                os.push(measure_os(op, round));
-                uthread.push(measure_uthread(runtime, op, round));
-            }
-        }
-        let (u, o) = (median(uthread), median(os));
-        results.push(Row {
-            op: op.name(),
-            uthread_ns: u,
-            os_thread_ns: o,
-            ratio: o / u,
-            target: op.target(),
-        });
-    }
+                &runtime
+            };
+            measure(on, op, round)
+        })
+        .collect();
     let stats = runtime
         .stats()
         .into_iter()
@@ -168,7 +153,6 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
         .collect();
     runtime.shutdown();
     apart.shutdown();
-
     let report = Report {
         machine: Machine::this(),
         workers: WORKERS,
@@ -179,13 +163,43 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
     if args.json {
         return report::print_json(&report);
     }
+    print_report(&report);
+    Ok(())
+}
+
+/// `op` by uthreads of `runtime` and by kernel threads, in alternating rounds.
+fn measure(runtime: &::rt::Runtime, op: Op, round: Duration) -> Row {
+    let mut uthread = Vec::new();
+    let mut os = Vec::new();
+    for r in 0..ROUNDS {
+        // Alternate the order so that neither kind always runs on a warmer machine.
+        if r % 2 == 0 {
+            uthread.push(measure_uthread(runtime, op, round));
+            os.push(measure_os(op, round));
+        } else {
+            os.push(measure_os(op, round));
+            uthread.push(measure_uthread(runtime, op, round));
+        }
+    }
+    let (u, o) = (median(uthread), median(os));
+    Row {
+        op: op.name(),
+        uthread_ns: u,
+        os_thread_ns: o,
+        ratio: o / u,
+        target: op.target(),
+    }
+}
+
+/// The report for people: the settings and a row per operation.
+fn print_report(report: &Report) {
     println!(
         "easyio bench rt — {} worker(s) ({} for {}), {} rounds of {} ms per operation and kind, median",
         WORKERS,
         WORKERS_APART,
         Op::PingPongApart.name(),
         ROUNDS,
-        args.round_ms
+        report.round_ms
     );
     println!("machine: {}", report.machine.describe());
     let rows = report
@@ -214,7 +228,6 @@ pub fn run(args: RtArgs) -> anyhow::Result<()> {
             rows
         )
     );
-    Ok(())
 }
 
 /// Nanoseconds per operation, done by uthreads of `runtime`.

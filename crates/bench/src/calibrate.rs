@@ -17,9 +17,9 @@ use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 use serde::Serialize;
 
-use crate::bench::median;
-use crate::bench::raw::open_region;
+use crate::median;
 use crate::output::Output;
+use crate::raw::open_region;
 use crate::report::{self, size_label, Machine};
 use crate::{args, progress, signals};
 
@@ -54,6 +54,7 @@ const ROUNDS: usize = 3;
 /// the copies do not stay in cache.
 const SPAN: u64 = 16 << 20;
 
+/// The options of `easyio calibrate`.
 #[derive(Args)]
 pub struct CalibrateArgs {
     /// Where to create the temporary measurement region (as for `bench raw`).
@@ -79,6 +80,16 @@ pub struct CalibrateArgs {
 enum Dir {
     Write,
     Read,
+}
+
+impl Dir {
+    /// The direction's name in the table.
+    fn name(self) -> &'static str {
+        match self {
+            Dir::Write => "write",
+            Dir::Read => "read",
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -190,6 +201,8 @@ fn turning_point(points: &[&Point]) -> Option<usize> {
     best
 }
 
+/// `easyio calibrate`: set up a region and engine, measure every point, derive the
+/// thresholds, write the profile and report.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let out_path = match (&args.out, args.json) {
@@ -201,6 +214,37 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| Output::create(p, None))
         .transpose()?;
+    let (setup, medium) = set_up(&args)?;
+    let points = measure_points(&setup, args.json);
+    setup.engine.shutdown();
+    let points = points?;
+    let turning_points = turning_points(&points);
+    let saturation_callers = saturation(&points);
+    let profile = profile(&points, &turning_points, saturation_callers);
+    if let Some(out) = out {
+        out.write_all(profile.to_toml().as_bytes())?;
+    }
+    let report = Report {
+        machine: Machine::this(),
+        medium,
+        engine: engine::BackendKind::Software.name(),
+        seconds: t0.elapsed().as_secs_f64(),
+        points,
+        turning_points,
+        saturation_callers,
+        profile,
+        written_to: out_path.map(|p| p.display().to_string()),
+    };
+    if args.json {
+        return report::print_json(&report);
+    }
+    print_table(&report);
+    Ok(())
+}
+
+/// The region (emulated slow memory if asked) and a software engine with a channel
+/// per caller; returns them with the medium's description.
+fn set_up(args: &CalibrateArgs) -> anyhow::Result<(Setup, String)> {
     let region = Arc::new(open_region(args.image.as_deref())?);
     let (pm, medium): (Arc<dyn Pmem>, String) = match &args.slowmem {
         None => (region.clone(), "region (no emulation)".into()),
@@ -232,21 +276,21 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         engine,
         round: Duration::from_millis(args.round_ms),
     };
+    Ok((setup, medium))
+}
+
+/// Every point: each direction, number of callers and size, CPU and engine rounds
+/// alternating. A signal stops it between points.
+fn measure_points(setup: &Setup, json: bool) -> anyhow::Result<Vec<Point>> {
     let mut points = Vec::new();
-    let progress = progress::bar(2 * (CALLERS.len() * SIZES.len()) as u64, args.json);
+    let progress = progress::bar(2 * (CALLERS.len() * SIZES.len()) as u64, json);
     for dir in [Dir::Write, Dir::Read] {
         for &callers in &CALLERS {
             for &bytes in &SIZES {
-                if let Err(e) = signals::check() {
-                    setup.engine.shutdown();
-                    return Err(e.into());
-                }
+                signals::check()?;
                 progress.set_message(format!(
                     "{} {} by {callers} caller(s)",
-                    match dir {
-                        Dir::Write => "write",
-                        Dir::Read => "read",
-                    },
+                    dir.name(),
                     size_label(bytes as u64)
                 ));
                 progress.inc(1);
@@ -269,9 +313,12 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             }
         }
     }
-    setup.engine.shutdown();
     progress.finish_and_clear();
+    Ok(points)
+}
 
+/// The turning point of each direction and number of callers.
+fn turning_points(points: &[Point]) -> Vec<Turning> {
     let mut turning_points = Vec::new();
     for dir in [Dir::Write, Dir::Read] {
         for &callers in &CALLERS {
@@ -286,8 +333,12 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             });
         }
     }
-    // Saturation: the fewest callers whose 64 KiB engine bandwidth (both directions
-    // together) is within 5% of the best.
+    turning_points
+}
+
+/// Saturation: the fewest callers whose 64 KiB engine bandwidth (both directions
+/// together) is within 5% of the best.
+fn saturation(points: &[Point]) -> usize {
     let bw = |callers: usize| -> f64 {
         points
             .iter()
@@ -297,11 +348,15 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             / 2.0
     };
     let best = CALLERS.iter().map(|&c| bw(c)).fold(0.0, f64::max);
-    let saturation_callers = CALLERS
+    CALLERS
         .iter()
         .copied()
         .find(|&c| bw(c) >= SATURATED * best)
-        .unwrap_or(1);
+        .unwrap_or(1)
+}
+
+/// The profile the measurements give.
+fn profile(points: &[Point], turning_points: &[Turning], saturation_callers: usize) -> Profile {
     let engine_bandwidth = points
         .iter()
         .map(|p| p.engine_bytes_per_s)
@@ -317,54 +372,38 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             .and_then(|t| t.bytes)
             .unwrap_or(above_all)
     };
-    // `async` offloads for CPU time, not latency (EASYIO §4.4): below the size whose
-    // CPU copy takes as long as the engine's round trip for the smallest copy (its
-    // fastest round: the fixed cost of submission and completion), the engine cannot
-    // hand any CPU time back.
+    Profile {
+        version: PROFILE_VERSION,
+        machine: ProfileMachine::here(),
+        engine: engine::BackendKind::Software.name().into(),
+        engine_bandwidth,
+        thresholds: Thresholds {
+            cpu_max: cpu_max(points),
+            dma_write_min: tp(Dir::Write),
+            dma_read_min: tp(Dir::Read),
+            dma_concurrency: saturation_callers,
+        },
+    }
+}
+
+/// `async` offloads for CPU time, not latency (EASYIO §4.4): below the size whose
+/// CPU copy takes as long as the engine's round trip for the smallest copy (its
+/// fastest round: the fixed cost of submission and completion), the engine cannot
+/// hand any CPU time back.
+fn cpu_max(points: &[Point]) -> usize {
     let floor_ns = points
         .iter()
         .filter(|p| p.bytes == SIZES[0] && p.callers == 1 && p.direction == Dir::Write)
         .map(|p| p.engine_min_ns)
         .next()
         .unwrap_or(0.0);
-    let cpu_max = points
+    points
         .iter()
         .filter(|p| p.callers == 1 && p.direction == Dir::Write && p.cpu_ns < floor_ns)
         .map(|p| p.bytes)
         .max()
         .unwrap_or(SIZES[0])
-        .clamp(SIZES[0], CPU_MAX_CAP);
-    let profile = Profile {
-        version: PROFILE_VERSION,
-        machine: ProfileMachine::here(),
-        engine: engine::BackendKind::Software.name().into(),
-        engine_bandwidth,
-        thresholds: Thresholds {
-            cpu_max,
-            dma_write_min: tp(Dir::Write),
-            dma_read_min: tp(Dir::Read),
-            dma_concurrency: saturation_callers,
-        },
-    };
-    if let Some(out) = out {
-        out.write_all(profile.to_toml().as_bytes())?;
-    }
-    let report = Report {
-        machine: Machine::this(),
-        medium,
-        engine: engine::BackendKind::Software.name(),
-        seconds: t0.elapsed().as_secs_f64(),
-        points,
-        turning_points,
-        saturation_callers,
-        profile,
-        written_to: out_path.map(|p| p.display().to_string()),
-    };
-    if args.json {
-        return report::print_json(&report);
-    }
-    print_table(&report);
-    Ok(())
+        .clamp(SIZES[0], CPU_MAX_CAP)
 }
 
 fn print_table(r: &Report) {
@@ -375,10 +414,7 @@ fn print_table(r: &Report) {
         .iter()
         .map(|p| {
             vec![
-                match p.direction {
-                    Dir::Write => "write".into(),
-                    Dir::Read => "read".into(),
-                },
+                p.direction.name().to_string(),
                 size_label(p.bytes as u64),
                 p.callers.to_string(),
                 format!("{:.1}", p.cpu_ns / 1e3),
@@ -409,10 +445,7 @@ fn print_table(r: &Report) {
         )
     );
     for t in &r.turning_points {
-        let dir = match t.direction {
-            Dir::Write => "write",
-            Dir::Read => "read",
-        };
+        let dir = t.direction.name();
         match t.bytes {
             Some(b) => println!(
                 "turning point, {dir}, {} caller(s): {}",

@@ -14,8 +14,8 @@ use clap::Args;
 use pmem::{peer, Pmem, Region};
 use serde::Serialize;
 
-use super::{gib_per_s, median, time_per_op};
 use crate::report::{self, size_label, Machine};
+use crate::{gib_per_s, median, time_per_op};
 
 /// Copy sizes measured, from one page to one huge page.
 pub const SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];
@@ -24,6 +24,7 @@ pub const REGION_BYTES: u64 = 256 << 20;
 /// Alternating rounds per (size, path); the median is reported.
 pub const ROUNDS: usize = 5;
 
+/// The options of `easyio bench raw`.
 #[derive(Args)]
 pub struct RawArgs {
     /// Where to create the benchmark region: a directory (a temporary region is made
@@ -89,6 +90,8 @@ struct Report {
     results: Vec<Row>,
 }
 
+/// `easyio bench raw`: every path at every size in alternating rounds, then the
+/// report.
 pub fn run(args: RawArgs) -> anyhow::Result<()> {
     let region = open_region(args.image.as_deref())?;
     let round = Duration::from_millis(args.round_ms);

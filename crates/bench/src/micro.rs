@@ -33,13 +33,13 @@ use pmem::slowmem::Model;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::target::{
-    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mode, Slowmem,
+use crate::report::{self, Machine};
+use crate::target::{
+    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mount, Slowmem,
     Target, ThreadResult,
 };
-use super::{gib_per_s, raw};
-use crate::report::{self, Machine};
 use crate::{args, progress, signals};
+use crate::{gib_per_s, raw};
 
 /// Private files grow to at most this many bytes (and at most a quarter of the region
 /// shared among the threads) before DWAL starts them over.
@@ -51,19 +51,30 @@ const NAMESPACE_BATCH: u64 = 2_000;
 const LIMIT_ROUNDS: usize = 5;
 const LIMIT_ROUND: Duration = Duration::from_millis(60);
 
+/// A workload: FxMark's names, plus two of EASYIO's (see the table above).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[clap(rename_all = "UPPER")]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Workload {
+    /// Appends to a private file.
     Dwal,
+    /// Overwrites the first block of a private file.
     Dwol,
+    /// Overwrites its own block of a shared file.
     Dwom,
+    /// Reads the first block of a private file.
     Drbl,
+    /// Reads its own block of a shared file.
     Drbm,
+    /// Creates empty files in a private directory.
     Mwcl,
+    /// Unlinks files from a private directory.
     Mwul,
+    /// Renames a file within a private directory.
     Mwrl,
+    /// Computes, then writes a private file.
     Ciow,
+    /// Computes, then reads a private file.
     Cior,
 }
 
@@ -76,6 +87,7 @@ impl Workload {
     }
 }
 
+/// The options of `easyio bench micro`.
 #[derive(Args)]
 pub struct MicroArgs {
     /// Workloads, comma-separated.
@@ -87,7 +99,7 @@ pub struct MicroArgs {
     workload: Vec<Workload>,
     /// Modes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "cpu,async,kernel")]
-    mode: Vec<Mode>,
+    mode: Vec<Target>,
     /// Thread counts, comma-separated (1 to 1024 each).
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = args::threads())]
     threads: Vec<usize>,
@@ -123,7 +135,7 @@ pub struct MicroArgs {
 #[derive(Serialize, Clone)]
 struct Row {
     workload: Workload,
-    mode: Mode,
+    mode: Target,
     threads: usize,
     /// Workload threads (uthreads in async modes).
     clients: usize,
@@ -175,148 +187,204 @@ struct RunParams {
     compute_us: f64,
 }
 
+/// One workload thread: its target, buffers, private directory and start line.
+struct Thread<'a> {
+    t: &'a Mount,
+    tid: usize,
+    p: RunParams,
+    start: &'a Gate,
+    dir: String,
+    buf: Vec<u8>,
+    rbuf: Vec<u8>,
+}
+
+impl Thread<'_> {
+    /// Waits for every thread at the start line; returns the run's deadline.
+    fn go(&self) -> anyhow::Result<Instant> {
+        Ok(self.start.arrive_and_wait()? + self.p.duration)
+    }
+
+    /// The path of `name` in the thread's private directory.
+    fn path(&self, name: impl std::fmt::Display) -> String {
+        format!("{}/{name}", self.dir)
+    }
+}
+
 /// Sets up one thread's files, waits for every thread at `start`, then runs the
 /// workload for the run's duration.
 fn run_thread(
-    t: &Target,
+    t: &Mount,
     w: Workload,
     tid: usize,
     p: RunParams,
     start: &Gate,
 ) -> anyhow::Result<ThreadResult> {
-    let io = p.io;
-    let buf = vec![tid as u8 ^ 0x5A; io as usize];
-    let mut rbuf = vec![0u8; io as usize];
     let dir = format!("/t{tid}");
     t.mkdir(&dir)?;
-    let go = || anyhow::Ok(start.arrive_and_wait()? + p.duration);
+    let mut th = Thread {
+        t,
+        tid,
+        p,
+        start,
+        dir,
+        buf: vec![tid as u8 ^ 0x5A; p.io as usize],
+        rbuf: vec![0u8; p.io as usize],
+    };
     match w {
-        Workload::Dwal => {
-            let h = t.open(&format!("{dir}/f"), true, true)?;
-            let deadline = go()?;
-            let cap_ops = (p.append_cap / io).max(1);
-            let r = timed_loop(
-                deadline,
-                |_| t.append(&h, &buf).map(|_| io),
-                |i| {
-                    let due = i % cap_ops == 0;
-                    if due {
-                        t.truncate(&h, 0)?;
-                    }
-                    Ok(due)
-                },
-            );
-            t.close(h)?;
-            r
-        }
+        Workload::Dwal => append(&th),
         Workload::Dwol | Workload::Drbl | Workload::Ciow | Workload::Cior => {
-            let h = t.open(&format!("{dir}/f"), true, false)?;
-            t.pwrite(&h, &buf, 0)?;
-            let deadline = go()?;
-            let r = match w {
-                Workload::Dwol => timed_loop(
-                    deadline,
-                    |_| t.pwrite(&h, &buf, 0).map(|_| io),
-                    |_| Ok(false),
-                ),
-                Workload::Drbl => timed_loop(
-                    deadline,
-                    |_| t.pread(&h, &mut rbuf, 0).map(|n| n as u64),
-                    |_| Ok(false),
-                ),
-                Workload::Ciow => timed_loop(
-                    deadline,
-                    |_| {
-                        compute(p.compute_us);
-                        t.pwrite(&h, &buf, 0).map(|_| io)
-                    },
-                    |_| Ok(false),
-                ),
-                _ => timed_loop(
-                    deadline,
-                    |_| {
-                        compute(p.compute_us);
-                        t.pread(&h, &mut rbuf, 0).map(|n| n as u64)
-                    },
-                    |_| Ok(false),
-                ),
-            };
-            t.close(h)?;
-            r
+            private_file(&mut th, w)
         }
-        Workload::Dwom | Workload::Drbm => {
-            let h = t.open("/shared", false, false)?;
-            let off = tid as u64 * io;
-            let deadline = go()?;
-            let r = if w == Workload::Dwom {
-                timed_loop(
-                    deadline,
-                    |_| t.pwrite(&h, &buf, off).map(|_| io),
-                    |_| Ok(false),
-                )
-            } else {
-                timed_loop(
-                    deadline,
-                    |_| t.pread(&h, &mut rbuf, off).map(|n| n as u64),
-                    |_| Ok(false),
-                )
-            };
-            t.close(h)?;
-            r
-        }
-        Workload::Mwcl => {
-            let deadline = go()?;
-            let mut cleared = 0u64;
-            timed_loop(
-                deadline,
-                |i| t.create_empty(&format!("{dir}/f{i}")).map(|_| 0),
-                |i| {
-                    let due = i % NAMESPACE_BATCH == 0;
-                    if due {
-                        for k in cleared..i {
-                            t.unlink(&format!("{dir}/f{k}"))?;
-                        }
-                        cleared = i;
-                    }
-                    Ok(due)
-                },
-            )
-        }
-        Workload::Mwul => {
-            let refill = |from: u64| -> anyhow::Result<()> {
-                for k in from..from + NAMESPACE_BATCH {
-                    t.create_empty(&format!("{dir}/f{k}"))?;
-                }
-                Ok(())
-            };
-            refill(0)?;
-            let deadline = go()?;
-            timed_loop(
-                deadline,
-                |i| t.unlink(&format!("{dir}/f{i}")).map(|_| 0),
-                |i| {
-                    let due = i % NAMESPACE_BATCH == 0;
-                    if due {
-                        refill(i)?;
-                    }
-                    Ok(due)
-                },
-            )
-        }
-        Workload::Mwrl => {
-            t.create_empty(&format!("{dir}/a"))?;
-            let deadline = go()?;
-            timed_loop(
-                deadline,
-                |i| {
-                    let (a, b) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
-                    t.rename(&format!("{dir}/{a}"), &format!("{dir}/{b}"))
-                        .map(|_| 0)
-                },
-                |_| Ok(false),
-            )
-        }
+        Workload::Dwom | Workload::Drbm => shared_file(&mut th, w),
+        Workload::Mwcl => create_files(&th),
+        Workload::Mwul => unlink_files(&th),
+        Workload::Mwrl => rename_file(&th),
     }
+}
+
+/// DWAL: appends to a private file, starting it over at the append cap.
+fn append(th: &Thread) -> anyhow::Result<ThreadResult> {
+    let (t, io) = (th.t, th.p.io);
+    let h = t.open(&th.path("f"), true, true)?;
+    let deadline = th.go()?;
+    let cap_ops = (th.p.append_cap / io).max(1);
+    let r = timed_loop(
+        deadline,
+        |_| t.append(&h, &th.buf).map(|_| io),
+        |i| {
+            let due = i % cap_ops == 0;
+            if due {
+                t.truncate(&h, 0)?;
+            }
+            Ok(due)
+        },
+    );
+    t.close(h)?;
+    r
+}
+
+/// DWOL, DRBL, CIOW, CIOR: the first block of a private file, with computation
+/// before each I/O in the CIO workloads.
+fn private_file(th: &mut Thread, w: Workload) -> anyhow::Result<ThreadResult> {
+    let (t, io, us) = (th.t, th.p.io, th.p.compute_us);
+    let h = t.open(&th.path("f"), true, false)?;
+    t.pwrite(&h, &th.buf, 0)?;
+    let deadline = th.go()?;
+    let (buf, rbuf) = (&th.buf, &mut th.rbuf);
+    let r = match w {
+        Workload::Dwol => timed_loop(
+            deadline,
+            |_| t.pwrite(&h, buf, 0).map(|_| io),
+            |_| Ok(false),
+        ),
+        Workload::Drbl => timed_loop(
+            deadline,
+            |_| t.pread(&h, rbuf, 0).map(|n| n as u64),
+            |_| Ok(false),
+        ),
+        Workload::Ciow => timed_loop(
+            deadline,
+            |_| {
+                compute(us);
+                t.pwrite(&h, buf, 0).map(|_| io)
+            },
+            |_| Ok(false),
+        ),
+        _ => timed_loop(
+            deadline,
+            |_| {
+                compute(us);
+                t.pread(&h, rbuf, 0).map(|n| n as u64)
+            },
+            |_| Ok(false),
+        ),
+    };
+    t.close(h)?;
+    r
+}
+
+/// DWOM, DRBM: the thread's own block of the shared file.
+fn shared_file(th: &mut Thread, w: Workload) -> anyhow::Result<ThreadResult> {
+    let (t, io) = (th.t, th.p.io);
+    let h = t.open("/shared", false, false)?;
+    let off = th.tid as u64 * io;
+    let deadline = th.go()?;
+    let (buf, rbuf) = (&th.buf, &mut th.rbuf);
+    let r = if w == Workload::Dwom {
+        timed_loop(
+            deadline,
+            |_| t.pwrite(&h, buf, off).map(|_| io),
+            |_| Ok(false),
+        )
+    } else {
+        timed_loop(
+            deadline,
+            |_| t.pread(&h, rbuf, off).map(|n| n as u64),
+            |_| Ok(false),
+        )
+    };
+    t.close(h)?;
+    r
+}
+
+/// MWCL: creates empty files, clearing the directory every batch (untimed).
+fn create_files(th: &Thread) -> anyhow::Result<ThreadResult> {
+    let t = th.t;
+    let deadline = th.go()?;
+    let mut cleared = 0u64;
+    timed_loop(
+        deadline,
+        |i| t.create_empty(&th.path(format_args!("f{i}"))).map(|_| 0),
+        |i| {
+            let due = i % NAMESPACE_BATCH == 0;
+            if due {
+                for k in cleared..i {
+                    t.unlink(&th.path(format_args!("f{k}")))?;
+                }
+                cleared = i;
+            }
+            Ok(due)
+        },
+    )
+}
+
+/// MWUL: unlinks files, refilling the directory every batch (untimed).
+fn unlink_files(th: &Thread) -> anyhow::Result<ThreadResult> {
+    let t = th.t;
+    let refill = |from: u64| -> anyhow::Result<()> {
+        for k in from..from + NAMESPACE_BATCH {
+            t.create_empty(&th.path(format_args!("f{k}")))?;
+        }
+        Ok(())
+    };
+    refill(0)?;
+    let deadline = th.go()?;
+    timed_loop(
+        deadline,
+        |i| t.unlink(&th.path(format_args!("f{i}"))).map(|_| 0),
+        |i| {
+            let due = i % NAMESPACE_BATCH == 0;
+            if due {
+                refill(i)?;
+            }
+            Ok(due)
+        },
+    )
+}
+
+/// MWRL: renames a file back and forth within the private directory.
+fn rename_file(th: &Thread) -> anyhow::Result<ThreadResult> {
+    let t = th.t;
+    t.create_empty(&th.path("a"))?;
+    let deadline = th.go()?;
+    timed_loop(
+        deadline,
+        |i| {
+            let (a, b) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
+            t.rename(&th.path(a), &th.path(b)).map(|_| 0)
+        },
+        |_| Ok(false),
+    )
 }
 
 /// The measured span of a run: from the start line (the main thread's arrival) to
@@ -357,7 +425,7 @@ impl Measure {
 /// One measured configuration.
 struct RunSpec {
     workload: Workload,
-    mode: Mode,
+    mode: Target,
     threads: usize,
     uthreads_per_core: usize,
     slowmem: Option<Model>,
@@ -366,14 +434,39 @@ struct RunSpec {
     params: RunParams,
 }
 
+/// The clients' results and the CPU seconds (whole process, software engine) of a run.
+type Joined = (Vec<ThreadResult>, (f64, f64));
+
+/// Measures one configuration: set up the target and its files, run the clients,
+/// tear down, and sum up what the clients measured.
 fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
+    let (target, clients, params) = set_up(spec, region)?;
+    let gate = Arc::new(Gate::new(clients + 1));
+    let (results, cpu) = if spec.mode.uthreads() {
+        run_uthreads(spec, &target, clients, params, &gate)?
+    } else {
+        run_threads(spec, &target, clients, params, &gate)?
+    };
+    Arc::into_inner(target)
+        .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?
+        .tear_down()?;
+    row(spec, clients, &results, cpu)
+}
+
+/// Formats and mounts the target (or makes the kernel's directory) and writes the
+/// shared file of DWOM/DRBM; returns it with the number of clients and their
+/// parameters.
+fn set_up(
+    spec: &RunSpec,
+    region: &Arc<dyn Pmem>,
+) -> anyhow::Result<(Arc<Mount>, usize, RunParams)> {
     let (w, mode, threads) = (spec.workload, spec.mode, spec.threads);
     let io = spec.params.io;
     let kernel_dir = std::path::PathBuf::from(format!(
         "/dev/shm/easyio-bench-kernel-{}",
         std::process::id()
     ));
-    let target = Target::set_up(
+    let target = Mount::set_up(
         mode,
         spec.engine,
         region,
@@ -399,76 +492,103 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
         append_cap: (region.len() / 4 / clients as u64).min(APPEND_CAP),
         ..spec.params
     };
-    let gate = Arc::new(Gate::new(clients + 1));
-    let (results, (cpu, engine_cpu)) = if mode.uthreads() {
-        let runtime = rt::Runtime::new(threads)?;
-        let handles: Vec<_> = (0..clients)
-            .map(|tid| {
-                let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
-                runtime.spawn(move || {
-                    let _party = party;
-                    run_thread(&target, w, tid, params, &gate)
-                })
+    Ok((target, clients, params))
+}
+
+/// Runs the clients as uthreads on a runtime of `spec.threads` workers, with the
+/// compute-only uthreads beside them if asked.
+fn run_uthreads(
+    spec: &RunSpec,
+    target: &Arc<Mount>,
+    clients: usize,
+    params: RunParams,
+    gate: &Arc<Gate>,
+) -> anyhow::Result<Joined> {
+    let (w, threads) = (spec.workload, spec.threads);
+    let runtime = rt::Runtime::new(threads)?;
+    let handles: Vec<_> = (0..clients)
+        .map(|tid| {
+            let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
+            runtime.spawn(move || {
+                let _party = party;
+                run_thread(&target, w, tid, params, &gate)
             })
-            .collect();
-        // Compute-only uthreads beside the workload (Fig. 11 right): they yield between
-        // bursts, so a worker runs them whenever its I/O uthreads wait.
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let computes: Vec<_> = (0..if spec.compute_uthread { threads } else { 0 })
-            .map(|_| {
-                let stop = stop.clone();
-                let us = params.compute_us;
-                runtime.spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        compute(us);
-                        rt::yield_now();
-                    }
-                })
+        })
+        .collect();
+    // Compute-only uthreads beside the workload (Fig. 11 right): they yield between
+    // bursts, so a worker runs them whenever its I/O uthreads wait.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let computes: Vec<_> = (0..if spec.compute_uthread { threads } else { 0 })
+        .map(|_| {
+            let stop = stop.clone();
+            let us = params.compute_us;
+            runtime.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    compute(us);
+                    rt::yield_now();
+                }
             })
-            .collect();
-        let measure = Measure::start(&gate);
-        let joined = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
+        })
+        .collect();
+    let measure = Measure::start(gate);
+    let joined = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .map_err(|e| anyhow::anyhow!("benchmark uthread: {e}"))
+        })
+        .map(|r| r.and_then(|r| r))
+        .collect();
+    let cpu = measure.cpu();
+    stop.store(true, Ordering::Relaxed);
+    for c in computes {
+        let _ = c.join();
+    }
+    measure.finish(joined, cpu)
+}
+
+/// Runs the clients as kernel threads.
+fn run_threads(
+    spec: &RunSpec,
+    target: &Arc<Mount>,
+    clients: usize,
+    params: RunParams,
+    gate: &Arc<Gate>,
+) -> anyhow::Result<Joined> {
+    let w = spec.workload;
+    let handles: Vec<_> = (0..clients)
+        .map(|tid| {
+            let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
+            std::thread::spawn(move || {
+                let _party = party;
+                run_thread(&target, w, tid, params, &gate)
             })
-            .map(|r| r.and_then(|r| r))
-            .collect();
-        let cpu = measure.cpu();
-        stop.store(true, Ordering::Relaxed);
-        for c in computes {
-            let _ = c.join();
-        }
-        measure.finish(joined, cpu)?
-    } else {
-        let handles: Vec<_> = (0..clients)
-            .map(|tid| {
-                let (target, gate, party) = (target.clone(), gate.clone(), gate.party());
-                std::thread::spawn(move || {
-                    let _party = party;
-                    run_thread(&target, w, tid, params, &gate)
-                })
-            })
-            .collect();
-        let measure = Measure::start(&gate);
-        let joined = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
-            })
-            .map(|r| r.and_then(|r| r))
-            .collect();
-        let cpu = measure.cpu();
-        measure.finish(joined, cpu)?
-    };
-    Arc::into_inner(target)
-        .ok_or_else(|| anyhow::anyhow!("benchmark target still shared after the run"))?
-        .tear_down()?;
+        })
+        .collect();
+    let measure = Measure::start(gate);
+    let joined = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))
+        })
+        .map(|r| r.and_then(|r| r))
+        .collect();
+    let cpu = measure.cpu();
+    measure.finish(joined, cpu)
+}
+
+/// The row of one configuration from its clients' results and CPU seconds.
+fn row(
+    spec: &RunSpec,
+    clients: usize,
+    results: &[ThreadResult],
+    (cpu, engine_cpu): (f64, f64),
+) -> anyhow::Result<Row> {
+    let (w, mode) = (spec.workload, spec.mode);
     let mut hist = Histogram::<u64>::new(3)?;
     let (mut ops_per_s, mut bytes_per_s, mut bytes, mut ops) = (0.0, 0.0, 0u64, 0u64);
-    for r in &results {
+    for r in results {
         hist.add(&r.hist)?;
         // Each thread's rate over its active time (upkeep excluded).
         if r.active > Duration::ZERO {
@@ -482,9 +602,9 @@ fn run_one(spec: &RunSpec, region: &Arc<dyn Pmem>) -> anyhow::Result<Row> {
     Ok(Row {
         workload: w,
         mode,
-        threads,
+        threads: spec.threads,
         clients,
-        io_size: io,
+        io_size: spec.params.io,
         ops_per_s,
         gib_per_s: bytes_per_s / (1u64 << 30) as f64,
         p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
@@ -511,16 +631,45 @@ fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
     let samples = (0..LIMIT_ROUNDS)
         .map(|_| raw::measure(&region, io, path, LIMIT_ROUND))
         .collect();
-    Ok(gib_per_s(io, super::median(samples)))
+    Ok(gib_per_s(io, crate::median(samples)))
 }
 
+/// What the table's note says about the columns.
+const NOTE: &str = "kernel = std::fs on the host tmpfs: its writes are not persistent; \
+                    of it engine = CPU-s/GiB of the software copy engine's threads, the \
+                    stand-in for a hardware engine that costs no CPU (idle, it naps if its \
+                    thread and the workers fit the cores, else spins); \
+                    of limit = fraction of one core's raw copy bandwidth measured in this run";
+
+/// `easyio bench micro`: every configuration asked for, then the report.
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {
-    let sizes = a.io_size.clone();
-    let duration = Duration::from_secs_f64(a.duration);
+    let runs = specs(&a);
     let region: Arc<dyn Pmem> = Arc::new(Region::create_temp(a.region_size)?);
+    let quiet = a.json || a.duration * runs.len() as f64 <= 3.0;
+    let results = measure_all(&runs, &region, quiet)?;
+    let report = Report {
+        machine: Machine::this(),
+        duration_s: a.duration,
+        slowmem: a
+            .slowmem
+            .model()
+            .map(|m| format!("EMULATED {} ({})", m.name, m.source)),
+        note: NOTE,
+        results,
+    };
+    if a.json {
+        return report::print_json(&report);
+    }
+    print_report(&report);
+    Ok(())
+}
+
+/// Every configuration of the arguments: workloads × sizes × threads × modes.
+fn specs(a: &MicroArgs) -> Vec<RunSpec> {
+    let duration = Duration::from_secs_f64(a.duration);
     let mut runs = Vec::new();
     for &w in &a.workload {
-        for &io in &sizes {
+        for &io in &a.io_size {
             for &t in &a.threads {
                 for &m in &a.mode {
                     runs.push(RunSpec {
@@ -542,17 +691,20 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let progress = progress::bar(
-        runs.len() as u64,
-        a.json || duration.as_secs_f64() * runs.len() as f64 <= 3.0,
-    );
+    runs
+}
+
+/// Runs every configuration in turn, each data workload beside the single-core
+/// limit of its size and direction (measured once per pair).
+fn measure_all(runs: &[RunSpec], region: &Arc<dyn Pmem>, quiet: bool) -> anyhow::Result<Vec<Row>> {
+    let progress = progress::bar(runs.len() as u64, quiet);
     let mut results = Vec::new();
     let mut limits = std::collections::HashMap::new();
-    for spec in &runs {
+    for spec in runs {
         let (w, m, t) = (spec.workload, spec.mode, spec.threads);
         signals::check()?;
         progress.set_message(format!("{w:?} {} {t} thread(s)", m.name()));
-        let mut row = run_one(spec, &region)
+        let mut row = run_one(spec, region)
             .with_context(|| format!("{w:?} in mode {} with {t} thread(s)", m.name()))?;
         if w.moves_data() {
             let key = (w.reads(), spec.params.io);
@@ -570,36 +722,27 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
         progress.inc(1);
     }
     progress.finish_and_clear();
-    let slowmem = a
-        .slowmem
-        .model()
-        .map(|m| format!("EMULATED {} ({})", m.name, m.source));
-    let report = Report {
-        machine: Machine::this(),
-        duration_s: a.duration,
-        slowmem,
-        note: "kernel = std::fs on the host tmpfs: its writes are not persistent; \
-               of it engine = CPU-s/GiB of the software copy engine's threads, the \
-               stand-in for a hardware engine that costs no CPU (idle, it naps if its \
-               thread and the workers fit the cores, else spins); \
-               of limit = fraction of one core's raw copy bandwidth measured in this run",
-        results,
-    };
-    if a.json {
-        return report::print_json(&report);
-    }
-    println!("easyio bench micro — {} s per run", a.duration);
+    Ok(results)
+}
+
+/// The report for people: settings, machine, note and the table.
+fn print_report(report: &Report) {
+    println!("easyio bench micro — {} s per run", report.duration_s);
     println!("machine: {}", report.machine.describe());
     if let Some(s) = &report.slowmem {
         println!("slowmem: {s}");
     }
     println!("note:    {}", report.note);
-    let rows = report
-        .results
+    println!("{}", table(&report.results));
+}
+
+/// The results as a table, each beside the kernel's figure of the same configuration.
+fn table(results: &[Row]) -> String {
+    let rows = results
         .iter()
         .map(|r| {
-            let peer = report.results.iter().find(|p| {
-                p.mode == Mode::Kernel
+            let peer = results.iter().find(|p| {
+                p.mode == Target::Kernel
                     && p.workload == r.workload
                     && p.threads == r.threads
                     && p.io_size == r.io_size
@@ -607,7 +750,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
             vec![
                 format!("{:?}", r.workload).to_uppercase(),
                 report::size_label(r.io_size),
-                r.mode.name(),
+                r.mode.name().to_string(),
                 format!("{}/{}", r.threads, r.clients),
                 format!("{:.0}", r.ops_per_s),
                 if r.workload.moves_data() {
@@ -623,7 +766,7 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
                     .map_or(String::new(), |c| format!("{c:.3}")),
                 r.of_limit.map_or(String::new(), |f| format!("{f:.2}")),
                 match peer {
-                    Some(p) if r.mode != Mode::Kernel && p.ops_per_s > 0.0 => {
+                    Some(p) if r.mode != Target::Kernel && p.ops_per_s > 0.0 => {
                         format!("{:.2}x", r.ops_per_s / p.ops_per_s)
                     }
                     _ => String::new(),
@@ -631,26 +774,22 @@ pub fn run(a: MicroArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!(
-        "{}",
-        report::table(
-            &[
-                "workload",
-                "io",
-                "mode",
-                "thr/clients",
-                "ops/s",
-                "GiB/s",
-                "p50 µs",
-                "p99 µs",
-                "CPU µs/op",
-                "CPU-s/GiB",
-                "of it engine",
-                "of limit",
-                "vs kernel"
-            ],
-            rows
-        )
-    );
-    Ok(())
+    report::table(
+        &[
+            "workload",
+            "io",
+            "mode",
+            "thr/clients",
+            "ops/s",
+            "GiB/s",
+            "p50 µs",
+            "p99 µs",
+            "CPU µs/op",
+            "CPU-s/GiB",
+            "of it engine",
+            "of limit",
+            "vs kernel",
+        ],
+        rows,
+    )
 }

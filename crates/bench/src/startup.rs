@@ -20,8 +20,8 @@ use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use super::median;
-use crate::files::parse_size;
+use crate::args::parse_size;
+use crate::median;
 use crate::report::{self, Machine};
 
 /// Files written into the root of every image before measuring.
@@ -29,6 +29,7 @@ const FILES: usize = 32;
 /// Bytes per file.
 const FILE_BYTES: usize = 64 * 1024;
 
+/// The options of `easyio bench startup`.
 #[derive(Args)]
 pub struct StartupArgs {
     /// Image sizes to compare, smallest first (K, M, G suffixes).
@@ -76,6 +77,8 @@ impl Drop for Image {
     }
 }
 
+/// `easyio bench startup`: prepare an image of each size, time the listing of each in
+/// rotating rounds, report each size's median as a ratio to the smallest's.
 pub fn run(args: StartupArgs) -> anyhow::Result<()> {
     let sizes: Vec<u64> = args
         .sizes
@@ -98,23 +101,48 @@ pub fn run(args: StartupArgs) -> anyhow::Result<()> {
         prepare(&image.0, size).with_context(|| format!("preparing {}", image.0.display()))?;
         images.push(image);
     }
-    let mut in_process: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
-    let mut process: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
-    // One untimed pass warms the binary and the page cache for every size alike.
-    for image in &images {
-        list_in_process(&image.0)?;
-        list_in_child(&exe, &image.0)?;
+    let (in_process, process) = measure(&images, &exe, args.rounds as usize)?;
+    let report = Report {
+        machine: Machine::this(),
+        dir: args.dir.clone(),
+        files: FILES,
+        rounds: args.rounds,
+        results: rows(&sizes, &in_process, &process),
+    };
+    if args.json {
+        return report::print_json(&report);
     }
-    for round in 0..args.rounds as usize {
-        for k in 0..sizes.len() {
-            let i = (round + k) % sizes.len();
+    print_report(&report);
+    Ok(())
+}
+
+/// Microseconds of each round for each image: in this process, and as a process.
+type Samples = Vec<Vec<f64>>;
+
+/// Lists every image in each of `rounds` rounds, in rotating order, after one untimed
+/// pass that warms the binary and the page cache for every size alike.
+fn measure(images: &[Image], exe: &Path, rounds: usize) -> anyhow::Result<(Samples, Samples)> {
+    let mut in_process: Samples = vec![Vec::new(); images.len()];
+    let mut process: Samples = vec![Vec::new(); images.len()];
+    for image in images {
+        list_in_process(&image.0)?;
+        list_in_child(exe, &image.0)?;
+    }
+    for round in 0..rounds {
+        for k in 0..images.len() {
+            let i = (round + k) % images.len();
             in_process[i].push(list_in_process(&images[i].0)?);
-            process[i].push(list_in_child(&exe, &images[i].0)?);
+            process[i].push(list_in_child(exe, &images[i].0)?);
         }
     }
+    Ok((in_process, process))
+}
+
+/// A row per size: the medians and their ratios to the smallest size's.
+fn rows(sizes: &[u64], in_process: &Samples, process: &Samples) -> Vec<Row> {
     let base_in = median(in_process[0].clone());
     let base_proc = median(process[0].clone());
-    let results: Vec<Row> = sizes
+    sizes
         .iter()
         .enumerate()
         .map(|(i, &size)| {
@@ -128,17 +156,11 @@ pub fn run(args: StartupArgs) -> anyhow::Result<()> {
                 process_ratio: p / base_proc,
             }
         })
-        .collect();
-    let report = Report {
-        machine: Machine::this(),
-        dir: args.dir.clone(),
-        files: FILES,
-        rounds: args.rounds,
-        results,
-    };
-    if args.json {
-        return report::print_json(&report);
-    }
+        .collect()
+}
+
+/// The report for people.
+fn print_report(report: &Report) {
     println!("{}", report.machine.describe());
     println!(
         "open + mount + ls -l of / ({FILES} files) + unmount; sparse images in {}; median of {} rounds",
@@ -171,7 +193,6 @@ pub fn run(args: StartupArgs) -> anyhow::Result<()> {
             rows
         )
     );
-    Ok(())
 }
 
 /// Creates a sparse image of `size` bytes, formats it and writes the files.

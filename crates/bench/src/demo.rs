@@ -9,10 +9,11 @@ use clap::Args;
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::bench::app::{self, AppReport, AppSpec};
-use crate::bench::target::{EngineArg, Mode, Slowmem};
+use crate::app::{self, AppReport, AppSpec};
 use crate::output::Output;
 use crate::report::{self, Machine};
+use crate::target::{EngineArg, Slowmem, Target};
+use fs::Mode;
 
 /// What the demo compares: an I/O-and-computation-balanced application and an
 /// I/O-heavy one (EASYIO reports 2.1× for both), the movers of NOVA, Fastmove, OdinFS
@@ -30,6 +31,7 @@ const QUICK_SCALE: f64 = 0.02;
 /// Region size: room for every input and output of the largest run.
 const REGION_BYTES: u64 = 256 << 20;
 
+/// The options of `easyio demo`.
 #[derive(Args)]
 pub struct DemoArgs {
     /// A few seconds' smoke run: tiny files, very short runs (figures meaningless).
@@ -52,6 +54,8 @@ struct DemoReport {
     report: AppReport,
 }
 
+/// `easyio demo`: every run of the comparison on a temporary region, then the table
+/// and the plot (or the JSON).
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let began = Instant::now();
     let (duration, scale) = if a.quick {
@@ -68,24 +72,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| Output::create(p, None))
         .transpose()?;
-    let mut specs = Vec::new();
-    for app in APPS {
-        for slowmem in SLOWMEM {
-            for threads in THREADS {
-                for mode in MODES {
-                    specs.push(AppSpec {
-                        app,
-                        mode,
-                        threads,
-                        uthreads_per_core: UTHREADS_PER_CORE,
-                        slowmem,
-                        engine: EngineArg::Software,
-                        duration: Duration::from_secs_f64(duration),
-                    });
-                }
-            }
-        }
-    }
+    let specs = specs(Duration::from_secs_f64(duration));
     let machine = Machine::this();
     if !a.json {
         println!(
@@ -124,8 +111,40 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         note: app::NOTE,
         results,
     };
-    let seconds = began.elapsed().as_secs_f64();
-    if a.json {
+    print_report(report, plot, began.elapsed().as_secs_f64(), a.json)
+}
+
+/// Every run of the demo: applications × memories × threads × modes.
+fn specs(duration: Duration) -> Vec<AppSpec> {
+    let mut specs = Vec::new();
+    for app in APPS {
+        for slowmem in SLOWMEM {
+            for threads in THREADS {
+                for mode in MODES {
+                    specs.push(AppSpec {
+                        app,
+                        mode: Target::Easyio(mode),
+                        threads,
+                        uthreads_per_core: UTHREADS_PER_CORE,
+                        slowmem,
+                        engine: EngineArg::Software,
+                        duration,
+                    });
+                }
+            }
+        }
+    }
+    specs
+}
+
+/// The table, the note, where the plot went and how long it took (or the JSON).
+fn print_report(
+    report: AppReport,
+    plot: Option<PathBuf>,
+    seconds: f64,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
         return report::print_json(&DemoReport {
             plot,
             seconds,

@@ -1,6 +1,7 @@
-//! Where a benchmark runs and how its threads are timed: the targets (easyio in each
-//! mover mode, or the host kernel's tmpfs), slow-memory presets, the start line, the
-//! timed loop and the process's CPU time, shared by `bench micro` and `bench app`.
+//! Where a benchmark runs and how its threads are timed: the targets ([`Target`]:
+//! easyio in each mover mode, `async-locked`, or the host kernel's tmpfs) and their
+//! set-up instances ([`Mount`]), slow-memory presets, the start line, the timed loop
+//! and the process's CPU time, shared by `bench micro` and `bench app`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -9,67 +10,103 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::ValueEnum;
-use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
+use fs::{FileSystem, FormatOptions, Mode, MountOptions, OpenFlags};
 use hdrhistogram::Histogram;
 use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 use serde::Serialize;
 
-/// The modes a benchmark can run in: easyio with each data mover, or the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// easyio, data copied by the calling thread (NOVA).
-    Cpu,
-    /// easyio, callers copy, at most K at once.
-    Semaphore,
-    /// easyio, delegation threads copy (OdinFS).
-    Delegate,
-    /// easyio, the engine copies, the caller waits (Fastmove).
-    DmaSync,
-    /// easyio, orderless writes and two-level locking on uthreads (EASYIO).
-    Async,
+/// What a benchmark runs on (`--mode`): easyio with one of its data movers, easyio
+/// `async` holding the per-inode lock across the copy, or the host kernel's tmpfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// easyio in one of the file system's modes.
+    Easyio(Mode),
     /// `async` holding a per-inode lock across the copy (no two-level locking).
     AsyncLocked,
     /// The host kernel's tmpfs through std::fs (not persistent).
     Kernel,
 }
 
-impl Mode {
-    pub fn mover(self) -> Option<fs::Mode> {
+/// The help of `--mode` for the targets that are not a file system mode (clap shows a
+/// one-line doc comment without its final period; these are said the same way).
+const ASYNC_LOCKED_HELP: &str =
+    "`async` holding a per-inode lock across the copy (no two-level locking)";
+const KERNEL_HELP: &str = "The host kernel's tmpfs through std::fs (not persistent)";
+
+impl Target {
+    /// Every target, in the order `--help` lists them.
+    pub const ALL: [Target; 7] = [
+        Target::Easyio(Mode::Cpu),
+        Target::Easyio(Mode::Semaphore),
+        Target::Easyio(Mode::Delegate),
+        Target::Easyio(Mode::DmaSync),
+        Target::Easyio(Mode::Async),
+        Target::AsyncLocked,
+        Target::Kernel,
+    ];
+
+    /// The file system mode easyio runs in, or `None` for the kernel.
+    pub fn mover(self) -> Option<Mode> {
         match self {
-            Mode::Cpu => Some(fs::Mode::Cpu),
-            Mode::Semaphore => Some(fs::Mode::Semaphore),
-            Mode::Delegate => Some(fs::Mode::Delegate),
-            Mode::DmaSync => Some(fs::Mode::DmaSync),
-            Mode::Async | Mode::AsyncLocked => Some(fs::Mode::Async),
-            Mode::Kernel => None,
+            Target::Easyio(m) => Some(m),
+            Target::AsyncLocked => Some(Mode::Async),
+            Target::Kernel => None,
         }
     }
+
+    /// Whether the workload's clients are uthreads (the `async` targets).
     pub fn uthreads(self) -> bool {
-        matches!(self, Mode::Async | Mode::AsyncLocked)
+        self.mover() == Some(Mode::Async)
     }
-    pub fn name(self) -> String {
-        format!("{self:?}")
-            .chars()
-            .enumerate()
-            .flat_map(|(i, c)| {
-                let dash = (i > 0 && c.is_uppercase()).then_some('-');
-                dash.into_iter().chain(c.to_lowercase())
-            })
-            .collect()
+
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Easyio(m) => m.name(),
+            Target::AsyncLocked => "async-locked",
+            Target::Kernel => "kernel",
+        }
+    }
+}
+
+impl ValueEnum for Target {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Target::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Target::Easyio(m) => {
+                let mode = m.to_possible_value()?;
+                format!("easyio, {}", mode.get_help().map(|h| h.to_string())?)
+            }
+            Target::AsyncLocked => ASYNC_LOCKED_HELP.to_string(),
+            Target::Kernel => KERNEL_HELP.to_string(),
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
 /// Slow-memory emulation presets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Slowmem {
+    /// The region as it is.
     None,
+    /// Intel Optane's latencies and bandwidths.
     Optane,
+    /// A CXL memory expander's.
     Cxl,
 }
 
 impl Slowmem {
+    /// The emulation model, if any.
     pub fn model(self) -> Option<Model> {
         match self {
             Slowmem::None => None,
@@ -79,14 +116,16 @@ impl Slowmem {
     }
 }
 
-/// Where a workload runs.
-pub enum Target {
+/// Where a workload runs: a mounted easyio, or a directory of the kernel's tmpfs.
+pub enum Mount {
+    /// easyio, formatted and mounted on the benchmark region.
     Easyio(Box<FileSystem>),
+    /// A directory of the host's tmpfs.
     Kernel(KernelDir),
 }
 
 /// The host directory of the `kernel` mode, removed when dropped: also when a run
-/// ends early (an error, a signal) without [`Target::tear_down`].
+/// ends early (an error, a signal) without [`Mount::tear_down`].
 pub struct KernelDir(PathBuf);
 
 impl Drop for KernelDir {
@@ -95,22 +134,28 @@ impl Drop for KernelDir {
     }
 }
 
+/// An open file of a [`Mount`].
 pub enum Handle {
+    /// A descriptor of easyio.
     Fd(fs::Fd),
+    /// A file of the kernel's.
     File(std::fs::File),
 }
 
-impl Target {
+impl Mount {
+    /// Where the path `p` of the workload is on the host (the kernel's directory) or
+    /// in easyio.
     pub fn path(&self, p: &str) -> PathBuf {
         match self {
-            Target::Kernel(root) => root.0.join(p.trim_start_matches('/')),
-            Target::Easyio(_) => PathBuf::from(p),
+            Mount::Kernel(root) => root.0.join(p.trim_start_matches('/')),
+            Mount::Easyio(_) => PathBuf::from(p),
         }
     }
 
+    /// Opens `p` for reading and writing, creating it or appending if asked.
     pub fn open(&self, p: &str, create: bool, append: bool) -> anyhow::Result<Handle> {
         Ok(match self {
-            Target::Easyio(fs) => {
+            Mount::Easyio(fs) => {
                 let mut f = OpenFlags::RDWR;
                 if create {
                     f = f | OpenFlags::CREAT;
@@ -120,7 +165,7 @@ impl Target {
                 }
                 Handle::Fd(fs.open(p, f, 0o644).with_context(|| p.to_string())?)
             }
-            Target::Kernel(_) => Handle::File(
+            Mount::Kernel(_) => Handle::File(
                 std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -133,17 +178,19 @@ impl Target {
         })
     }
 
+    /// Closes `h`.
     pub fn close(&self, h: Handle) -> anyhow::Result<()> {
-        if let (Target::Easyio(fs), Handle::Fd(fd)) = (self, h) {
+        if let (Mount::Easyio(fs), Handle::Fd(fd)) = (self, h) {
             fs.close(fd)?;
         }
         Ok(())
     }
 
+    /// Writes all of `buf` at `off`.
     pub fn pwrite(&self, h: &Handle, buf: &[u8], off: u64) -> anyhow::Result<()> {
         use std::os::unix::fs::FileExt;
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
+            (Mount::Easyio(fs), Handle::Fd(fd)) => {
                 fs.pwrite(*fd, buf, off)?;
             }
             (_, Handle::File(f)) => f.write_all_at(buf, off)?,
@@ -152,10 +199,11 @@ impl Target {
         Ok(())
     }
 
+    /// Appends all of `buf` (the file was opened to append).
     pub fn append(&self, h: &Handle, buf: &[u8]) -> anyhow::Result<()> {
         use std::io::Write;
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => {
+            (Mount::Easyio(fs), Handle::Fd(fd)) => {
                 fs.write(*fd, buf)?;
             }
             (_, Handle::File(f)) => (&*f).write_all(buf)?,
@@ -164,49 +212,55 @@ impl Target {
         Ok(())
     }
 
+    /// Reads into `buf` from `off`; returns the bytes read.
     pub fn pread(&self, h: &Handle, buf: &mut [u8], off: u64) -> anyhow::Result<usize> {
         use std::os::unix::fs::FileExt;
         Ok(match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
+            (Mount::Easyio(fs), Handle::Fd(fd)) => fs.pread(*fd, buf, off)?,
             (_, Handle::File(f)) => f.read_at(buf, off)?,
             _ => unreachable!(),
         })
     }
 
+    /// Sets the file's length.
     pub fn truncate(&self, h: &Handle, len: u64) -> anyhow::Result<()> {
         match (self, h) {
-            (Target::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
+            (Mount::Easyio(fs), Handle::Fd(fd)) => fs.ftruncate(*fd, len)?,
             (_, Handle::File(f)) => f.set_len(len)?,
             _ => unreachable!(),
         }
         Ok(())
     }
 
+    /// Creates `p` empty (or leaves it as it is).
     pub fn create_empty(&self, p: &str) -> anyhow::Result<()> {
         let h = self.open(p, true, false)?;
         self.close(h)
     }
 
+    /// Removes the file `p`.
     pub fn unlink(&self, p: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.unlink(p)?,
-            Target::Kernel(_) => std::fs::remove_file(self.path(p))?,
+            Mount::Easyio(fs) => fs.unlink(p)?,
+            Mount::Kernel(_) => std::fs::remove_file(self.path(p))?,
         }
         Ok(())
     }
 
+    /// Renames `a` to `b`.
     pub fn rename(&self, a: &str, b: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.rename(a, b)?,
-            Target::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
+            Mount::Easyio(fs) => fs.rename(a, b)?,
+            Mount::Kernel(_) => std::fs::rename(self.path(a), self.path(b))?,
         }
         Ok(())
     }
 
+    /// Creates the directory `p`.
     pub fn mkdir(&self, p: &str) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.mkdir(p, 0o755)?,
-            Target::Kernel(_) => std::fs::create_dir(self.path(p))?,
+            Mount::Easyio(fs) => fs.mkdir(p, 0o755)?,
+            Mount::Kernel(_) => std::fs::create_dir(self.path(p))?,
         }
         Ok(())
     }
@@ -214,9 +268,13 @@ impl Target {
 
 /// What one thread measured.
 pub struct ThreadResult {
+    /// Operations done.
     pub ops: u64,
+    /// Bytes they moved.
     pub bytes: u64,
+    /// Time spent on them (upkeep left out).
     pub active: Duration,
+    /// Their latencies, ns.
     pub hist: Histogram<u64>,
 }
 
@@ -279,6 +337,7 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// A gate for `expected` parties.
     pub fn new(expected: usize) -> Gate {
         Gate {
             arrived: AtomicUsize::new(0),
@@ -377,6 +436,7 @@ pub enum EngineArg {
 }
 
 impl EngineArg {
+    /// The engine's backend.
     pub fn backend(self) -> engine::BackendKind {
         match self {
             EngineArg::Software => engine::BackendKind::Software,
@@ -385,19 +445,19 @@ impl EngineArg {
     }
 }
 
-impl Target {
-    /// Formats `region` and mounts it in `mode` (wrapped in the slow-memory model if
-    /// one is given), its copy engine on `engine` if the mode uses one, or for `kernel`
-    /// makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
+impl Mount {
+    /// Formats `region` and mounts it in `mode`'s file system mode (wrapped in the
+    /// slow-memory model if one is given), its copy engine on `engine` if the mode uses
+    /// one, or for [`Target::Kernel`] makes an empty `kernel_dir` in the host tmpfs. `workers`: the application's
     /// threads, for the engine's idle policy ([`engine_nap`]).
     pub fn set_up(
-        mode: Mode,
+        mode: Target,
         engine: EngineArg,
         region: &Arc<dyn Pmem>,
         slowmem: Option<Model>,
         kernel_dir: &Path,
         workers: usize,
-    ) -> anyhow::Result<Target> {
+    ) -> anyhow::Result<Mount> {
         Ok(match mode.mover() {
             Some(m) => {
                 FileSystem::format(&**region, &FormatOptions::default())?;
@@ -406,19 +466,19 @@ impl Target {
                     None => region.clone(),
                 };
                 let mut opts = MountOptions {
-                    lock_across_wait: mode == Mode::AsyncLocked,
+                    lock_across_wait: mode == Target::AsyncLocked,
                     ..MountOptions::with_mode(m)
                 };
                 if m.uses_engine() {
                     opts.mover.engine = engine.backend();
                 }
                 opts.mover.engine_nap = engine_nap(workers, opts.mover.channels_needed());
-                Target::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
+                Mount::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
             }
             None => {
                 let _ = std::fs::remove_dir_all(kernel_dir);
                 std::fs::create_dir_all(kernel_dir)?;
-                Target::Kernel(KernelDir(kernel_dir.to_path_buf()))
+                Mount::Kernel(KernelDir(kernel_dir.to_path_buf()))
             }
         })
     }
@@ -426,8 +486,8 @@ impl Target {
     /// Unmounts the file system, or removes the kernel directory.
     pub fn tear_down(self) -> anyhow::Result<()> {
         match self {
-            Target::Easyio(fs) => fs.unmount()?,
-            Target::Kernel(dir) => drop(dir),
+            Mount::Easyio(fs) => fs.unmount()?,
+            Mount::Kernel(dir) => drop(dir),
         }
         Ok(())
     }
@@ -435,8 +495,8 @@ impl Target {
     /// The size of the file at `p`.
     pub fn size(&self, p: &str) -> anyhow::Result<u64> {
         Ok(match self {
-            Target::Easyio(fs) => fs.stat(p).with_context(|| p.to_string())?.size,
-            Target::Kernel(_) => std::fs::metadata(self.path(p))
+            Mount::Easyio(fs) => fs.stat(p).with_context(|| p.to_string())?.size,
+            Mount::Kernel(_) => std::fs::metadata(self.path(p))
                 .with_context(|| p.to_string())?
                 .len(),
         })
@@ -470,7 +530,7 @@ impl Target {
 /// seconds and the process's CPU-seconds from the start line until the last client
 /// finished.
 pub fn run_clients<T: Send + 'static>(
-    mode: Mode,
+    mode: Target,
     threads: usize,
     clients: usize,
     gate: &Arc<Gate>,
@@ -518,4 +578,75 @@ pub fn run_clients<T: Send + 'static>(
     let results = collect_clients(results)?;
     let wall = start?.elapsed().as_secs_f64();
     Ok((results, wall, cpu_seconds() - cpu0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_parses_by_its_name_with_help() {
+        for t in Target::ALL {
+            assert_eq!(Target::from_str(t.name(), false), Ok(t));
+            let help = t
+                .to_possible_value()
+                .unwrap()
+                .get_help()
+                .unwrap()
+                .to_string();
+            assert_eq!(
+                help.starts_with("easyio, "),
+                t.mover().is_some() && t != Target::AsyncLocked,
+                "{help}"
+            );
+        }
+        assert_eq!(
+            Target::from_str("async-locked", false),
+            Ok(Target::AsyncLocked)
+        );
+        assert!(Target::from_str("nope", false).is_err());
+        assert_eq!(
+            Target::Easyio(Mode::Cpu)
+                .to_possible_value()
+                .unwrap()
+                .get_help()
+                .unwrap()
+                .to_string(),
+            "easyio, data copied by the calling thread (NOVA)"
+        );
+    }
+
+    #[test]
+    fn a_target_is_reported_by_its_name() {
+        let names: Vec<String> = Target::ALL
+            .iter()
+            .map(|t| {
+                serde_json::to_value(t)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cpu",
+                "semaphore",
+                "delegate",
+                "dma-sync",
+                "async",
+                "async-locked",
+                "kernel"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_file_system_modes_parse_by_their_names() {
+        for m in Mode::ALL {
+            assert_eq!(<Mode as ValueEnum>::from_str(m.name(), false), Ok(m));
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+        }
+    }
 }
