@@ -93,11 +93,20 @@ impl Data {
     }
 
     /// `fallocate` mode 0 (`keep_size` false) or `FALLOC_FL_KEEP_SIZE`: every page of
-    /// `[off, off + len)` allocated; the size grows to cover it unless `keep_size`.
+    /// `[off, off + len)` allocated; the size grows to cover it unless `keep_size`. A
+    /// page an earlier `fallocate` allocated and nothing wrote is zeroed and becomes
+    /// data now (tmpfs initialises it, "lest undo on failure cancel our earlier
+    /// guarantee").
     pub fn allocate(&mut self, off: u64, len: u64, keep_size: bool) {
         let end = off + len;
         for p in off / PAGE..end.div_ceil(PAGE) {
-            self.pages.entry(p).or_insert(None);
+            match self.pages.get_mut(&p) {
+                None => {
+                    self.pages.insert(p, None);
+                }
+                Some(page @ None) => *page = Some(Arc::new([0; PAGE_BYTES])),
+                Some(Some(_)) => {}
+            }
         }
         if !keep_size {
             self.size = self.size.max(end);
@@ -157,6 +166,14 @@ mod tests {
         assert_eq!(d.seek_hole(PAGE), Ok(PAGE + 13));
         d.allocate(3 * PAGE, 10, true);
         assert_eq!((d.size(), d.pages()), (PAGE + 13, 2));
+        assert_eq!(
+            d.seek_hole(PAGE),
+            Ok(PAGE + 13),
+            "unwritten pages are holes"
+        );
+        d.allocate(2 * PAGE, 2 * PAGE, false);
+        assert_eq!(d.seek_data(2 * PAGE), Ok(3 * PAGE), "allocated twice: data");
+        d.truncate(PAGE + 13);
         d.truncate(PAGE + 11);
         assert_eq!(
             (d.read(0, usize::MAX - 1), d.pages()),

@@ -1,6 +1,6 @@
 //! Open files: descriptors, reads and writes, seeking, truncation, `fallocate`.
 
-use crate::{Body, Data, Fd, Id, Kind, Model, MAX_HOPS, R, ROOT};
+use crate::{Body, Data, Fd, Id, Kind, Model, MAX_HOPS, NAME_MAX, R, ROOT};
 
 /// `fallocate` mode bit: allocate without changing the size.
 pub const FALLOC_KEEP_SIZE: u32 = 1;
@@ -139,6 +139,9 @@ impl Model {
     /// `ENXIO` here (a socket's answer on Linux; what a FIFO or a device does is its
     /// driver's business, which callers leave out).
     pub fn open(&mut self, path: &str, f: &OpenSpec) -> R<Fd> {
+        if f.creat && f.directory {
+            return Err(libc::EINVAL);
+        }
         let (id, created) = if f.tmpfile {
             (self.open_tmpfile(path, f)?, true)
         } else if f.creat {
@@ -146,19 +149,7 @@ impl Model {
         } else {
             (self.resolve(path, !f.nofollow)?, false)
         };
-        let kind = self.node(id).kind();
-        if kind == Kind::Symlink {
-            return Err(libc::ELOOP);
-        }
-        if f.directory && kind != Kind::Dir {
-            return Err(libc::ENOTDIR);
-        }
-        if kind == Kind::Dir && (f.access.write() || f.creat) {
-            return Err(libc::EISDIR);
-        }
-        if kind.is_special() {
-            return Err(libc::ENXIO);
-        }
+        self.may_open(id, f)?;
         if f.trunc && f.access.write() && !created {
             self.truncate_id(id, 0)?;
         }
@@ -168,6 +159,25 @@ impl Model {
             append: f.append,
             pos: 0,
         }))
+    }
+
+    /// The checks of `open` on the inode found, in Linux's order (`do_open`, then
+    /// `may_open`).
+    fn may_open(&self, id: Id, f: &OpenSpec) -> R<()> {
+        let kind = self.node(id).kind();
+        if f.creat && kind == Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        // O_TMPFILE carries O_DIRECTORY's bit: it applies to the path, not the file.
+        if f.directory && !f.tmpfile && kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        match kind {
+            Kind::Symlink => Err(libc::ELOOP),
+            Kind::Dir if f.access.write() => Err(libc::EISDIR),
+            k if k.is_special() => Err(libc::ENXIO),
+            _ => Ok(()),
+        }
     }
 
     /// `O_TMPFILE`: an unnamed file in the directory `path` names.
@@ -193,19 +203,20 @@ impl Model {
     fn open_creat(&mut self, path: &str, f: &OpenSpec) -> R<(Id, bool)> {
         Self::check_path(path)?;
         let (mut base, mut rel, mut hops) = (ROOT, path.to_string(), 0usize);
-        let first = self.parent_of(path)?;
-        if first.slash && !first.name.is_empty() {
-            return Err(libc::EISDIR);
-        }
         loop {
-            let p = self.walk(base, &rel, &mut hops.clone())?;
+            let p = self.walk_parent(base, &rel, &mut hops)?;
             if p.name.is_empty() {
                 return Ok((p.dir, false));
             }
+            // A trailing slash (in the path or in a link's target) with O_CREAT is
+            // refused before the name is looked up.
+            if p.slash {
+                return Err(libc::EISDIR);
+            }
+            if p.name.len() > NAME_MAX {
+                return Err(libc::ENAMETOOLONG);
+            }
             let Some(child) = self.children(p.dir).get(&p.name).copied() else {
-                if p.slash {
-                    return Err(libc::EISDIR);
-                }
                 let perm = f.mode & 0o7777 & !self.cfg.umask;
                 let id = self.new_node(Body::File(Data::default()), perm, Some(p.dir));
                 self.children_mut(p.dir).insert(p.name.clone(), id);
@@ -215,23 +226,18 @@ impl Model {
             if f.excl {
                 return Err(libc::EEXIST);
             }
-            if f.nofollow && self.node(child).kind() == Kind::Symlink {
+            let Body::Symlink(target) = &self.node(child).body else {
+                return Ok((child, false));
+            };
+            if f.nofollow {
                 return Err(libc::ELOOP);
             }
-            match self.resolve_from(base, &rel, true, &mut hops.clone()) {
-                Err(libc::ENOENT) if !p.slash => {
-                    let Body::Symlink(target) = &self.node(child).body else {
-                        return Err(libc::ENOENT);
-                    };
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(libc::ELOOP);
-                    }
-                    base = if target.starts_with('/') { ROOT } else { p.dir };
-                    rel = target.clone();
-                }
-                r => return Ok((r?, false)),
+            hops += 1;
+            if hops > MAX_HOPS {
+                return Err(libc::ELOOP);
             }
+            base = if target.starts_with('/') { ROOT } else { p.dir };
+            rel = target.clone();
         }
     }
 

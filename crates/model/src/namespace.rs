@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::path::Parent;
-use crate::{Body, Fd, Id, Kind, Model, PATH_MAX, R, ROOT};
+use crate::{Body, Fd, Id, Kind, Model, NAME_MAX, PATH_MAX, R, ROOT};
 
 /// `renameat2` flag: fail with `EEXIST` rather than replace the target.
 pub const RENAME_NOREPLACE: u32 = 1;
@@ -199,8 +199,10 @@ impl Model {
         {
             return Err(libc::EINVAL);
         }
-        let from = self.parent_of(old)?;
-        let to = self.parent_of(new)?;
+        Self::check_path(old)?;
+        Self::check_path(new)?;
+        let from = self.walk_parent(ROOT, old, &mut 0)?;
+        let to = self.walk_parent(ROOT, new, &mut 0)?;
         if from.name.is_empty() {
             return Err(libc::EBUSY);
         }
@@ -211,10 +213,16 @@ impl Model {
                 libc::EBUSY
             });
         }
+        if from.name.len() > NAME_MAX {
+            return Err(libc::ENAMETOOLONG);
+        }
         let src = *self
             .children(from.dir)
             .get(&from.name)
             .ok_or(libc::ENOENT)?;
+        if to.name.len() > NAME_MAX {
+            return Err(libc::ENAMETOOLONG);
+        }
         let victim = self.children(to.dir).get(&to.name).copied();
         self.rename_checks(&from, &to, src, victim, flags)?;
         if victim == Some(src) {

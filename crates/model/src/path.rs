@@ -16,8 +16,19 @@ pub(crate) struct Parent {
 }
 
 impl Model {
-    /// Walks every component but the last from `base`, following symbolic links.
+    /// Walks every component but the last from `base`, following symbolic links; the
+    /// last must fit `NAME_MAX`.
     pub(crate) fn walk(&self, base: Id, path: &str, hops: &mut usize) -> R<Parent> {
+        let p = self.walk_parent(base, path, hops)?;
+        if p.name.len() > NAME_MAX {
+            return Err(libc::ENAMETOOLONG);
+        }
+        Ok(p)
+    }
+
+    /// [`Model::walk`] without the check of the last name, which Linux makes only when
+    /// it looks that name up (after walking a second path, in `rename`).
+    pub(crate) fn walk_parent(&self, base: Id, path: &str, hops: &mut usize) -> R<Parent> {
         let slash = path.len() > 1 && path.ends_with('/');
         let mut comps: Vec<&str> = path
             .split('/')
@@ -33,9 +44,6 @@ impl Model {
         let mut dir = base;
         for c in comps {
             dir = self.step(dir, c, hops)?;
-        }
-        if last.len() > NAME_MAX {
-            return Err(libc::ENAMETOOLONG);
         }
         if last == ".." {
             return Ok(Parent {

@@ -77,7 +77,8 @@ impl Model {
     }
 
     /// `listxattr`/`llistxattr`/`flistxattr` into a buffer of `size` bytes: the names,
-    /// sorted, each followed by a NUL.
+    /// each followed by a NUL, sorted (the order is each file system's own: tmpfs lists
+    /// in hash order, so callers compare the names as a set).
     pub fn listxattr(&self, t: Target<'_>, size: usize) -> R<(usize, Vec<u8>)> {
         let id = self.target(t)?;
         let mut out = Vec::new();
