@@ -48,6 +48,32 @@ impl Data {
         out
     }
 
+    /// A file holding `bytes`, every page of them written.
+    pub fn from_bytes(bytes: &[u8]) -> Data {
+        let mut d = Data::default();
+        d.write(0, bytes);
+        d
+    }
+
+    /// Whether both files read the same (size and bytes), however their pages are
+    /// allocated.
+    pub fn same_bytes(&self, other: &Data) -> bool {
+        const ZERO: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
+        let page = |d: &Data, p: u64| -> [u8; PAGE_BYTES] {
+            match d.pages.get(&p) {
+                Some(Some(bytes)) => **bytes,
+                _ => ZERO,
+            }
+        };
+        self.size == other.size
+            && self
+                .pages
+                .keys()
+                .chain(other.pages.keys())
+                .filter(|&&p| p * PAGE < self.size)
+                .all(|&p| page(self, p) == page(other, p))
+    }
+
     /// Every byte.
     pub fn to_vec(&self) -> Vec<u8> {
         self.read(0, self.size as usize)
@@ -188,5 +214,12 @@ mod tests {
         assert_eq!(d.seek_hole(0), Ok(PAGE));
         assert_eq!(d.seek_data(PAGE), Ok(2 * PAGE));
         assert_eq!(d.seek_data(3 * PAGE), Err(libc::ENXIO));
+        let flat = Data::from_bytes(&d.to_vec());
+        assert!(flat.same_bytes(&d) && d.same_bytes(&flat) && flat != d);
+        let mut other = flat.clone();
+        other.write(PAGE + 5, &[0]);
+        assert!(other.same_bytes(&d), "a written zero reads as a hole does");
+        other.write(PAGE + 5, &[1]);
+        assert!(!other.same_bytes(&d));
     }
 }
