@@ -21,8 +21,8 @@ use std::sync::{Arc, OnceLock};
 
 use fs::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK};
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
-use pmem::crash::SplitMix;
 use pmem::{MemPmem, Pmem};
+use rand::RngCore;
 
 /// Bytes of a fuzzed region.
 pub const FUZZ_REGION_BYTES: usize = 1 << 20;
@@ -147,8 +147,11 @@ pub fn mount_image(input: &[u8]) {
 /// covers it, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
+    /// Offset in the region.
     pub off: u64,
+    /// Bytes.
     pub width: u8,
+    /// The checksum that covers it.
     pub csum: Option<Csum>,
 }
 
@@ -156,8 +159,11 @@ pub struct Field {
 /// when they lie inside the range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Csum {
+    /// First byte covered.
     pub start: u64,
+    /// End of the bytes covered.
     pub end: u64,
+    /// Where the checksum is stored.
     pub at: u64,
 }
 
@@ -175,7 +181,9 @@ impl Csum {
 
 /// A valid image to corrupt and the fields found in it.
 pub struct Target {
+    /// The image.
     pub image: Vec<u8>,
+    /// Its fields.
     pub fields: Vec<Field>,
 }
 
@@ -253,6 +261,15 @@ const JOURNAL_RECORDS_OFF: u64 = 16;
 /// Journal records a corruption may touch.
 const JOURNAL_RECORDS_TOUCHED: u64 = 4;
 
+/// A field no checksum covers.
+fn plain(off: u64, width: u8) -> Field {
+    Field {
+        off,
+        width,
+        csum: None,
+    }
+}
+
 /// Every field of every structure in a valid image.
 pub fn fields_of(img: &[u8]) -> Vec<Field> {
     let pm = MemPmem::from_image(img.to_vec());
@@ -260,30 +277,7 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let plain = |off: u64, width: u8| Field {
-        off,
-        width,
-        csum: None,
-    };
-    // Superblocks: 4-byte version and block size, then 8-byte fields, then the id.
-    for sb in [0, BLOCK_SIZE] {
-        let csum = Some(Csum {
-            start: sb,
-            end: sb + SB_CSUM_OFF,
-            at: sb + SB_CSUM_OFF,
-        });
-        for (off, width) in [(0, 8), (8, 4), (12, 4)]
-            .into_iter()
-            .chain((16..80).step_by(8).map(|o| (o, 8)))
-            .chain([(80, 8), (88, 8), (96, 4)])
-        {
-            out.push(Field {
-                off: sb + off,
-                width,
-                csum,
-            });
-        }
-    }
+    superblock_fields(&mut out);
     // Completion records: counter, magic, channel, version.
     for c in 0..geo.channels {
         let r = geo.records_off() + c * 64;
@@ -307,7 +301,34 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
             out.extend([plain(at, 8), plain(at + 8, 8)]);
         }
     }
-    // Inodes in use (and one free slot), their logs' trailers and entries.
+    inode_fields(img, &geo, &mut out);
+    out
+}
+
+/// Both superblocks: 4-byte version and block size, then 8-byte fields, then the id.
+fn superblock_fields(out: &mut Vec<Field>) {
+    for sb in [0, BLOCK_SIZE] {
+        let csum = Some(Csum {
+            start: sb,
+            end: sb + SB_CSUM_OFF,
+            at: sb + SB_CSUM_OFF,
+        });
+        for (off, width) in [(0, 8), (8, 4), (12, 4)]
+            .into_iter()
+            .chain((16..80).step_by(8).map(|o| (o, 8)))
+            .chain([(80, 8), (88, 8), (96, 4)])
+        {
+            out.push(Field {
+                off: sb + off,
+                width,
+                csum,
+            });
+        }
+    }
+}
+
+/// Inodes in use (and one free slot), their logs' trailers and entries.
+fn inode_fields(img: &[u8], geo: &Geometry, out: &mut Vec<Field>) {
     let mut free_slot_done = false;
     for ino in 1..geo.inodes {
         let base = geo.inode_off(ino);
@@ -341,14 +362,13 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
             let word = |which, at| unseal_log_word(ino, which, get64(img, at)).unwrap_or(0);
             log_fields(
                 img,
-                &geo,
+                geo,
                 word(LogWord::Head, base + 8),
                 word(LogWord::Tail, base + 16),
-                &mut out,
+                out,
             );
         }
     }
-    out
 }
 
 fn log_fields(img: &[u8], geo: &Geometry, head: u64, tail: u64, out: &mut Vec<Field>) {
@@ -446,11 +466,11 @@ pub fn corrupt_field(input: &[u8]) {
 
 /// `n` seeded corruption inputs of one field each, for runs without a fuzzer.
 pub fn seeded_corruptions(seed: u64, n: usize) -> impl Iterator<Item = Vec<u8>> {
-    let mut rng = SplitMix(seed);
+    let mut rng = crate::rng::seeded(seed);
     (0..n).map(move |_| {
-        (0..CORRUPTION_BYTES)
-            .map(|_| rng.next_u64() as u8)
-            .collect()
+        let mut input = vec![0u8; CORRUPTION_BYTES];
+        rng.fill_bytes(&mut input);
+        input
     })
 }
 

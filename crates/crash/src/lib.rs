@@ -8,12 +8,18 @@
 //! model ([`model::Model`]) of the operations that had returned. [`fuzz`] mounts and
 //! checks arbitrary and corrupted images.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
+pub mod error;
 pub mod fuzz;
 pub mod harness;
 pub mod model;
 pub mod ops;
 pub mod oracle;
+pub mod rng;
 pub mod workload;
 
+pub use error::Error;
 pub use harness::{run, Config, Failure, Mode, Outcome};
 pub use workload::Workload;
