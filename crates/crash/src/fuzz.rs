@@ -11,18 +11,24 @@
 //!   checksum to the code that interprets it.
 //!
 //! Both mount the image, read back everything, write, unmount and fsck. Neither may
-//! panic, hang, or access the region out of bounds ([`MemPmem`] panics if it does).
+//! panic, hang, or access the region out of bounds ([`MemPmem`] panics if it does). The
+//! valid images are made by workload operations ([`sample_ops`]) and checked against
+//! the reference model before they are corrupted.
 //!
 //! The field tables follow the layout documented in `fs` (`layout.rs`, `inode.rs`,
 //! `log.rs`, `commit.rs`, `journal.rs`, `recovery.rs`, `engine`'s `record.rs`). They
 //! steer the fuzzer; a table out of date makes it less sharp, never wrong.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use fs::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK};
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{MemPmem, Pmem};
 use rand::RngCore;
+
+use crate::model::Model;
+use crate::ops::Op;
 
 /// Bytes of a fuzzed region.
 pub const FUZZ_REGION_BYTES: usize = 1 << 20;
@@ -203,7 +209,68 @@ pub fn targets() -> &'static [Target] {
     })
 }
 
-/// A small file system with every kind of inode and entry.
+/// The operations that make the sample images: every kind of inode and entry, a file
+/// with a hole, a hard link, a renamed and truncated file, and (last) an unlinked file
+/// still open in slot 0.
+pub fn sample_ops() -> Vec<Op> {
+    let s = |v: &str| v.to_string();
+    let write = |path: &str, off, len, fill| Op::Write {
+        path: s(path),
+        off,
+        len,
+        fill,
+    };
+    vec![
+        Op::Mkdir {
+            path: s("/d"),
+            mode: 0o755,
+        },
+        Op::Create {
+            path: s("/a"),
+            mode: 0o644,
+        },
+        write("/a", 0, 5000, 1),
+        write("/a", 100, 30, 2),
+        Op::Create {
+            path: s("/d/b"),
+            mode: 0o644,
+        },
+        write("/d/b", 8192, 300, 3),
+        Op::Link {
+            old: s("/a"),
+            new: s("/d/a2"),
+        },
+        Op::Symlink {
+            target: s("/d/b"),
+            path: s("/s"),
+        },
+        Op::Rename {
+            old: s("/d/b"),
+            new: s("/c"),
+        },
+        Op::Chmod {
+            path: s("/c"),
+            mode: 0o600,
+        },
+        Op::Truncate {
+            path: s("/c"),
+            len: 8200,
+        },
+        Op::Create {
+            path: s("/gone"),
+            mode: 0o644,
+        },
+        write("/gone", 0, 10, 4),
+        Op::Open {
+            slot: 0,
+            path: s("/gone"),
+        },
+        Op::Unlink { path: s("/gone") },
+    ]
+}
+
+/// A small file system made by [`sample_ops`], checked against the model before it is
+/// unmounted (`clean`, the open file closed first) or abandoned as a crash leaves it.
 pub fn sample_image(clean: bool) -> Vec<u8> {
     let pm = Arc::new(MemPmem::new(FUZZ_REGION_BYTES));
     let opts = FormatOptions {
@@ -213,28 +280,21 @@ pub fn sample_image(clean: bool) -> Vec<u8> {
     FileSystem::format(&*pm, &opts).expect("format");
     let (fs, _) =
         FileSystem::mount(pm.clone() as Arc<dyn Pmem>, MountOptions::default()).expect("mount");
-    let w = |path: &str, off: u64, len: usize, fill: u64| {
-        let fd = fs
-            .open(path, OpenFlags::CREAT | OpenFlags::WRONLY, 0o644)
-            .expect("open");
-        fs.pwrite(fd, &crate::ops::pattern(fill, len), off)
-            .expect("write");
-        fs.close(fd).expect("close");
-    };
-    fs.mkdir("/d", 0o755).expect("mkdir");
-    w("/a", 0, 5000, 1);
-    w("/a", 100, 30, 2);
-    w("/d/b", 8192, 300, 3);
-    fs.link("/a", "/d/a2").expect("link");
-    fs.symlink("/d/b", "/s").expect("symlink");
-    fs.rename("/d/b", "/c").expect("rename");
-    fs.chmod("/c", 0o600).expect("chmod");
-    fs.truncate("/c", 8200).expect("truncate");
-    w("/gone", 0, 10, 4);
-    let held = fs.open("/gone", OpenFlags::RDWR, 0).expect("open");
-    fs.unlink("/gone").expect("unlink");
+    let (mut model, mut fds) = (Model::new(), HashMap::new());
+    for op in sample_ops() {
+        op.apply(&mut model)
+            .unwrap_or_else(|e| panic!("the model refuses {op}: errno {e}"));
+        op.run(&fs, &mut fds)
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+    }
+    let found = crate::oracle::snapshot_of(&fs).expect("read back");
+    assert_eq!(
+        found,
+        model.snapshot(),
+        "the sample image differs from the model"
+    );
     if clean {
-        fs.close(held).expect("close");
+        Op::Close { slot: 0 }.run(&fs, &mut fds).expect("close");
         fs.unmount().expect("unmount");
     } else {
         fs.abandon();
