@@ -190,8 +190,8 @@ impl Model {
         }
     }
 
-    /// Every name in the tree with its inode, depth first, parents before children,
-    /// as absolute paths (the root excluded).
+    /// Every name in the tree with its inode, as absolute paths sorted (a directory
+    /// before what it holds; the root excluded).
     pub fn walk_tree(&self) -> Vec<(String, Id)> {
         let mut out = Vec::new();
         let mut stack = vec![(ROOT, String::new())];
