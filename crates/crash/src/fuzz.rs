@@ -27,7 +27,7 @@ use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{MemPmem, Pmem};
 use rand::RngCore;
 
-use crate::model::Model;
+use crate::model::Shadow;
 use crate::ops::Op;
 
 /// Bytes of a fuzzed region.
@@ -280,7 +280,7 @@ pub fn sample_image(clean: bool) -> Vec<u8> {
     FileSystem::format(&*pm, &opts).expect("format");
     let (fs, _) =
         FileSystem::mount(pm.clone() as Arc<dyn Pmem>, MountOptions::default()).expect("mount");
-    let (mut model, mut fds) = (Model::new(), HashMap::new());
+    let (mut model, mut fds) = (Shadow::new(), HashMap::new());
     for op in sample_ops() {
         op.apply(&mut model)
             .unwrap_or_else(|e| panic!("the model refuses {op}: errno {e}"));

@@ -16,7 +16,7 @@ use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem, TracePmem};
 use serde::Serialize;
 
 use crate::error::{Error, TraceFileError};
-use crate::model::{Model, Snapshot};
+use crate::model::{Shadow, Snapshot};
 use crate::ops::Op;
 use crate::oracle::{check_image, Problem};
 use crate::rng::{seeded, Below};
@@ -316,7 +316,7 @@ pub fn offloaded_copies(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(us
 /// The model's state before the operations and after each: `states[k]` follows the
 /// first `k`.
 fn model_states(ops: &[Op]) -> Result<Vec<Snapshot>, Error> {
-    let mut model = Model::new();
+    let mut model = Shadow::new();
     let mut states = vec![model.snapshot()];
     for op in ops {
         op.apply(&mut model).map_err(|errno| Error::ModelRefuses {

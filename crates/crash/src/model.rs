@@ -169,18 +169,19 @@ fn node_diff(want: &Node, got: &Node) -> String {
 /// correct file system.
 pub type ModelResult<T> = Result<T, model::Errno>;
 
-/// The model as the workloads use it: the shared POSIX model, and the workloads'
-/// descriptor slots mapped to its descriptors.
+/// The shadow of the file system under test: the shared POSIX model the workload's
+/// operations are applied to, and the workload's descriptor slots mapped to its
+/// descriptors. It holds no semantics of its own.
 #[derive(Clone, Debug, Default)]
-pub struct Model {
+pub struct Shadow {
     posix: model::Model,
     slots: HashMap<u32, model::Fd>,
 }
 
-impl Model {
+impl Shadow {
     /// An empty file system.
-    pub fn new() -> Model {
-        Model::default()
+    pub fn new() -> Shadow {
+        Shadow::default()
     }
 
     /// The shared model underneath.
@@ -394,7 +395,7 @@ mod tests {
 
     #[test]
     fn links_renames_and_removal() {
-        let mut m = Model::new();
+        let mut m = Shadow::new();
         m.mkdir("/d", 0o755).unwrap();
         m.create("/d/a", 0o644).unwrap();
         m.write("/d/a", Some(2), b"xy").unwrap();

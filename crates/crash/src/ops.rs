@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use fs::{Fd, FileSystem, OpenFlags};
 use rand::RngCore;
 
-use crate::model::{Model, ModelResult};
+use crate::model::{ModelResult, Shadow};
 
 /// One file-system operation of a workload. Paths are absolute; `mode` is permission
 /// bits; `fill` seeds the bytes a write stores ([`pattern`]); `slot` names a descriptor
@@ -167,7 +167,7 @@ pub fn pattern(fill: u64, len: usize) -> Vec<u8> {
 impl Op {
     /// Applies the operation to the model; an error means it would fail on a correct
     /// file system (workloads generate only operations that succeed).
-    pub fn apply(&self, m: &mut Model) -> ModelResult<()> {
+    pub fn apply(&self, m: &mut Shadow) -> ModelResult<()> {
         match self {
             Op::Create { path, mode } => m.create(path, *mode),
             Op::Mkdir { path, mode } => m.mkdir(path, *mode),

@@ -7,7 +7,7 @@
 
 use crate::error::UnknownWorkload;
 
-use crate::model::Model;
+use crate::model::Shadow;
 use crate::ops::Op;
 use crate::rng::{seeded, Below, Pcg64Mcg};
 
@@ -93,7 +93,7 @@ impl Workload {
     fn generate_with(self, seed: u64, bulk: bool) -> Vec<Op> {
         let mut g = Gen {
             rng: seeded(seed ^ (self as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
-            model: Model::new(),
+            model: Shadow::new(),
             ops: Vec::new(),
             fill: seed << 16,
             bulk,
@@ -128,7 +128,7 @@ impl std::str::FromStr for Workload {
 
 struct Gen {
     rng: Pcg64Mcg,
-    model: Model,
+    model: Shadow,
     ops: Vec<Op>,
     fill: u64,
     /// Draw bulk sizes too (see [`Workload::generate_for`]).
