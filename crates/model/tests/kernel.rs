@@ -828,16 +828,8 @@ impl Pair {
                 _ => {}
             }
         }
-        if inodes.len()
-            != self
-                .m
-                .walk_tree()
-                .iter()
-                .map(|&(_, id)| id)
-                .chain([model::ROOT])
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-        {
+        let named: std::collections::BTreeSet<model::Id> = inodes.values().copied().collect();
+        if named.len() != inodes.len() {
             return Err("the model shares an inode the kernel does not".into());
         }
         for (fd, f) in self.m.open_fds() {
