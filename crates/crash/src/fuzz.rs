@@ -11,18 +11,24 @@
 //!   checksum to the code that interprets it.
 //!
 //! Both mount the image, read back everything, write, unmount and fsck. Neither may
-//! panic, hang, or access the region out of bounds ([`MemPmem`] panics if it does).
+//! panic, hang, or access the region out of bounds ([`MemPmem`] panics if it does). The
+//! valid images are made by workload operations ([`sample_ops`]) and checked against
+//! the reference model before they are corrupted.
 //!
 //! The field tables follow the layout documented in `fs` (`layout.rs`, `inode.rs`,
 //! `log.rs`, `commit.rs`, `journal.rs`, `recovery.rs`, `engine`'s `record.rs`). They
 //! steer the fuzzer; a table out of date makes it less sharp, never wrong.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use fs::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK};
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
-use pmem::crash::SplitMix;
 use pmem::{MemPmem, Pmem};
+use rand::RngCore;
+
+use crate::model::Shadow;
+use crate::ops::Op;
 
 /// Bytes of a fuzzed region.
 pub const FUZZ_REGION_BYTES: usize = 1 << 20;
@@ -149,8 +155,11 @@ pub fn mount_image(input: &[u8]) {
 /// covers it, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
+    /// Offset in the region.
     pub off: u64,
+    /// Bytes.
     pub width: u8,
+    /// The checksum that covers it.
     pub csum: Option<Csum>,
 }
 
@@ -158,8 +167,11 @@ pub struct Field {
 /// when they lie inside the range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Csum {
+    /// First byte covered.
     pub start: u64,
+    /// End of the bytes covered.
     pub end: u64,
+    /// Where the checksum is stored.
     pub at: u64,
 }
 
@@ -177,7 +189,9 @@ impl Csum {
 
 /// A valid image to corrupt and the fields found in it.
 pub struct Target {
+    /// The image.
     pub image: Vec<u8>,
+    /// Its fields.
     pub fields: Vec<Field>,
 }
 
@@ -197,7 +211,68 @@ pub fn targets() -> &'static [Target] {
     })
 }
 
-/// A small file system with every kind of inode and entry.
+/// The operations that make the sample images: every kind of inode and entry, a file
+/// with a hole, a hard link, a renamed and truncated file, and (last) an unlinked file
+/// still open in slot 0.
+pub fn sample_ops() -> Vec<Op> {
+    let s = |v: &str| v.to_string();
+    let write = |path: &str, off, len, fill| Op::Write {
+        path: s(path),
+        off,
+        len,
+        fill,
+    };
+    vec![
+        Op::Mkdir {
+            path: s("/d"),
+            mode: 0o755,
+        },
+        Op::Create {
+            path: s("/a"),
+            mode: 0o644,
+        },
+        write("/a", 0, 5000, 1),
+        write("/a", 100, 30, 2),
+        Op::Create {
+            path: s("/d/b"),
+            mode: 0o644,
+        },
+        write("/d/b", 8192, 300, 3),
+        Op::Link {
+            old: s("/a"),
+            new: s("/d/a2"),
+        },
+        Op::Symlink {
+            target: s("/d/b"),
+            path: s("/s"),
+        },
+        Op::Rename {
+            old: s("/d/b"),
+            new: s("/c"),
+        },
+        Op::Chmod {
+            path: s("/c"),
+            mode: 0o600,
+        },
+        Op::Truncate {
+            path: s("/c"),
+            len: 8200,
+        },
+        Op::Create {
+            path: s("/gone"),
+            mode: 0o644,
+        },
+        write("/gone", 0, 10, 4),
+        Op::Open {
+            slot: 0,
+            path: s("/gone"),
+        },
+        Op::Unlink { path: s("/gone") },
+    ]
+}
+
+/// A small file system made by [`sample_ops`], checked against the model before it is
+/// unmounted (`clean`, the open file closed first) or abandoned as a crash leaves it.
 pub fn sample_image(clean: bool) -> Vec<u8> {
     let pm = Arc::new(MemPmem::new(FUZZ_REGION_BYTES));
     let opts = FormatOptions {
@@ -207,28 +282,21 @@ pub fn sample_image(clean: bool) -> Vec<u8> {
     FileSystem::format(&*pm, &opts).expect("format");
     let (fs, _) =
         FileSystem::mount(pm.clone() as Arc<dyn Pmem>, MountOptions::default()).expect("mount");
-    let w = |path: &str, off: u64, len: usize, fill: u64| {
-        let fd = fs
-            .open(path, OpenFlags::CREAT | OpenFlags::WRONLY, 0o644)
-            .expect("open");
-        fs.pwrite(fd, &crate::ops::pattern(fill, len), off)
-            .expect("write");
-        fs.close(fd).expect("close");
-    };
-    fs.mkdir("/d", 0o755).expect("mkdir");
-    w("/a", 0, 5000, 1);
-    w("/a", 100, 30, 2);
-    w("/d/b", 8192, 300, 3);
-    fs.link("/a", "/d/a2").expect("link");
-    fs.symlink("/d/b", "/s").expect("symlink");
-    fs.rename("/d/b", "/c").expect("rename");
-    fs.chmod("/c", 0o600).expect("chmod");
-    fs.truncate("/c", 8200).expect("truncate");
-    w("/gone", 0, 10, 4);
-    let held = fs.open("/gone", OpenFlags::RDWR, 0).expect("open");
-    fs.unlink("/gone").expect("unlink");
+    let (mut model, mut fds) = (Shadow::new(), HashMap::new());
+    for op in sample_ops() {
+        op.apply(&mut model)
+            .unwrap_or_else(|e| panic!("the model refuses {op}: errno {e}"));
+        op.run(&fs, &mut fds)
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+    }
+    let found = crate::oracle::snapshot_of(&fs).expect("read back");
+    assert_eq!(
+        found,
+        model.snapshot(),
+        "the sample image differs from the model"
+    );
     if clean {
-        fs.close(held).expect("close");
+        Op::Close { slot: 0 }.run(&fs, &mut fds).expect("close");
         fs.unmount().expect("unmount");
     } else {
         fs.abandon();
@@ -255,6 +323,15 @@ const JOURNAL_RECORDS_OFF: u64 = 16;
 /// Journal records a corruption may touch.
 const JOURNAL_RECORDS_TOUCHED: u64 = 4;
 
+/// A field no checksum covers.
+fn plain(off: u64, width: u8) -> Field {
+    Field {
+        off,
+        width,
+        csum: None,
+    }
+}
+
 /// Every field of every structure in a valid image.
 pub fn fields_of(img: &[u8]) -> Vec<Field> {
     let pm = MemPmem::from_image(img.to_vec());
@@ -262,30 +339,7 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let plain = |off: u64, width: u8| Field {
-        off,
-        width,
-        csum: None,
-    };
-    // Superblocks: 4-byte version and block size, then 8-byte fields, then the id.
-    for sb in [0, BLOCK_SIZE] {
-        let csum = Some(Csum {
-            start: sb,
-            end: sb + SB_CSUM_OFF,
-            at: sb + SB_CSUM_OFF,
-        });
-        for (off, width) in [(0, 8), (8, 4), (12, 4)]
-            .into_iter()
-            .chain((16..80).step_by(8).map(|o| (o, 8)))
-            .chain([(80, 8), (88, 8), (96, 4)])
-        {
-            out.push(Field {
-                off: sb + off,
-                width,
-                csum,
-            });
-        }
-    }
+    superblock_fields(&mut out);
     // Completion records: counter, magic, channel, version.
     for c in 0..geo.channels {
         let r = geo.records_off() + c * 64;
@@ -309,7 +363,34 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
             out.extend([plain(at, 8), plain(at + 8, 8)]);
         }
     }
-    // Inodes in use (and one free slot), their logs' trailers and entries.
+    inode_fields(img, &geo, &mut out);
+    out
+}
+
+/// Both superblocks: 4-byte version and block size, then 8-byte fields, then the id.
+fn superblock_fields(out: &mut Vec<Field>) {
+    for sb in [0, BLOCK_SIZE] {
+        let csum = Some(Csum {
+            start: sb,
+            end: sb + SB_CSUM_OFF,
+            at: sb + SB_CSUM_OFF,
+        });
+        for (off, width) in [(0, 8), (8, 4), (12, 4)]
+            .into_iter()
+            .chain((16..80).step_by(8).map(|o| (o, 8)))
+            .chain([(80, 8), (88, 8), (96, 4)])
+        {
+            out.push(Field {
+                off: sb + off,
+                width,
+                csum,
+            });
+        }
+    }
+}
+
+/// Inodes in use (and one free slot), their logs' trailers and entries.
+fn inode_fields(img: &[u8], geo: &Geometry, out: &mut Vec<Field>) {
     let mut free_slot_done = false;
     for ino in 1..geo.inodes {
         let base = geo.inode_off(ino);
@@ -343,14 +424,13 @@ pub fn fields_of(img: &[u8]) -> Vec<Field> {
             let word = |which, at| unseal_log_word(ino, which, get64(img, at)).unwrap_or(0);
             log_fields(
                 img,
-                &geo,
+                geo,
                 word(LogWord::Head, base + 8),
                 word(LogWord::Tail, base + 16),
-                &mut out,
+                out,
             );
         }
     }
-    out
 }
 
 fn log_fields(img: &[u8], geo: &Geometry, head: u64, tail: u64, out: &mut Vec<Field>) {
@@ -448,11 +528,11 @@ pub fn corrupt_field(input: &[u8]) {
 
 /// `n` seeded corruption inputs of one field each, for runs without a fuzzer.
 pub fn seeded_corruptions(seed: u64, n: usize) -> impl Iterator<Item = Vec<u8>> {
-    let mut rng = SplitMix(seed);
+    let mut rng = crate::rng::seeded(seed);
     (0..n).map(move |_| {
-        (0..CORRUPTION_BYTES)
-            .map(|_| rng.next_u64() as u8)
-            .collect()
+        let mut input = vec![0u8; CORRUPTION_BYTES];
+        rng.fill_bytes(&mut input);
+        input
     })
 }
 

@@ -11,14 +11,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fs::{FileSystem, FormatOptions, Geometry, MountOptions};
-use pmem::crash::SplitMix;
 use pmem::trace::{EventKind, Role, Trace};
 use pmem::{CrashChoice, CrashCursor, MemPmem, Pmem, TracePmem};
 use serde::Serialize;
 
-use crate::model::{Model, Snapshot};
+use crate::error::{Error, TraceFileError};
+use crate::model::{Shadow, Snapshot};
 use crate::ops::Op;
 use crate::oracle::{check_image, Problem};
+use crate::rng::{seeded, Below};
 use crate::workload::Workload;
 
 /// Bytes of the region a workload runs on: room for every workload's files with
@@ -49,7 +50,9 @@ pub use fs::Mode;
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The workload.
     pub workload: Workload,
+    /// The data-movement mode the file system runs in.
     pub mode: Mode,
     /// Crash points (trace positions) to test.
     pub points: usize,
@@ -90,8 +93,11 @@ impl Config {
 /// One failing crash image, with what it takes to replay it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Failure {
+    /// The workload.
     pub workload: Workload,
+    /// The mode.
     pub mode: Mode,
+    /// The seed of the run.
     pub seed: u64,
     /// Trace position of the crash.
     pub position: usize,
@@ -101,6 +107,7 @@ pub struct Failure {
     pub returned: usize,
     /// The operation in flight, if any: index and description.
     pub in_flight: Option<(usize, String)>,
+    /// What was wrong with the image.
     pub problem: Problem,
     /// The saved recording this failure's position refers to, if any.
     pub trace_file: Option<String>,
@@ -127,16 +134,21 @@ impl Failure {
 /// The result of a run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
+    /// The workload.
     pub workload: Workload,
+    /// The mode.
     pub mode: Mode,
+    /// The seed of the run.
     pub seed: u64,
     /// Operations of the workload.
     pub ops: usize,
-    /// Events in the trace, and of them fences.
+    /// Events in the trace.
     pub trace_events: usize,
+    /// Fences among them.
     pub fences: usize,
-    /// Crash points tested, and how many passed (every image there recovered right).
+    /// Crash points tested.
     pub points: usize,
+    /// Crash points that passed (every image there recovered right).
     pub passed: usize,
     /// Crash images mounted and checked.
     pub images: usize,
@@ -148,14 +160,18 @@ pub struct Outcome {
     /// Crash points inside such a stretch: some of a copy's data issued, its counter
     /// not yet advanced or its fence not yet made.
     pub offloaded_copy_points: usize,
+    /// Every failing image.
     pub failures: Vec<Failure>,
+    /// Wall-clock time of the run.
     pub seconds: f64,
 }
 
 /// A workload run on a tracing region: its trace and where each operation began and
 /// returned.
 pub struct Recording {
+    /// The workload's operations.
     pub ops: Vec<Op>,
+    /// Every store, flush and fence of the run.
     pub trace: Trace,
     /// Trace position before each operation began and after it returned.
     pub spans: Vec<(usize, usize)>,
@@ -212,40 +228,50 @@ pub fn offloaded_copies(trace: &Trace, records: std::ops::Range<u64>) -> Vec<(us
     out
 }
 
+/// The model's state before the operations and after each: `states[k]` follows the
+/// first `k`.
+fn model_states(ops: &[Op]) -> Result<Vec<Snapshot>, Error> {
+    let mut model = Shadow::new();
+    let mut states = vec![model.snapshot()];
+    for op in ops {
+        op.apply(&mut model).map_err(|errno| Error::ModelRefuses {
+            op: op.to_string(),
+            errno,
+        })?;
+        states.push(model.snapshot());
+    }
+    Ok(states)
+}
+
 /// Runs `ops` on a tracing region in `mode`: mount, the operations, unmount, all
 /// traced. Fails if an operation fails or the live file system disagrees with the
 /// model at the end (the workload or the file system is wrong, not the recovery).
-pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, String> {
-    let mut model = Model::new();
-    let mut states = vec![model.snapshot()];
-    for op in &ops {
-        op.apply(&mut model)
-            .map_err(|e| format!("the model refuses {op}: {e}"))?;
-        states.push(model.snapshot());
-    }
+pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, Error> {
+    let states = model_states(&ops)?;
     let (image, geo) = formatted();
     let records = records_area(&geo);
     let tp = Arc::new(TracePmem::new(image));
     let (fs, _) = FileSystem::mount(tp.clone() as Arc<dyn Pmem>, MountOptions::with_mode(mode))
-        .map_err(|e| format!("mount of the fresh region: {e}"))?;
+        .map_err(Error::Mount)?;
     let mut fds = HashMap::new();
     let mut spans = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
+    for (index, op) in ops.iter().enumerate() {
         let start = tp.position();
-        op.run(&fs, &mut fds)
-            .map_err(|e| format!("operation {i} ({op}) failed: {e}"))?;
+        op.run(&fs, &mut fds).map_err(|source| Error::Operation {
+            index,
+            op: op.to_string(),
+            source,
+        })?;
         spans.push((start, tp.position()));
     }
     let live = crate::oracle::snapshot_of(&fs)?;
-    if live != *states.last().unwrap() {
-        return Err(format!(
-            "the file system disagrees with the model before any crash: {:?}",
-            states.last().unwrap().diff(&live)
-        ));
+    let last = states.last().expect("the state before the operations");
+    if live != *last {
+        return Err(Error::LiveMismatch(last.diff(&live)));
     }
-    fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+    fs.unmount().map_err(Error::Unmount)?;
     let trace = Arc::try_unwrap(tp)
-        .map_err(|_| "the tracing region is still shared after unmount".to_string())?
+        .map_err(|_| Error::TraceShared)?
         .into_trace();
     Ok(Recording {
         copy_windows: offloaded_copies(&trace, records),
@@ -261,7 +287,7 @@ const RECORDING_MAGIC: &[u8; 8] = b"EIOCRSH1";
 
 impl Recording {
     /// Writes the trace and the operations' spans to `path`.
-    pub fn save(&self, path: &Path) -> Result<(), String> {
+    pub fn save(&self, path: &Path) -> Result<(), Error> {
         let mut b = RECORDING_MAGIC.to_vec();
         b.extend_from_slice(&(self.spans.len() as u64).to_le_bytes());
         for &(a, z) in &self.spans {
@@ -269,50 +295,25 @@ impl Recording {
             b.extend_from_slice(&(z as u64).to_le_bytes());
         }
         b.extend_from_slice(&self.trace.to_bytes());
-        std::fs::write(path, b).map_err(|e| format!("saving the trace to {}: {e}", path.display()))
+        std::fs::write(path, b).map_err(|source| Error::SaveTrace {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Reads a recording of `ops` saved by [`Recording::save`].
-    pub fn load(ops: Vec<Op>, path: &Path) -> Result<Recording, String> {
-        let bad = |why: &str| format!("trace file {}: {why}", path.display());
-        let b = std::fs::read(path).map_err(|e| bad(&e.to_string()))?;
-        let word = |i: usize| -> Result<usize, String> {
-            let w = b
-                .get(8 + i * 8..16 + i * 8)
-                .ok_or_else(|| bad("truncated"))?;
-            Ok(u64::from_le_bytes(w.try_into().unwrap()) as usize)
-        };
-        if !b.starts_with(RECORDING_MAGIC) {
-            return Err(bad("not a saved crash-test recording"));
-        }
-        let n = word(0)?;
-        if n != ops.len() {
-            return Err(bad(&format!(
-                "{n} operations recorded, the workload has {}: another workload or seed",
-                ops.len()
-            )));
-        }
-        let spans = (0..n)
-            .map(|k| Ok((word(1 + 2 * k)?, word(2 + 2 * k)?)))
-            .collect::<Result<Vec<_>, String>>()?;
-        let trace = Trace::from_bytes(&b[16 + 16 * n..]).map_err(|e| bad(&e))?;
-        if spans.iter().any(|&(a, z)| a > z || z > trace.len()) {
-            return Err(bad("operation spans outside the trace"));
-        }
+    pub fn load(ops: Vec<Op>, path: &Path) -> Result<Recording, Error> {
+        let (spans, trace) = read_recording(path, ops.len()).map_err(|why| Error::TraceFile {
+            path: path.to_path_buf(),
+            why,
+        })?;
         let (_, geo) = formatted();
-        let mut model = Model::new();
-        let mut states = vec![model.snapshot()];
-        for op in &ops {
-            op.apply(&mut model)
-                .map_err(|e| format!("the model refuses {op}: {e}"))?;
-            states.push(model.snapshot());
-        }
         Ok(Recording {
             copy_windows: offloaded_copies(&trace, records_area(&geo)),
+            states: model_states(&ops)?,
             ops,
             trace,
             spans,
-            states,
         })
     }
 
@@ -335,7 +336,7 @@ impl Recording {
         let fences: Vec<usize> = (0..self.trace.len())
             .filter(|&i| self.trace.events[i].kind == EventKind::Fence)
             .collect();
-        let mut rng = SplitMix(seed ^ 0xC2B2_AE3D_27D4_EB4F);
+        let mut rng = seeded(seed ^ 0xC2B2_AE3D_27D4_EB4F);
         let len = self.trace.len() as u64;
         let copies = &self.copy_windows;
         let kinds = if copies.is_empty() { 2 } else { 3 };
@@ -354,8 +355,64 @@ impl Recording {
     }
 }
 
+/// The spans and the trace of a recording of `n_ops` operations saved at `path`.
+fn read_recording(
+    path: &Path,
+    n_ops: usize,
+) -> Result<(Vec<(usize, usize)>, Trace), TraceFileError> {
+    let b = std::fs::read(path)?;
+    let word = |i: usize| -> Result<usize, TraceFileError> {
+        let w = b
+            .get(8 + i * 8..16 + i * 8)
+            .ok_or(TraceFileError::Truncated)?;
+        Ok(u64::from_le_bytes(w.try_into().expect("eight bytes")) as usize)
+    };
+    if !b.starts_with(RECORDING_MAGIC) {
+        return Err(TraceFileError::NotARecording);
+    }
+    let n = word(0)?;
+    if n != n_ops {
+        return Err(TraceFileError::OtherWorkload {
+            recorded: n,
+            workload: n_ops,
+        });
+    }
+    let spans = (0..n)
+        .map(|k| Ok((word(1 + 2 * k)?, word(2 + 2 * k)?)))
+        .collect::<Result<Vec<_>, TraceFileError>>()?;
+    let trace = Trace::from_bytes(&b[16 + 16 * n..]).map_err(TraceFileError::Trace)?;
+    if spans.iter().any(|&(a, z)| a > z || z > trace.len()) {
+        return Err(TraceFileError::SpansOutside);
+    }
+    Ok((spans, trace))
+}
+
+impl Outcome {
+    /// The outcome of `cfg` on `rec` before any of `points` is checked.
+    fn empty(cfg: &Config, rec: &Recording, points: &[usize]) -> Outcome {
+        Outcome {
+            workload: cfg.workload,
+            mode: cfg.mode,
+            seed: cfg.seed,
+            ops: rec.ops.len(),
+            trace_events: rec.trace.len(),
+            fences: rec.trace.counts().3,
+            points: 0,
+            passed: 0,
+            images: 0,
+            offloaded_copies: rec.copy_windows.len(),
+            offloaded_copy_points: points
+                .iter()
+                .filter(|&&p| rec.copy_windows.iter().any(|&(a, b)| a < p && p <= b))
+                .count(),
+            failures: Vec::new(),
+            seconds: 0.0,
+        }
+    }
+}
+
 /// Runs a configuration: record, then check every crash point.
-pub fn run(cfg: &Config) -> Result<Outcome, String> {
+pub fn run(cfg: &Config) -> Result<Outcome, Error> {
     let start = Instant::now();
     let ops = cfg.workload.generate_for(cfg.seed, cfg.mode);
     let rec = match &cfg.trace {
@@ -364,32 +421,15 @@ pub fn run(cfg: &Config) -> Result<Outcome, String> {
     };
     let points = match cfg.only {
         Some((pos, _)) if pos > rec.trace.len() => {
-            return Err(format!(
-                "position {pos} is past the end of the trace ({} events)",
-                rec.trace.len()
-            ))
+            return Err(Error::PositionPastEnd {
+                pos,
+                len: rec.trace.len(),
+            })
         }
         Some((pos, _)) => vec![pos],
         None => rec.choose_points(cfg.points, cfg.seed),
     };
-    let mut out = Outcome {
-        workload: cfg.workload,
-        mode: cfg.mode,
-        seed: cfg.seed,
-        ops: rec.ops.len(),
-        trace_events: rec.trace.len(),
-        fences: rec.trace.counts().3,
-        points: 0,
-        passed: 0,
-        images: 0,
-        offloaded_copies: rec.copy_windows.len(),
-        offloaded_copy_points: points
-            .iter()
-            .filter(|&&p| rec.copy_windows.iter().any(|&(a, b)| a < p && p <= b))
-            .count(),
-        failures: Vec::new(),
-        seconds: 0.0,
-    };
+    let mut out = Outcome::empty(cfg, &rec, &points);
     let mut cursor = CrashCursor::new(&rec.trace);
     'points: for (k, &pos) in points.iter().enumerate() {
         cursor.advance_to(pos);

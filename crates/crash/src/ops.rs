@@ -4,53 +4,125 @@
 use std::collections::HashMap;
 
 use fs::{Fd, FileSystem, OpenFlags};
-use pmem::crash::SplitMix;
+use rand::RngCore;
 
-use crate::model::{Model, ModelResult};
+use crate::model::{ModelResult, Shadow};
 
-/// One file-system operation of a workload.
+/// One file-system operation of a workload. Paths are absolute; `mode` is permission
+/// bits; `fill` seeds the bytes a write stores ([`pattern`]); `slot` names a descriptor
+/// the workload keeps open across operations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `open(O_CREAT|O_EXCL|O_WRONLY)` then `close`.
-    Create { path: String, mode: u32 },
+    Create {
+        /// The new file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// `mkdir`.
-    Mkdir { path: String, mode: u32 },
+    Mkdir {
+        /// The new directory.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// `open`, `pwrite` of `len` pattern bytes `fill` at `off`, `close`.
     Write {
+        /// The file.
         path: String,
+        /// Where.
         off: u64,
+        /// Bytes written.
         len: usize,
+        /// Pattern seed.
         fill: u64,
     },
     /// `open(O_APPEND)`, `write`, `close`.
-    Append { path: String, len: usize, fill: u64 },
+    Append {
+        /// The file.
+        path: String,
+        /// Bytes written.
+        len: usize,
+        /// Pattern seed.
+        fill: u64,
+    },
     /// `truncate`.
-    Truncate { path: String, len: u64 },
+    Truncate {
+        /// The file.
+        path: String,
+        /// The new size.
+        len: u64,
+    },
     /// `open(O_TRUNC)` of an existing file, then `close`.
-    OpenTrunc { path: String },
+    OpenTrunc {
+        /// The file.
+        path: String,
+    },
     /// `unlink`.
-    Unlink { path: String },
+    Unlink {
+        /// The name removed.
+        path: String,
+    },
     /// `rmdir`.
-    Rmdir { path: String },
+    Rmdir {
+        /// The directory removed.
+        path: String,
+    },
     /// `link`.
-    Link { old: String, new: String },
+    Link {
+        /// An existing name.
+        old: String,
+        /// The new name.
+        new: String,
+    },
     /// `rename`.
-    Rename { old: String, new: String },
+    Rename {
+        /// The name moved.
+        old: String,
+        /// Where to.
+        new: String,
+    },
     /// `symlink`.
-    Symlink { target: String, path: String },
+    Symlink {
+        /// What the link says.
+        target: String,
+        /// The new link.
+        path: String,
+    },
     /// `chmod`.
-    Chmod { path: String, mode: u32 },
+    Chmod {
+        /// The inode's name.
+        path: String,
+        /// The new permission bits.
+        mode: u32,
+    },
     /// `open`, `fsync`, `close`.
-    Fsync { path: String },
+    Fsync {
+        /// The file.
+        path: String,
+    },
     /// `open(O_RDWR)` into descriptor slot `slot`, kept open across operations.
-    Open { slot: u32, path: String },
+    Open {
+        /// The slot.
+        slot: u32,
+        /// The file.
+        path: String,
+    },
     /// `close` of slot `slot` (frees an unlinked file).
-    Close { slot: u32 },
+    Close {
+        /// The slot.
+        slot: u32,
+    },
     /// `pwrite` through slot `slot`.
     WriteFd {
+        /// The slot.
         slot: u32,
+        /// Where.
         off: u64,
+        /// Bytes written.
         len: usize,
+        /// Pattern seed.
         fill: u64,
     },
 }
@@ -84,19 +156,18 @@ impl std::fmt::Display for Op {
 /// fill, never zero (so bytes that were never written, which read as zero or as
 /// another write's pattern, are told apart).
 pub fn pattern(fill: u64, len: usize) -> Vec<u8> {
-    let mut rng = SplitMix(fill);
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        out.extend(rng.next_u64().to_le_bytes().map(|b| b | 1));
+    let mut out = vec![0u8; len];
+    crate::rng::seeded(fill).fill_bytes(&mut out);
+    for b in &mut out {
+        *b |= 1;
     }
-    out.truncate(len);
     out
 }
 
 impl Op {
     /// Applies the operation to the model; an error means it would fail on a correct
     /// file system (workloads generate only operations that succeed).
-    pub fn apply(&self, m: &mut Model) -> ModelResult<()> {
+    pub fn apply(&self, m: &mut Shadow) -> ModelResult<()> {
         match self {
             Op::Create { path, mode } => m.create(path, *mode),
             Op::Mkdir { path, mode } => m.mkdir(path, *mode),
@@ -108,20 +179,14 @@ impl Op {
             } => m.write(path, Some(*off), &pattern(*fill, *len)),
             Op::Append { path, len, fill } => m.write(path, None, &pattern(*fill, *len)),
             Op::Truncate { path, len } => m.truncate(path, *len),
-            Op::OpenTrunc { path } => m.truncate(path, 0),
+            Op::OpenTrunc { path } => m.open_trunc(path),
             Op::Unlink { path } => m.remove(path, false),
             Op::Rmdir { path } => m.remove(path, true),
             Op::Link { old, new } => m.link(old, new),
             Op::Rename { old, new } => m.rename(old, new),
             Op::Symlink { target, path } => m.symlink(target, path),
             Op::Chmod { path, mode } => m.chmod(path, *mode),
-            Op::Fsync { path } => {
-                if m.exists(path) {
-                    Ok(())
-                } else {
-                    Err(format!("{path}: not found"))
-                }
-            }
+            Op::Fsync { path } => m.fsync(path),
             Op::Open { slot, path } => m.open(*slot, path),
             Op::Close { slot } => m.close(*slot),
             Op::WriteFd {

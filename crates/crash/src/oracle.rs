@@ -19,6 +19,7 @@ use std::sync::Arc;
 use fs::{FileKind, FileSystem, OpenFlags};
 use pmem::{MemPmem, Pmem};
 
+use crate::error::ReadBackError;
 use crate::model::{Node, Snapshot};
 use crate::Mode;
 
@@ -47,17 +48,22 @@ impl Problem {
     }
 }
 
+/// A failed call of the read-back.
+fn call(call: &'static str, path: &str) -> impl FnOnce(fs::Error) -> ReadBackError {
+    let path = path.to_string();
+    move |source| ReadBackError::Call { call, path, source }
+}
+
 /// Reads the whole namespace of a mounted file system.
-pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, String> {
+pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, ReadBackError> {
     let mut found: Vec<(String, Node, u64)> = Vec::new();
     let mut dirs = vec![String::new()];
     while let Some(dir) = dirs.pop() {
-        let list = fs
-            .readdir(if dir.is_empty() { "/" } else { &dir })
-            .map_err(|e| format!("readdir {dir}/: {e}"))?;
+        let at = if dir.is_empty() { "/" } else { &dir };
+        let list = fs.readdir(at).map_err(call("readdir", at))?;
         for ent in list {
             let path = format!("{dir}/{}", ent.name);
-            let st = fs.lstat(&path).map_err(|e| format!("lstat {path}: {e}"))?;
+            let st = fs.lstat(&path).map_err(call("lstat", &path))?;
             let node = match st.kind {
                 FileKind::Dir => {
                     dirs.push(path.clone());
@@ -66,28 +72,31 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, String> {
                     }
                 }
                 FileKind::Symlink => Node::Symlink {
-                    target: fs
-                        .readlink(&path)
-                        .map_err(|e| format!("readlink {path}: {e}"))?,
+                    target: fs.readlink(&path).map_err(call("readlink", &path))?,
                 },
                 FileKind::File => {
                     let data = read_all(fs, &path)?;
                     if data.len() as u64 != st.size {
-                        return Err(format!(
-                            "{path}: size {} but {} bytes read",
-                            st.size,
-                            data.len()
-                        ));
+                        return Err(ReadBackError::Size {
+                            path,
+                            size: st.size,
+                            read: data.len(),
+                        });
                     }
                     Node::File {
                         mode: st.mode & 0o7777,
                         nlink: st.nlink,
                         links: Vec::new(),
-                        data: Arc::new(data),
+                        data: model::Data::from_bytes(&data),
                     }
                 }
-                // The workloads make no special files.
-                k => return Err(format!("{path}: unexpected {k:?}")),
+                FileKind::Fifo | FileKind::Socket | FileKind::CharDev | FileKind::BlockDev => {
+                    Node::Special {
+                        kind: special_kind(st.kind),
+                        mode: st.mode & 0o7777,
+                        rdev: st.rdev,
+                    }
+                }
             };
             found.push((path, node, st.ino));
         }
@@ -109,20 +118,20 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, String> {
     Ok(out)
 }
 
-fn read_all(fs: &FileSystem, path: &str) -> Result<Vec<u8>, String> {
+fn read_all(fs: &FileSystem, path: &str) -> Result<Vec<u8>, ReadBackError> {
     let fd = fs
         .open(path, OpenFlags::RDONLY, 0)
-        .map_err(|e| format!("open {path}: {e}"))?;
+        .map_err(call("open", path))?;
     let mut data = Vec::new();
     let mut buf = vec![0u8; READ_CHUNK];
     let r = loop {
         match fs.read(fd, &mut buf) {
             Ok(0) => break Ok(()),
             Ok(n) => data.extend_from_slice(&buf[..n]),
-            Err(e) => break Err(format!("read {path}: {e}")),
+            Err(e) => break Err(call("read", path)(e)),
         }
     };
-    fs.close(fd).map_err(|e| format!("close {path}: {e}"))?;
+    fs.close(fd).map_err(call("close", path))?;
     r.map(|()| data)
 }
 
@@ -180,4 +189,17 @@ fn probe(fs: &FileSystem) -> fs::Result<()> {
     let r = fs.write(fd, &crate::ops::pattern(u64::MAX, PROBE_BYTES));
     fs.close(fd)?;
     r.map(drop)
+}
+
+/// The model's name for a special file's kind.
+fn special_kind(kind: FileKind) -> model::Kind {
+    match kind {
+        FileKind::Fifo => model::Kind::Fifo,
+        FileKind::Socket => model::Kind::Socket,
+        FileKind::CharDev => model::Kind::CharDev,
+        FileKind::BlockDev => model::Kind::BlockDev,
+        FileKind::File => model::Kind::File,
+        FileKind::Dir => model::Kind::Dir,
+        FileKind::Symlink => model::Kind::Symlink,
+    }
 }

@@ -5,10 +5,11 @@
 //! succeeds on a correct file system; sizes and offsets are drawn from the seed and
 //! chosen to cross page boundaries, leave holes and overwrite parts of pages.
 
-use pmem::crash::SplitMix;
+use crate::error::UnknownWorkload;
 
-use crate::model::Model;
+use crate::model::Shadow;
 use crate::ops::Op;
+use crate::rng::{seeded, Below, Pcg64Mcg};
 
 /// Bytes of a file-system page, for choosing sizes around its boundaries.
 const PAGE: u64 = fs::BLOCK_SIZE;
@@ -91,8 +92,8 @@ impl Workload {
 
     fn generate_with(self, seed: u64, bulk: bool) -> Vec<Op> {
         let mut g = Gen {
-            rng: SplitMix(seed ^ (self as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
-            model: Model::new(),
+            rng: seeded(seed ^ (self as u64).wrapping_mul(0xA076_1D64_78BD_642F)),
+            model: Shadow::new(),
             ops: Vec::new(),
             fill: seed << 16,
             bulk,
@@ -109,22 +110,25 @@ impl Workload {
 }
 
 impl std::str::FromStr for Workload {
-    type Err = String;
+    type Err = UnknownWorkload;
 
-    fn from_str(s: &str) -> Result<Workload, String> {
+    fn from_str(s: &str) -> Result<Workload, UnknownWorkload> {
         Workload::ALL
             .into_iter()
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
-                format!("unknown workload {s:?}; workloads: {}", names.join(", "))
+                UnknownWorkload {
+                    name: s.to_string(),
+                    known: names.join(", "),
+                }
             })
     }
 }
 
 struct Gen {
-    rng: SplitMix,
-    model: Model,
+    rng: Pcg64Mcg,
+    model: Shadow,
     ops: Vec<Op>,
     fill: u64,
     /// Draw bulk sizes too (see [`Workload::generate_for`]).
@@ -310,95 +314,9 @@ impl Gen {
     fn random(&mut self) {
         let mut next_name = 0u32;
         while self.ops.len() < RANDOM_OPS {
-            let paths = self.model.paths();
-            let files: Vec<String> = paths
-                .iter()
-                .filter(|(p, _)| self.model.is_file(p))
-                .map(|(p, _)| p.clone())
-                .collect();
-            let dirs: Vec<String> = std::iter::once(String::new())
-                .chain(paths.iter().filter(|(_, d)| *d).map(|(p, _)| p.clone()))
-                .collect();
-            let pick = |rng: &mut SplitMix, v: &[String]| -> Option<String> {
-                (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize].clone())
-            };
-            // Most new names go to the root, so its log grows past the cleaning
-            // threshold and log cleaning is crashed into too.
-            let dir = if self.rng.below(100) < ROOT_BIAS_PERCENT {
-                String::new()
-            } else {
-                pick(&mut self.rng, &dirs).unwrap()
-            };
             next_name += 1;
-            let fresh = format!("{dir}/n{next_name}");
-            let file = pick(&mut self.rng, &files);
-            let any = pick(
-                &mut self.rng,
-                &paths.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
-            );
-            let slot = self.rng.below(RANDOM_SLOTS as u64) as u32;
-            let op = match (self.rng.below(20), file, any) {
-                (0..=2, _, _) => Op::Create {
-                    path: fresh,
-                    mode: 0o600 | self.rng.below(0o100) as u32,
-                },
-                (3, _, _) => Op::Mkdir {
-                    path: fresh,
-                    mode: 0o755,
-                },
-                (4..=6, Some(f), _) => {
-                    let (off, len, fill) = (self.offset_in(&f), self.size(), self.next_fill());
-                    Op::Write {
-                        path: f,
-                        off,
-                        len,
-                        fill,
-                    }
-                }
-                (7, Some(f), _) => {
-                    let (len, fill) = (self.size(), self.next_fill());
-                    Op::Append { path: f, len, fill }
-                }
-                (8, Some(f), _) => {
-                    let len = self.offset_in(&f) + self.rng.below(2) * PAGE;
-                    Op::Truncate { path: f, len }
-                }
-                (9, Some(f), _) if self.rng.below(3) == 0 => Op::OpenTrunc { path: f },
-                (9 | 10, _, Some(p)) if !self.model.is_dir(&p) => Op::Unlink { path: p },
-                (9 | 10, _, Some(p)) if self.model.is_empty_dir(&p) => Op::Rmdir { path: p },
-                (11, Some(f), _) => Op::Link { old: f, new: fresh },
-                (12 | 13, _, Some(p)) => {
-                    // Onto a fresh name, or over an existing path of the same kind.
-                    let over = pick(&mut self.rng, &files)
-                        .filter(|v| !self.model.is_dir(&p) && *v != p)
-                        .filter(|_| self.rng.below(2) == 0);
-                    let new = over.unwrap_or(fresh);
-                    if new.starts_with(&format!("{p}/")) {
-                        continue;
-                    }
-                    Op::Rename { old: p, new }
-                }
-                (14, _, _) => Op::Symlink {
-                    target: format!("target-{next_name}"),
-                    path: fresh,
-                },
-                (15, _, Some(p)) if self.model.is_file(&p) || self.model.is_dir(&p) => Op::Chmod {
-                    path: p,
-                    mode: 0o400 | self.rng.below(0o400) as u32,
-                },
-                (16, Some(f), _) if !self.model.fd_open(slot) => Op::Open { slot, path: f },
-                (17, _, _) if self.model.fd_open(slot) => Op::Close { slot },
-                (18 | 19, _, _) if self.model.fd_open(slot) => {
-                    let off = self.rng.below(self.model.fd_size(slot) + PAGE);
-                    let (len, fill) = (self.size(), self.next_fill());
-                    Op::WriteFd {
-                        slot,
-                        off,
-                        len,
-                        fill,
-                    }
-                }
-                _ => continue,
+            let Some(op) = self.random_op(next_name) else {
+                continue;
             };
             if op.apply(&mut self.model.clone()).is_ok() {
                 self.push(op);
@@ -410,6 +328,131 @@ impl Gen {
             }
         }
     }
+
+    /// What a random operation may act on: a fresh name (`n{next_name}`, most often in
+    /// the root), a regular file, any path, a descriptor slot.
+    fn random_targets(&mut self, next_name: u32) -> Targets {
+        let paths = self.model.paths();
+        let files: Vec<String> = paths
+            .iter()
+            .filter(|(p, _)| self.model.is_file(p))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let dirs: Vec<String> = std::iter::once(String::new())
+            .chain(paths.iter().filter(|(_, d)| *d).map(|(p, _)| p.clone()))
+            .collect();
+        // Most new names go to the root, so its log grows past the cleaning
+        // threshold and log cleaning is crashed into too.
+        let dir = if self.rng.below(100) < ROOT_BIAS_PERCENT {
+            String::new()
+        } else {
+            pick(&mut self.rng, &dirs).unwrap()
+        };
+        let fresh = format!("{dir}/n{next_name}");
+        let file = pick(&mut self.rng, &files);
+        let any = pick(
+            &mut self.rng,
+            &paths.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        );
+        let slot = self.rng.below(RANDOM_SLOTS as u64) as u32;
+        Targets {
+            files,
+            fresh,
+            file,
+            any,
+            slot,
+        }
+    }
+
+    /// One operation of the random workload, or `None` if the draw does not apply to
+    /// the current tree.
+    fn random_op(&mut self, next_name: u32) -> Option<Op> {
+        let Targets {
+            files,
+            fresh,
+            file,
+            any,
+            slot,
+        } = self.random_targets(next_name);
+        let op = match (self.rng.below(20), file, any) {
+            (0..=2, _, _) => Op::Create {
+                path: fresh,
+                mode: 0o600 | self.rng.below(0o100) as u32,
+            },
+            (3, _, _) => Op::Mkdir {
+                path: fresh,
+                mode: 0o755,
+            },
+            (4..=6, Some(f), _) => {
+                let (off, len, fill) = (self.offset_in(&f), self.size(), self.next_fill());
+                Op::Write {
+                    path: f,
+                    off,
+                    len,
+                    fill,
+                }
+            }
+            (7, Some(f), _) => {
+                let (len, fill) = (self.size(), self.next_fill());
+                Op::Append { path: f, len, fill }
+            }
+            (8, Some(f), _) => {
+                let len = self.offset_in(&f) + self.rng.below(2) * PAGE;
+                Op::Truncate { path: f, len }
+            }
+            (9, Some(f), _) if self.rng.below(3) == 0 => Op::OpenTrunc { path: f },
+            (9 | 10, _, Some(p)) if !self.model.is_dir(&p) => Op::Unlink { path: p },
+            (9 | 10, _, Some(p)) if self.model.is_empty_dir(&p) => Op::Rmdir { path: p },
+            (11, Some(f), _) => Op::Link { old: f, new: fresh },
+            (12 | 13, _, Some(p)) => {
+                // Onto a fresh name, or over an existing path of the same kind.
+                let over = pick(&mut self.rng, &files)
+                    .filter(|v| !self.model.is_dir(&p) && *v != p)
+                    .filter(|_| self.rng.below(2) == 0);
+                let new = over.unwrap_or(fresh);
+                if new.starts_with(&format!("{p}/")) {
+                    return None;
+                }
+                Op::Rename { old: p, new }
+            }
+            (14, _, _) => Op::Symlink {
+                target: format!("target-{next_name}"),
+                path: fresh,
+            },
+            (15, _, Some(p)) if self.model.is_file(&p) || self.model.is_dir(&p) => Op::Chmod {
+                path: p,
+                mode: 0o400 | self.rng.below(0o400) as u32,
+            },
+            (16, Some(f), _) if !self.model.fd_open(slot) => Op::Open { slot, path: f },
+            (17, _, _) if self.model.fd_open(slot) => Op::Close { slot },
+            (18 | 19, _, _) if self.model.fd_open(slot) => {
+                let off = self.rng.below(self.model.fd_size(slot) + PAGE);
+                let (len, fill) = (self.size(), self.next_fill());
+                Op::WriteFd {
+                    slot,
+                    off,
+                    len,
+                    fill,
+                }
+            }
+            _ => return None,
+        };
+        Some(op)
+    }
+}
+
+/// One of `v`, if any.
+fn pick(rng: &mut Pcg64Mcg, v: &[String]) -> Option<String> {
+    (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize].clone())
+}
+
+/// What a random operation may act on (see [`Gen::random_targets`]).
+struct Targets {
+    files: Vec<String>,
+    fresh: String,
+    file: Option<String>,
+    any: Option<String>,
+    slot: u32,
 }
 
 #[cfg(test)]

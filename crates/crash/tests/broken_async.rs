@@ -36,7 +36,7 @@ fn caught(what: &str, on: impl Fn(), off: impl Fn()) {
             // the recording then refuses, which is a catch too.
             let out = match out {
                 Ok(out) => out,
-                Err(e) if e.contains("disagrees with the model") => {
+                Err(e @ crash::Error::LiveMismatch(_)) => {
                     eprintln!("{what}: caught before any crash in {}: {e}", w.name());
                     return;
                 }

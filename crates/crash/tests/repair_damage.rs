@@ -201,6 +201,11 @@ fn the_fuzz_corpus_and_seeded_corruptions_are_repaired() {
     assert!(repaired > 0 && damaged > 0);
 }
 
+/// Seed of the corruptions `repairs_of_every_kind` draws: one whose 300 include a
+/// damage that keeps an inode in lost+found (about half the seeds' do; the field flips
+/// of the valid images never do).
+const EVERY_KIND_SEED: u64 = 2;
+
 /// Damaged images whose repair does each kind of step: drops an inode, removes an
 /// entry, sets a link count, rewrites a superblock or record headers, rolls back a
 /// journal, keeps an inode in lost+found (the first found per kind, among the
@@ -226,7 +231,7 @@ fn repairs_of_every_kind() -> Vec<(String, Vec<u8>)> {
         })
         .collect();
     sources.push(
-        crash::fuzz::seeded_corruptions(0x5EED, 300)
+        crash::fuzz::seeded_corruptions(EVERY_KIND_SEED, 300)
             .enumerate()
             .map(|(i, input)| {
                 (
