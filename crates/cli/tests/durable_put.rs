@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::easyio;
-use rand::rngs::StdRng;
+use rand_pcg::Pcg64Mcg;
 use rand::{Rng, SeedableRng};
 
 /// Puts attempted; each is killed after a random delay unless it finished first.
@@ -105,7 +105,7 @@ fn killed_puts_on_a_disk_image_keep_every_acknowledged_put() {
     ]);
 
     let seed = std::process::id() as u64;
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
     // Sources of a few sizes: one chunk, several, a partial last chunk.
     let sizes = [1_000usize, 300_000, 1 << 20, (2 << 20) + 4321];
     let sources: Vec<(PathBuf, Vec<u8>)> = sizes

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use common::*;
 use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{Pmem, Region};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 const CHILD_ENV: &str = "EASYIO_TEST_CRASH_CHILD";
 const DIRS: [&str; 2] = ["/w", "/v"];
@@ -52,8 +52,8 @@ fn child_writer() {
             model.insert(p.clone(), read_file(&fs, &p));
         }
     }
-    let mut rng = StdRng::seed_from_u64(std::process::id() as u64);
-    let pick = |rng: &mut StdRng| {
+    let mut rng = Pcg64Mcg::seed_from_u64(std::process::id() as u64);
+    let pick = |rng: &mut Pcg64Mcg| {
         format!(
             "{}/f{}",
             DIRS[rng.random_range(0..2)],
@@ -176,7 +176,7 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
         }
         fs.unmount().unwrap();
     }
-    let mut rng = StdRng::seed_from_u64(0x9);
+    let mut rng = Pcg64Mcg::seed_from_u64(0x9);
     let mut reported = Reported::default();
     for round in 0..4 {
         let mut child = Command::new(std::env::current_exe().unwrap())

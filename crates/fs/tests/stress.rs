@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fs::{Error, FileSystem, OpenFlags};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 const THREADS: usize = 4;
 const RUN_FOR: Duration = Duration::from_millis(2500);
@@ -106,7 +106,7 @@ struct Shared {
 }
 
 /// Private directory: the thread is the only one touching it and keeps an exact model.
-fn private_op(s: &Shared, t: usize, rng: &mut StdRng, model: &mut HashMap<String, Vec<u8>>) {
+fn private_op(s: &Shared, t: usize, rng: &mut Pcg64Mcg, model: &mut HashMap<String, Vec<u8>>) {
     let fs = &s.fs;
     let name = format!("/p{t}/f{}", rng.random_range(0..8));
     match rng.random_range(0..6) {
@@ -162,9 +162,9 @@ fn private_op(s: &Shared, t: usize, rng: &mut StdRng, model: &mut HashMap<String
 }
 
 /// The shared directory: every thread races on the same few names.
-fn shared_op(s: &Shared, t: usize, i: u64, rng: &mut StdRng) {
+fn shared_op(s: &Shared, t: usize, i: u64, rng: &mut Pcg64Mcg) {
     let fs = &s.fs;
-    let n = |rng: &mut StdRng| rng.random_range(0..SHARED_NAMES);
+    let n = |rng: &mut Pcg64Mcg| rng.random_range(0..SHARED_NAMES);
     match rng.random_range(0..10) {
         0 | 1 => {
             // Build a file privately, then rename it over a shared name (atomic replace).
@@ -281,7 +281,7 @@ fn prune(fs: &FileSystem, dir: &str) {
     }
 }
 
-fn hot_op(s: &Shared, t: usize, hot: fs::Fd, rng: &mut StdRng) {
+fn hot_op(s: &Shared, t: usize, hot: fs::Fd, rng: &mut Pcg64Mcg) {
     let fs = &s.fs;
     let pg = rng.random_range(0..HOT_PAGES);
     if rng.random_range(0..2) == 0 {
@@ -331,7 +331,7 @@ fn concurrent_operations_then_clean_fsck_and_remount() {
         let s = s.clone();
         let done = done_tx.clone();
         handles.push(std::thread::spawn(move || {
-            let mut rng = StdRng::seed_from_u64(0xE5 + t as u64);
+            let mut rng = Pcg64Mcg::seed_from_u64(0xE5 + t as u64);
             let mut model = HashMap::new();
             let mut ops = 0u64;
             while !s.stop.load(Ordering::Relaxed) {

@@ -275,33 +275,6 @@ fn apply(trace: &Trace, img: &mut [u8], i: usize, mask: u64) {
     }
 }
 
-/// splitmix64: small, seedable, and the same everywhere, so a crash state replays.
-///
-/// Deprecated: new code seeds `rand_pcg::Pcg64Mcg` with `rand::SeedableRng::seed_from_u64`
-/// (as [`CrashCursor`] does); this stays only until the crash harness has moved over.
-#[derive(Clone, Debug)]
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
