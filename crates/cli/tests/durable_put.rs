@@ -15,8 +15,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::easyio;
-use rand_pcg::Pcg64Mcg;
 use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 /// Puts attempted; each is killed after a random delay unless it finished first.
 const ROUNDS: usize = 24;

@@ -4,9 +4,6 @@
 //! the CPU it runs on and falls back to the others when that shard runs dry. Freed
 //! blocks go back to the shard that owns their range, so extents coalesce.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -6,9 +6,6 @@
 //! several. Staging changes nothing a recovery would look at, so an operation that fails
 //! while staging (ENOSPC) has no effect.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::sync::Arc;
 
 use smallvec::SmallVec;

@@ -10,9 +10,6 @@
 //! This file uses only `super::facade` for synchronisation, so a model checker can compile
 //! it against its own primitives (`tests/model_check.rs`).
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use super::facade::{AtomicU64, Mutex, Ordering};
 use crate::alloc::{cpu_slot, Extent, SHARDS};
 

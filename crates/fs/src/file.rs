@@ -405,42 +405,14 @@ impl FileSystem {
             None
         };
         let pending = {
-            let mut pieces: SmallVec<[WritePiece<'_>; 4]> = SmallVec::new();
-            let mut p = p0;
-            while p < p1 {
-                let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
-                if p == p0 && head_partial {
-                    pieces.push(WritePiece {
-                        dst,
-                        src: head_buf.as_ref().unwrap(),
-                    });
-                    p += 1;
-                    continue;
-                }
-                if p == p1 - 1 && tail_partial {
-                    pieces.push(WritePiece {
-                        dst,
-                        src: tail_buf.as_ref().unwrap(),
-                    });
-                    p += 1;
-                    continue;
-                }
-                // A run of whole pages landing in contiguous blocks: one copy.
-                let mut q = p + 1;
-                let last_whole = if tail_partial { p1 - 1 } else { p1 };
-                while q < last_whole
-                    && blocks[(q - p0) as usize] == blocks[(q - p0 - 1) as usize] + 1
-                {
-                    q += 1;
-                }
-                let from = (p * BLOCK_SIZE - off) as usize;
-                let to = (q * BLOCK_SIZE - off) as usize;
-                pieces.push(WritePiece {
-                    dst,
-                    src: &buf[from..to],
-                });
-                p = q;
-            }
+            let pieces = write_pieces(
+                &blocks,
+                (p0, p1),
+                off,
+                buf,
+                head_buf.as_deref(),
+                tail_buf.as_deref(),
+            );
             // SAFETY: `buf` per our caller; the merged pages are returned to the caller,
             // who keeps them until the copy is done (moving a Vec keeps its heap buffer),
             // and until then a panic waits for the copy before they are freed (`running`).
@@ -773,4 +745,45 @@ pub(crate) struct StartedWrite {
     pub pending: Pending,
     /// Merged partial pages the copy reads from.
     pub _pages: Vec<Vec<u8>>,
+}
+
+/// The copies of one write: the merged partial first and last pages (`head`, `tail`,
+/// present when partial) and, between them, runs of whole pages of `buf` that land in
+/// contiguous blocks, one piece per run. `blocks[i]` is the new block of page `p0 + i`.
+fn write_pieces<'a>(
+    blocks: &[u64],
+    (p0, p1): (u64, u64),
+    off: u64,
+    buf: &'a [u8],
+    head: Option<&'a [u8]>,
+    tail: Option<&'a [u8]>,
+) -> SmallVec<[WritePiece<'a>; 4]> {
+    let mut pieces: SmallVec<[WritePiece<'a>; 4]> = SmallVec::new();
+    let last_whole = if tail.is_some() { p1 - 1 } else { p1 };
+    let mut p = p0;
+    while p < p1 {
+        let dst = blocks[(p - p0) as usize] * BLOCK_SIZE;
+        let partial = match (head, tail) {
+            (Some(h), _) if p == p0 => Some(h),
+            (_, Some(t)) if p == p1 - 1 => Some(t),
+            _ => None,
+        };
+        if let Some(src) = partial {
+            pieces.push(WritePiece { dst, src });
+            p += 1;
+            continue;
+        }
+        let mut q = p + 1;
+        while q < last_whole && blocks[(q - p0) as usize] == blocks[(q - p0 - 1) as usize] + 1 {
+            q += 1;
+        }
+        let from = (p * BLOCK_SIZE - off) as usize;
+        let to = (q * BLOCK_SIZE - off) as usize;
+        pieces.push(WritePiece {
+            dst,
+            src: &buf[from..to],
+        });
+        p = q;
+    }
+    pieces
 }

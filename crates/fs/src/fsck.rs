@@ -39,9 +39,6 @@
 //! (each committed by its tail store). A crash at any point leaves an image that
 //! `repair` takes up again.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::collections::HashMap;
 
 use std::sync::Arc;

@@ -6,9 +6,6 @@
 //! least about half full, so a sparse file (one page at 1 TiB) costs no more than the
 //! map alone.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::collections::BTreeMap;
 
 /// Block number standing for a hole in the vector: block 0 holds the superblock, never

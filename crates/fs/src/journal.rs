@@ -15,9 +15,6 @@
 //! | 12     | 4    | CRC-32C of the records                           |
 //! | 16     | 16·n | records: (byte offset of the word, old value)    |
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use pmem::Pmem;
 
 use crate::error::{Error, Result};

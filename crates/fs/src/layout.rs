@@ -44,9 +44,6 @@
 //! both say so. A read-only mount (and `fsck`) never writes the version. An image of a
 //! version newer than this build reads is refused with both versions named.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use crate::error::{Error, Result};
 use pmem::Pmem;
 

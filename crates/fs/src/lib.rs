@@ -13,6 +13,9 @@
 //! caller's [`Cred`] as Linux checks them; calls on the `FileSystem` itself are the
 //! trusted context (no checks). `atime` is not updated by reads (as with `noatime`).
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 mod aio;
 mod alloc;
 mod attr;

@@ -43,9 +43,6 @@
 //! replaces its first word with kind [`Kind::Void`], so it can never come back to life
 //! when the completion counter later passes its SN.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use crate::error::{Error, Result};
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
 

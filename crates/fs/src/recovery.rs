@@ -21,9 +21,6 @@
 //!
 //! The saved bitmap has one bit per block of the region (1 = free), from block 0.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;

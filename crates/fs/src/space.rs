@@ -19,9 +19,6 @@
 //! page without one a hole, and the end of the file is a hole. An offset at or past the
 //! end is `ENXIO`, as is `SEEK_DATA` with no data after the offset.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::sync::Arc;
 
 use crate::alloc::Extent;

@@ -39,9 +39,6 @@
 //! space is so fragmented that the set would need more than [`MAX_XATTR_EXTENTS`]
 //! extents, `ENOSPC`.
 
-#![warn(missing_docs)]
-#![warn(clippy::too_many_lines)]
-
 use std::sync::Arc;
 
 use crate::alloc::Extent;
