@@ -731,19 +731,27 @@ fn open_rw(path: &Path) -> Result<File> {
 /// Takes the region's exclusive lock. `flock` locks belong to the open file
 /// description, so a second open in the same process conflicts too, and the kernel
 /// drops the lock when the holder dies.
+///
+/// A refused lock is tried again for up to [`LOCK_GRACE`]: a process that spawns a
+/// program while it holds a region lends its descriptor to the child until the child's
+/// `exec` closes it (close-on-exec), so a lock released just before can still be held
+/// for that moment by a child that never meant to hold it.
 fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
+    use rustix::fs::{flock, FlockOperation};
     let how = match access {
-        Access::ReadWrite => libc::LOCK_EX,
-        Access::ReadOnly => libc::LOCK_SH,
+        Access::ReadWrite => FlockOperation::NonBlockingLockExclusive,
+        Access::ReadOnly => FlockOperation::NonBlockingLockShared,
     };
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-        return Err(io_err(path, "flock", err));
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match flock(file, how) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => break,
+            Err(e) => return Err(io_err(path, "flock", e.into())),
+        }
     }
     let holder = file
         .metadata()
@@ -755,6 +763,10 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
         holder,
     })
 }
+
+/// How long a refused region lock is tried again before the open fails with
+/// [`Error::Busy`].
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Name of a temporary region: prefix, creator's pid, a number, suffix.
 const TEMP_PREFIX: &str = "easyio-";
