@@ -14,7 +14,7 @@ use crate::error::{call, CResult, Failure};
 use crate::files::mount_of;
 use crate::handles::Registry;
 use crate::mount::{as_caller, easyio_fs, Mount};
-use crate::names::EASYIO_NAME_MAX;
+use crate::names::{EASYIO_DIRENT_NAME_SIZE, EASYIO_NAME_MAX};
 
 /// An open directory listing (opaque).
 pub struct easyio_dir {
@@ -30,7 +30,7 @@ pub struct easyio_dirent {
     /// `DT_CHR`, `DT_BLK`, or `DT_UNKNOWN` for an inode that cannot be read.
     pub kind: u8,
     /// The name, NUL-terminated.
-    pub name: [c_char; EASYIO_NAME_MAX + 1],
+    pub name: [c_char; EASYIO_DIRENT_NAME_SIZE],
 }
 
 /// A listing in progress: the directory's descriptor on its mount, the entries

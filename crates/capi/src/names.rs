@@ -8,3 +8,8 @@ pub const EASYIO_AT_ROOT: c_int = -100;
 
 /// Longest name of a directory entry, in bytes (without the NUL).
 pub const EASYIO_NAME_MAX: usize = 255;
+
+/// Size of [`crate::easyio_dirent::name`]: the longest name and its NUL.
+pub const EASYIO_DIRENT_NAME_SIZE: usize = 256;
+
+const _: () = assert!(EASYIO_DIRENT_NAME_SIZE == EASYIO_NAME_MAX + 1);
