@@ -77,3 +77,33 @@ pub(crate) fn call<T>(failed: T, body: impl FnOnce() -> CResult<T>) -> T {
 pub extern "C" fn easyio_last_error() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_eio_with_its_message() {
+        let r = call(-1, || -> CResult<i32> { panic!("boom at the boundary") });
+        assert_eq!(r, -1);
+        assert_eq!(errno::errno().0, libc::EIO);
+        // SAFETY: a NUL-terminated string of this thread.
+        let msg = unsafe { std::ffi::CStr::from_ptr(easyio_last_error()) };
+        assert!(
+            msg.to_str().unwrap().contains("boom at the boundary"),
+            "{msg:?}"
+        );
+    }
+
+    #[test]
+    fn a_failure_sets_errno_and_the_message() {
+        let r = call(std::ptr::null_mut::<u8>(), || {
+            Err(Failure::new(libc::ENOENT, "gone"))
+        });
+        assert!(r.is_null());
+        assert_eq!(errno::errno().0, libc::ENOENT);
+        // SAFETY: a NUL-terminated string of this thread.
+        let msg = unsafe { std::ffi::CStr::from_ptr(easyio_last_error()) };
+        assert_eq!(msg.to_str().unwrap(), "gone");
+    }
+}
