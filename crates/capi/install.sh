@@ -4,6 +4,7 @@
 #
 #   crates/capi/install.sh /usr/local            # release build, then install
 #   PROFILE=debug crates/capi/install.sh /tmp/p  # the debug build instead
+#   EASYIO_LIB_DIR=DIR crates/capi/install.sh P  # libraries already built in DIR
 #
 # Then: cc prog.c $(pkg-config --cflags --libs easyio)
 # (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not searched by default).
@@ -15,15 +16,19 @@ fi
 prefix=$1
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-profile=${PROFILE:-release}
-case $profile in
-    release) flags=--release dir=release ;;
-    debug | dev) flags= dir=debug ;;
-    *) flags="--profile $profile" dir=$profile ;;
-esac
-# shellcheck disable=SC2086 # $flags is empty or words meant to split
-cargo build --manifest-path "$root/Cargo.toml" -p capi $flags
-target=${CARGO_TARGET_DIR:-$root/target}/$dir
+if [ -n "${EASYIO_LIB_DIR:-}" ]; then
+    target=$EASYIO_LIB_DIR
+else
+    profile=${PROFILE:-release}
+    case $profile in
+        release) flags=--release dir=release ;;
+        debug | dev) flags= dir=debug ;;
+        *) flags="--profile $profile" dir=$profile ;;
+    esac
+    # shellcheck disable=SC2086 # $flags is empty or words meant to split
+    cargo build --manifest-path "$root/Cargo.toml" -p capi $flags
+    target=${CARGO_TARGET_DIR:-$root/target}/$dir
+fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n 1)
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include"
 cp "$target/libeasyio.so" "$target/libeasyio.a" "$prefix/lib/"
