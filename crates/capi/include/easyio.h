@@ -75,6 +75,8 @@ typedef struct easyio_mount_options {
   // Calibration profile (`easyio calibrate`) whose thresholds replace the
   // defaults; NULL: none.
   const char *profile;
+  // Engine channels the file system uses; 0: the default (one).
+  unsigned int engine_channels;
   // Nonzero: mount read-only (every change is EROFS).
   int read_only;
 } easyio_mount_options;

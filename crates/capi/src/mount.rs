@@ -2,7 +2,7 @@
 //! checked with.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_uint};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -34,6 +34,8 @@ pub struct easyio_mount_options {
     /// Calibration profile (`easyio calibrate`) whose thresholds replace the
     /// defaults; NULL: none.
     pub profile: *const c_char,
+    /// Engine channels the file system uses; 0: the default (one).
+    pub engine_channels: c_uint,
     /// Nonzero: mount read-only (every change is EROFS).
     pub read_only: c_int,
 }
@@ -78,6 +80,9 @@ fn options(o: &easyio_mount_options) -> CResult<(MountOptions, Option<pmem::slow
     if let Some(p) = opt_string(o.profile, "profile")? {
         opts = opts.with_profile(std::path::Path::new(p))?;
     }
+    if o.engine_channels != 0 {
+        opts.mover.engine_channels = o.engine_channels as usize;
+    }
     opts.read_only = o.read_only != 0;
     let model = match opt_string(o.emulate, "emulate")? {
         Some(n) => Some(pmem::slowmem::Model::preset(n).ok_or_else(|| bad("emulation", n))?),
@@ -121,6 +126,7 @@ impl Default for easyio_mount_options {
             engine: std::ptr::null(),
             emulate: std::ptr::null(),
             profile: std::ptr::null(),
+            engine_channels: 0,
             read_only: 0,
         }
     }
@@ -146,7 +152,9 @@ pub extern "C" fn easyio_mount(
 pub extern "C" fn easyio_unmount(fs: *mut easyio_fs) -> c_int {
     call(-1, || {
         let m = into_sole(MOUNTS.remove(fs)?);
-        m.requests.lock().clear();
+        // Waited for outside the lock (a wait may yield).
+        let in_flight: Vec<_> = m.requests.lock().drain().collect();
+        drop(in_flight);
         let Mount { fs, .. } = m;
         let fs = Arc::try_unwrap(fs)
             .map_err(|_| Failure::new(libc::EIO, "the file system is still in use"))?;

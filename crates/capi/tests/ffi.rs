@@ -758,6 +758,7 @@ fn emulated_slow_memory_and_read_only_mounts() {
     let opts = easyio_mount_options {
         mode: mode.as_ptr(),
         emulate: cxl.as_ptr(),
+        engine_channels: 2,
         ..Default::default()
     };
     img.fs = easyio_mount(path.as_ptr(), &opts);
