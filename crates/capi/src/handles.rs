@@ -5,21 +5,22 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::error::{CResult, Failure};
 
 /// Live handles of one kind, by address.
 pub(crate) struct Registry<T> {
     what: &'static str,
-    live: Mutex<BTreeMap<usize, Arc<T>>>,
+    /// Looked up by every call, changed only by opening and closing handles.
+    live: RwLock<BTreeMap<usize, Arc<T>>>,
 }
 
 impl<T> Registry<T> {
     pub const fn new(what: &'static str) -> Registry<T> {
         Registry {
             what,
-            live: Mutex::new(BTreeMap::new()),
+            live: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -27,7 +28,7 @@ impl<T> Registry<T> {
     pub fn insert<C>(&self, obj: T) -> *mut C {
         let obj = Arc::new(obj);
         let addr = Arc::as_ptr(&obj) as usize;
-        self.live.lock().insert(addr, obj);
+        self.live.write().insert(addr, obj);
         addr as *mut C
     }
 
@@ -37,7 +38,7 @@ impl<T> Registry<T> {
             return Err(Failure::null(self.what));
         }
         self.live
-            .lock()
+            .read()
             .get(&(handle as usize))
             .cloned()
             .ok_or_else(|| Failure::bad_handle(self.what))
@@ -49,7 +50,7 @@ impl<T> Registry<T> {
             return Err(Failure::null(self.what));
         }
         self.live
-            .lock()
+            .write()
             .remove(&(handle as usize))
             .ok_or_else(|| Failure::bad_handle(self.what))
     }
