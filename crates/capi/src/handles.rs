@@ -1,15 +1,24 @@
-//! Tables of live handles. A handle given to C is the address of its object; every
-//! call looks the address up here instead of dereferencing it, so a pointer that is
-//! stale, made up or of another kind is EBADF rather than a crash.
+//! Tables of live handles. A handle given to C is a number that looks like a pointer
+//! but is never dereferenced: every call looks it up here, so a pointer that is
+//! stale, made up or of another kind is EBADF rather than a crash. Numbers are never
+//! reused (unlike addresses, which the allocator hands out again), so a handle closed
+//! in one part of a program cannot name an object opened later in another.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::error::{CResult, Failure};
 
-/// Live handles of one kind, by address.
+/// The next handle number, shared by every kind: a handle of one kind is never a live
+/// handle of another. Starts past the first page and steps by a cache line, so that
+/// handles look like the aligned pointers C code may assume they are.
+static NEXT: AtomicUsize = AtomicUsize::new(1 << 16);
+const STEP: usize = 64;
+
+/// Live handles of one kind, by number.
 pub(crate) struct Registry<T> {
     what: &'static str,
     /// Looked up by every call, changed only by opening and closing handles.
@@ -24,12 +33,11 @@ impl<T> Registry<T> {
         }
     }
 
-    /// Makes `obj` a live handle; returns the address C gets.
+    /// Makes `obj` a live handle; returns the number C gets as its pointer.
     pub fn insert<C>(&self, obj: T) -> *mut C {
-        let obj = Arc::new(obj);
-        let addr = Arc::as_ptr(&obj) as usize;
-        self.live.write().insert(addr, obj);
-        addr as *mut C
+        let id = NEXT.fetch_add(STEP, Ordering::Relaxed);
+        self.live.write().insert(id, Arc::new(obj));
+        std::ptr::without_provenance_mut(id)
     }
 
     /// The object of a live handle.
@@ -39,7 +47,7 @@ impl<T> Registry<T> {
         }
         self.live
             .read()
-            .get(&(handle as usize))
+            .get(&handle.addr())
             .cloned()
             .ok_or_else(|| Failure::bad_handle(self.what))
     }
@@ -51,7 +59,7 @@ impl<T> Registry<T> {
         }
         self.live
             .write()
-            .remove(&(handle as usize))
+            .remove(&handle.addr())
             .ok_or_else(|| Failure::bad_handle(self.what))
     }
 }

@@ -10,7 +10,7 @@
 //! caught and turned into EIO with its message.
 //!
 //! Handles (`easyio_fs`, `easyio_dir`, `easyio_rt`, `easyio_uthread`) are only ever
-//! looked up in tables of live handles by their address, never dereferenced, so a
+//! numbers looked up in tables of live handles, never dereferenced nor reused, so a
 //! stale or made-up pointer is an error, not a crash. Descriptors are numbers of one
 //! `easyio_fs` (the lowest free one, as the kernel gives them), so a shim can map its
 //! own kernel descriptor numbers onto them.

@@ -780,3 +780,121 @@ fn emulated_slow_memory_and_read_only_mounts() {
     );
     assert!(img.open("/f", libc::O_RDONLY, 0) >= 0);
 }
+
+static RAN: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn mark(_: *mut c_void) -> *mut c_void {
+    RAN.fetch_add(1, Ordering::SeqCst);
+    null_mut()
+}
+
+/// On a runtime of one worker: spawns `mark` (queued behind the caller on the same
+/// worker), makes one blocking 8 MiB read, and answers whether `mark` ran during it.
+extern "C" fn read_while_other_runs(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: the test passes a `Shared` that outlives the uthread.
+    let s = unsafe { &*(arg as *const Shared) };
+    let other = easyio_spawn(null_mut(), Some(mark), null_mut());
+    assert!(!other.is_null());
+    let before = RAN.load(Ordering::SeqCst);
+    let mut buf = vec![0u8; 8 << 20];
+    let n = easyio_pread(s.fs, s.fd, buf.as_mut_ptr().cast(), buf.len(), 0);
+    let after = RAN.load(Ordering::SeqCst);
+    assert_eq!(easyio_join(other, null_mut()), 0);
+    let data = n == buf.len() as isize && buf.iter().all(|&b| b == 3);
+    // Bits: 1 the data read back, 2 the other had not run before, 4 it ran during.
+    let bits = u32::from(data) | u32::from(before == 0) << 1 | u32::from(after == 1) << 2;
+    s.ok.store(bits, Ordering::SeqCst);
+    null_mut()
+}
+
+#[test]
+fn a_blocking_read_in_a_uthread_yields_while_its_copy_runs() {
+    let mut img = Image::new("cpu");
+    img.write_file("/big", &vec![3u8; 8 << 20]);
+    assert_eq!(easyio_unmount(img.fs), 0);
+    // Slow memory emulated so that the engine's copy surely outlasts the first look.
+    let (path, mode, cxl) = (c(&img.path), c("async"), c("cxl"));
+    let opts = easyio_mount_options {
+        mode: mode.as_ptr(),
+        emulate: cxl.as_ptr(),
+        ..Default::default()
+    };
+    img.fs = easyio_mount(path.as_ptr(), &opts);
+    assert!(!img.fs.is_null(), "{}", last_error());
+    let fd = img.open("/big", libc::O_RDONLY, 0);
+    let shared = Shared {
+        fs: img.fs,
+        fd,
+        ok: AtomicU32::new(0),
+    };
+    let rt = easyio_rt_start(1);
+    // The wait spins briefly before it yields: a worker thread the kernel preempts
+    // for longer than the whole copy comes back to a finished copy and need not
+    // yield. So a few tries, each of which must read the data and keep the other
+    // uthread queued until the first yields, and one of which must show the yield.
+    let mut yielded = 0;
+    for _ in 0..5 {
+        RAN.store(0, Ordering::SeqCst);
+        let arg = &shared as *const Shared as *mut c_void;
+        let t = easyio_spawn(rt, Some(read_while_other_runs), arg);
+        assert_eq!(easyio_join(t, null_mut()), 0);
+        let bits = shared.ok.load(Ordering::SeqCst);
+        assert!(bits & 1 != 0, "the read read the file back");
+        assert!(
+            bits & 2 != 0,
+            "the other uthread waited for the first to yield"
+        );
+        yielded += u32::from(bits & 4 != 0);
+    }
+    assert_eq!(easyio_rt_stop(rt), 0);
+    assert!(
+        yielded > 0,
+        "the other uthread of the worker ran while the read's copy ran"
+    );
+}
+
+#[test]
+fn unmount_under_concurrent_calls_makes_them_ebadf_not_crash() {
+    let mut img = Image::new("async");
+    img.write_file("/f", &[1u8; 65536]);
+    let fd = img.open("/f", libc::O_RDWR, 0);
+    let fs = img.fs as usize;
+    // The buffers belong to this thread and outlive the unmount: a request whose
+    // wait found the handle dead is finished only once `easyio_unmount` returns.
+    let mut bufs = vec![vec![0u8; 65536]; 3];
+    let addrs: Vec<usize> = bufs.iter_mut().map(|b| b.as_mut_ptr() as usize).collect();
+    let stop_seen: Vec<_> = addrs
+        .into_iter()
+        .enumerate()
+        .map(|(i, buf)| {
+            std::thread::spawn(move || {
+                let (fs, buf) = (fs as *mut easyio_fs, buf as *mut c_void);
+                loop {
+                    let r = match i {
+                        0 => easyio_pread(fs, fd, buf, 65536, 0),
+                        1 => easyio_pwrite(fs, fd, buf, 4096, 0),
+                        _ => {
+                            let id = easyio_submit_pread(fs, fd, buf, 65536, 0);
+                            let mut c = easyio_completion::default();
+                            if id < 0 {
+                                -1
+                            } else {
+                                easyio_wait(fs, id as u64, &mut c) as isize
+                            }
+                        }
+                    };
+                    if r < 0 {
+                        return errno();
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(easyio_unmount(img.fs), 0, "{}", last_error());
+    img.fs = null_mut();
+    for t in stop_seen {
+        assert_eq!(t.join().unwrap(), libc::EBADF);
+    }
+    drop(bufs);
+}
