@@ -743,8 +743,8 @@ fn mount_options_are_checked() {
         libc::ENOENT,
     );
     // The image is held by `img`'s mount.
-    assert!(easyio_mount(path.as_ptr(), null()).is_null());
-    assert!(errno() != 0, "{}", last_error());
+    fails_null(easyio_mount(path.as_ptr(), null()), libc::EBUSY);
+    assert!(last_error().contains("in use"), "{}", last_error());
     fails(easyio_mkfs(path.as_ptr(), 32 << 20), libc::EEXIST);
 }
 
