@@ -134,3 +134,100 @@ impl Drop for ReadToken<'_> {
         }
     }
 }
+
+/// A submitted read or write into or from a buffer the caller keeps (the C ABI's
+/// requests, where the caller promises what the type system cannot). Dropping it
+/// waits for its copy.
+#[must_use = "dropping a token waits for its copy"]
+pub struct BorrowedToken<'fs> {
+    fs: &'fs FileSystem,
+    pending: Pending,
+    len: usize,
+    waited: bool,
+    _guard: Option<ReadGuard<'fs>>,
+    _pages: Vec<Vec<u8>>,
+}
+
+impl FileSystem {
+    /// Starts reading `buf.len()` bytes at `off` into `buf`, which the caller keeps.
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay allocated, and must be neither read nor written by anyone else,
+    /// until the token has been waited for or dropped (the copy writes into it until
+    /// then); leaking the token leaves the copy free to write into `buf` at any time.
+    pub unsafe fn submit_pread_borrowed(
+        &self,
+        fd: Fd,
+        buf: &mut [u8],
+        off: u64,
+    ) -> Result<BorrowedToken<'_>> {
+        let f = self.file(fd)?;
+        if !f.readable() {
+            return Err(Error::BadFd);
+        }
+        // SAFETY: forwarded from our caller; the epoch guard lives in the token.
+        let (len, pending, guard) =
+            unsafe { self.start_read_inode(f.inode(), off, buf, f.client())? };
+        Ok(BorrowedToken {
+            fs: self,
+            pending,
+            len,
+            waited: false,
+            _guard: Some(guard),
+            _pages: Vec::new(),
+        })
+    }
+
+    /// Starts writing `buf` at `off` (at the end with `O_APPEND`) from a buffer the
+    /// caller keeps: committed when this returns, durable once the token is done.
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay allocated and unchanged until the token has been waited for or
+    /// dropped (the copy reads from it until then).
+    pub unsafe fn submit_pwrite_borrowed(
+        &self,
+        fd: Fd,
+        buf: &[u8],
+        off: u64,
+    ) -> Result<BorrowedToken<'_>> {
+        let f = self.file(fd)?;
+        if !f.writable() {
+            return Err(Error::BadFd);
+        }
+        let at = if f.append() { None } else { Some(off) };
+        // SAFETY: forwarded from our caller.
+        let started = unsafe { self.start_write_inode(f.inode(), at, buf, f.client())? };
+        Ok(BorrowedToken {
+            fs: self,
+            pending: started.pending,
+            len: buf.len(),
+            waited: false,
+            _guard: None,
+            _pages: started._pages,
+        })
+    }
+}
+
+impl BorrowedToken<'_> {
+    /// Whether the copy is done (one load and a compare).
+    pub fn is_done(&self) -> bool {
+        self.fs.mover.is_done(self.pending)
+    }
+
+    /// Waits (yielding in a uthread) and returns the bytes read or written.
+    pub fn wait(mut self) -> Result<usize> {
+        self.waited = true;
+        self.fs.mover.wait(self.pending)?;
+        Ok(self.len)
+    }
+}
+
+impl Drop for BorrowedToken<'_> {
+    fn drop(&mut self) {
+        if !self.waited {
+            let _ = self.fs.mover.wait(self.pending);
+        }
+    }
+}

@@ -50,7 +50,7 @@ use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
 use serde::Serialize;
 
-pub use aio::{ReadToken, WriteToken};
+pub use aio::{BorrowedToken, ReadToken, WriteToken};
 pub use attr::{SetAttr, Time};
 pub use cred::Cred;
 pub use error::{Error, Result};

@@ -1,0 +1,192 @@
+//! The explicit asynchronous API, shaped like liburing's cycle: submit a read or a
+//! write and get a request id, compute, then poll or wait for one or many
+//! completions, each a result of bytes or -errno.
+//!
+//! The caller promises what io_uring asks too: a submitted buffer stays allocated,
+//! and is neither freed, reused nor (for a read) looked at, until its request has
+//! completed through [`easyio_poll`], [`easyio_wait`] or [`easyio_wait_many`] (or the
+//! mount is unmounted, which waits for every request in flight).
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+
+use fs::BorrowedToken;
+
+use crate::args::{bytes, bytes_mut, offset, slice, slice_mut};
+use crate::error::{call, CResult, Failure};
+use crate::files::mount_of;
+use crate::mount::{easyio_fs, Mount};
+
+/// The completion of a request.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct easyio_completion {
+    /// The request id [`easyio_submit_pread`] or [`easyio_submit_pwrite`] returned.
+    pub id: u64,
+    /// Bytes read or written, or -errno if the copy failed.
+    pub res: i64,
+}
+
+/// Keeps a started request under a new id.
+fn enqueue(m: &Mount, token: BorrowedToken<'_>) -> i64 {
+    // SAFETY: the token borrows `m.fs`, which the mount keeps in an `Arc` that
+    // outlives every request: requests are dropped (waiting for their copies) before
+    // the file system, in `easyio_unmount` and by the field order of `Mount`.
+    let token: BorrowedToken<'static> = unsafe { std::mem::transmute(token) };
+    let id = m.next_request.fetch_add(1, Ordering::Relaxed);
+    m.requests.lock().insert(id, token);
+    id as i64
+}
+
+/// Starts reading `len` bytes at `off` of descriptor `fd` into `buf`; returns a
+/// request id (>= 1), or -1 with errno if the request could not start (EBADF: not
+/// open for reading; EISDIR). The copy runs while the caller goes on; `buf` belongs
+/// to it until the request completes. Reading past the end of the file completes
+/// with fewer bytes.
+#[no_mangle]
+pub extern "C" fn easyio_submit_pread(
+    fs: *mut easyio_fs,
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    off: libc::off_t,
+) -> i64 {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        let (f, off, buf) = (
+            crate::args::fd(fd)?,
+            offset(off, "offset")?,
+            bytes_mut(buf, len, "buf")?,
+        );
+        // SAFETY: the caller keeps `buf` for the request until it completes (the
+        // header's contract), and the token waits for the copy before it goes.
+        let token = unsafe { m.fs.submit_pread_borrowed(f, buf, off)? };
+        Ok(enqueue(&m, token))
+    })
+}
+
+/// Starts writing `len` bytes from `buf` at `off` (at the end with `O_APPEND`): the
+/// write is committed when this returns (a read after it sees the data), durable
+/// when the request completes. Returns a request id (>= 1) or -1 with errno.
+#[no_mangle]
+pub extern "C" fn easyio_submit_pwrite(
+    fs: *mut easyio_fs,
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    off: libc::off_t,
+) -> i64 {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        let (f, off, buf) = (
+            crate::args::fd(fd)?,
+            offset(off, "offset")?,
+            bytes(buf, len, "buf")?,
+        );
+        // SAFETY: the caller keeps `buf` unchanged until the request completes (the
+        // header's contract), and the token waits for the copy before it goes.
+        let token = unsafe { m.fs.submit_pwrite_borrowed(f, buf, off)? };
+        Ok(enqueue(&m, token))
+    })
+}
+
+/// The completion of a finished (or now waited-for) request.
+fn complete(id: u64, token: BorrowedToken<'static>) -> easyio_completion {
+    let res = match token.wait() {
+        Ok(n) => n as i64,
+        Err(e) => -i64::from(e.errno()),
+    };
+    easyio_completion { id, res }
+}
+
+/// The request `id`, taken out of the mount's table if `done` says so.
+fn take_if(
+    m: &Mount,
+    id: u64,
+    done: impl FnOnce(&BorrowedToken<'static>) -> bool,
+) -> CResult<Option<BorrowedToken<'static>>> {
+    let mut reqs = m.requests.lock();
+    let t = reqs
+        .get(&id)
+        .ok_or_else(|| Failure::new(libc::EINVAL, format!("no request {id} in flight")))?;
+    Ok(if done(t) { reqs.remove(&id) } else { None })
+}
+
+/// Whether request `id` is complete (one load and a compare): 1 and its completion
+/// in `out` (the request is then retired), 0 if its copy still runs, -1 with errno
+/// (EINVAL: no such request in flight).
+#[no_mangle]
+pub extern "C" fn easyio_poll(fs: *mut easyio_fs, id: u64, out: *mut easyio_completion) -> c_int {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        let out = crate::args::out(out, "out")?;
+        Ok(match take_if(&m, id, BorrowedToken::is_done)? {
+            Some(t) => {
+                *out = complete(id, t);
+                1
+            }
+            None => 0,
+        })
+    })
+}
+
+/// Waits for request `id` — inside a uthread by yielding to the others of its
+/// worker, elsewhere on the calling thread — and puts its completion in `out`.
+#[no_mangle]
+pub extern "C" fn easyio_wait(fs: *mut easyio_fs, id: u64, out: *mut easyio_completion) -> c_int {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        let out = crate::args::out(out, "out")?;
+        let t = take_if(&m, id, |_| true)?.expect("taken unconditionally");
+        *out = complete(id, t);
+        Ok(0)
+    })
+}
+
+/// Completes at least `min` of the `n` requests `ids` (all of them when `min` is
+/// larger than `n`): waits while fewer are done, then retires every one that is done
+/// and writes their completions into `out` (room for `n`) as it finds them done.
+/// Returns how many it wrote. An id not in flight is EINVAL before any wait; a
+/// request must have one waiter at a time.
+#[no_mangle]
+pub extern "C" fn easyio_wait_many(
+    fs: *mut easyio_fs,
+    ids: *const u64,
+    n: usize,
+    min: usize,
+    out: *mut easyio_completion,
+) -> libc::ssize_t {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        let (ids, outs) = (slice(ids, n, "ids")?, slice_mut(out, n, "out")?);
+        {
+            let reqs = m.requests.lock();
+            if let Some(bad) = ids.iter().find(|id| !reqs.contains_key(id)) {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("no request {bad} in flight"),
+                ));
+            }
+        }
+        let want = min.min(n);
+        let mut done = vec![false; n];
+        let mut written = 0;
+        loop {
+            for (i, &id) in ids.iter().enumerate() {
+                if !done[i] {
+                    if let Some(t) = take_if(&m, id, BorrowedToken::is_done)? {
+                        outs[written] = complete(id, t);
+                        (done[i], written) = (true, written + 1);
+                    }
+                }
+            }
+            if written >= want {
+                return Ok(written as libc::ssize_t);
+            }
+            let i = done.iter().position(|d| !d).expect("fewer than n done");
+            let t = take_if(&m, ids[i], |_| true)?.expect("taken unconditionally");
+            outs[written] = complete(ids[i], t);
+            (done[i], written) = (true, written + 1);
+        }
+    })
+}

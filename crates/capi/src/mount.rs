@@ -1,0 +1,216 @@
+//! Mounting and unmounting an image, formatting one, and the credentials calls are
+//! checked with.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use fs::{BorrowedToken, Cred, FileSystem, FormatOptions, MountOptions};
+use parking_lot::{Mutex, RwLock};
+use pmem::{Pmem, Region};
+
+use crate::args::{opt_string, slice, string};
+use crate::error::{call, CResult, Failure};
+use crate::handles::{into_sole, Registry};
+
+/// A mounted image (opaque).
+pub struct easyio_fs {
+    _opaque: [u8; 0],
+}
+
+/// Options of [`easyio_mount`]; every field may be left 0/NULL for the default.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct easyio_mount_options {
+    /// Who moves file data: "cpu" (default), "semaphore", "delegate", "dma-sync",
+    /// "async".
+    pub mode: *const c_char,
+    /// Copy engine of the modes that use one: "software" (default), "dsa", "cpu".
+    pub engine: *const c_char,
+    /// Slow-memory emulation over the region: "optane" or "cxl"; NULL: none (the
+    /// region as it is).
+    pub emulate: *const c_char,
+    /// Calibration profile (`easyio calibrate`) whose thresholds replace the
+    /// defaults; NULL: none.
+    pub profile: *const c_char,
+    /// Engine channels the file system uses; 0: the default (one).
+    pub engine_channels: c_uint,
+    /// Nonzero: mount read-only (every change is EROFS).
+    pub read_only: c_int,
+}
+
+/// A mount: the file system, the caller credentials, the asynchronous requests in
+/// flight.
+pub(crate) struct Mount {
+    /// Declared before `fs`: requests (which borrow it) are dropped, waiting for their
+    /// copies, before it.
+    pub requests: Mutex<HashMap<u64, BorrowedToken<'static>>>,
+    pub next_request: AtomicU64,
+    pub fs: Arc<FileSystem>,
+    /// `None`: the trusted context (no permission checks).
+    pub cred: RwLock<Option<Arc<Cred>>>,
+}
+
+pub(crate) static MOUNTS: Registry<Mount> = Registry::new("easyio_fs");
+
+/// Runs a path or `*at` call as the mount's caller: checked with its credentials when
+/// [`easyio_set_cred`] gave some, in the trusted context otherwise.
+macro_rules! as_caller {
+    ($m:expr, $method:ident($($a:expr),* $(,)?)) => {{
+        let cred = $m.cred.read().clone();
+        match cred {
+            Some(c) => $m.fs.as_user(&c).$method($($a),*),
+            None => $m.fs.$method($($a),*),
+        }
+    }};
+}
+pub(crate) use as_caller;
+
+/// The mount options C asked for.
+fn options(o: &easyio_mount_options) -> CResult<(MountOptions, Option<pmem::slowmem::Model>)> {
+    let bad = |what: &str, v: &str| Failure::new(libc::EINVAL, format!("unknown {what} {v:?}"));
+    let mut opts = MountOptions::default();
+    if let Some(m) = opt_string(o.mode, "mode")? {
+        opts.mode = m.parse().map_err(|_| bad("mode", m))?;
+    }
+    if let Some(e) = opt_string(o.engine, "engine")? {
+        opts = opts.with_engine(e.parse().map_err(|_| bad("engine", e))?);
+    }
+    if let Some(p) = opt_string(o.profile, "profile")? {
+        opts = opts.with_profile(std::path::Path::new(p))?;
+    }
+    if o.engine_channels != 0 {
+        opts.mover.engine_channels = o.engine_channels as usize;
+    }
+    opts.read_only = o.read_only != 0;
+    let model = match opt_string(o.emulate, "emulate")? {
+        Some(n) => Some(pmem::slowmem::Model::preset(n).ok_or_else(|| bad("emulation", n))?),
+        None => None,
+    };
+    Ok((opts, model))
+}
+
+fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut easyio_fs> {
+    let image = string(image, "image")?;
+    let o = if o.is_null() {
+        easyio_mount_options::default()
+    } else {
+        // SAFETY: not NULL; the header asks for a valid options struct for the call.
+        unsafe { *o }
+    };
+    let (opts, model) = options(&o)?;
+    let region = if opts.read_only {
+        Region::open_read_only(image)
+    } else {
+        Region::open(image)
+    }
+    .map_err(fs::Error::Region)?;
+    let mut pm: Arc<dyn Pmem> = Arc::new(region);
+    if let Some(model) = model {
+        pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
+    }
+    let (fs, _report) = FileSystem::mount(pm, opts)?;
+    Ok(MOUNTS.insert(Mount {
+        requests: Mutex::new(HashMap::new()),
+        next_request: AtomicU64::new(1),
+        fs: Arc::new(fs),
+        cred: RwLock::new(None),
+    }))
+}
+
+impl Default for easyio_mount_options {
+    fn default() -> Self {
+        easyio_mount_options {
+            mode: std::ptr::null(),
+            engine: std::ptr::null(),
+            emulate: std::ptr::null(),
+            profile: std::ptr::null(),
+            engine_channels: 0,
+            read_only: 0,
+        }
+    }
+}
+
+/// Mounts the image at `image` (a region file made by `easyio mkfs` or
+/// [`easyio_mkfs`]), recovering it if it was not cleanly unmounted. `options` may be
+/// NULL for the defaults. Returns the mount, or NULL with errno (ENOENT: no image;
+/// EINVAL: an unknown option or not an easyio image; EBUSY: another process holds it).
+/// One process holds an image at a time.
+#[no_mangle]
+pub extern "C" fn easyio_mount(
+    image: *const c_char,
+    options: *const easyio_mount_options,
+) -> *mut easyio_fs {
+    call(std::ptr::null_mut(), || mount(image, options))
+}
+
+/// Unmounts: waits for the asynchronous requests still in flight, closes every
+/// descriptor and directory handle of the mount, and marks the image cleanly
+/// unmounted. The handle is dead afterwards (EBADF), even when this fails.
+#[no_mangle]
+pub extern "C" fn easyio_unmount(fs: *mut easyio_fs) -> c_int {
+    call(-1, || {
+        let m = into_sole(MOUNTS.remove(fs)?);
+        // Waited for outside the lock (a wait may yield).
+        let in_flight: Vec<_> = m.requests.lock().drain().collect();
+        drop(in_flight);
+        let Mount { fs, .. } = m;
+        let fs = Arc::try_unwrap(fs)
+            .map_err(|_| Failure::new(libc::EIO, "the file system is still in use"))?;
+        fs.unmount()?;
+        Ok(0)
+    })
+}
+
+/// Creates a region file of `size` bytes at `image` (which must not exist: EEXIST)
+/// and formats it with an empty root directory.
+#[no_mangle]
+pub extern "C" fn easyio_mkfs(image: *const c_char, size: u64) -> c_int {
+    call(-1, || {
+        let path = string(image, "image")?;
+        let region = Region::create(path, size).map_err(fs::Error::Region)?;
+        if let Err(e) = FileSystem::format(&region, &FormatOptions::default()) {
+            drop(region);
+            let _ = pmem::remove(path);
+            return Err(e.into());
+        }
+        Ok(0)
+    })
+}
+
+/// Makes the calls of this mount that take paths or change attributes check
+/// permissions as Linux does for a caller with these ids, supplementary `groups`
+/// (`ngroups` of them; NULL with 0) and `umask`, and own what they create by it.
+/// Reads and writes of open descriptors are not checked again.
+#[no_mangle]
+pub extern "C" fn easyio_set_cred(
+    fs: *mut easyio_fs,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: *const libc::gid_t,
+    ngroups: usize,
+    umask: libc::mode_t,
+) -> c_int {
+    call(-1, || {
+        let m = MOUNTS.get(fs)?;
+        let groups = slice(groups, ngroups, "groups")?.to_vec();
+        *m.cred.write() = Some(Arc::new(Cred {
+            uid,
+            gid,
+            groups,
+            umask,
+        }));
+        Ok(0)
+    })
+}
+
+/// Back to the trusted context: no permission checks, new inodes owned by the
+/// process (the default after [`easyio_mount`]).
+#[no_mangle]
+pub extern "C" fn easyio_clear_cred(fs: *mut easyio_fs) -> c_int {
+    call(-1, || {
+        *MOUNTS.get(fs)?.cred.write() = None;
+        Ok(0)
+    })
+}

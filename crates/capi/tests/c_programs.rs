@@ -1,0 +1,212 @@
+//! C programs built with `cc` against the freshly built library, installed by
+//! `install.sh` into a temporary prefix and found through `pkg-config easyio`:
+//! `examples/demo.c` (mount, write, uthreads overlapping asynchronous reads with
+//! computation, unmount), the same demo linked with the static library, and
+//! `tests/c/posix_compare.c` (each call's result and errno against the kernel's on
+//! a tmpfs directory). Every run has a watchdog; everything made is removed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A program the tests need; a missing one fails naming its Debian package.
+fn need(program: &str, package: &str) {
+    let found = Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(found, "`{program}` is missing: install the Debian package `{package}` (apt-get install -y {package})");
+}
+
+/// A scratch directory in /dev/shm, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = PathBuf::from(format!("/dev/shm/easyio-capi-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed on drop (a test that panics leaves nothing running).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `cmd` to completion within `limit`, or kills it and fails. Its output is
+/// read while it runs, so a chatty child never blocks on a full pipe.
+fn run(cmd: &mut Command, limit: Duration) -> Output {
+    use std::io::Read;
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut child = Running(child);
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.0.stdout.take().unwrap()));
+    let err = drain(Box::new(child.0.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not finish in {limit:?}: killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// Runs `cmd`, failing with its output unless it exits with 0; returns its stdout.
+fn ok(cmd: &mut Command, limit: Duration) -> String {
+    let what = format!("{cmd:?}");
+    let out = run(cmd, limit);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+/// Where this test's build put `libeasyio.so` and `libeasyio.a`: beside the test
+/// binary (the library is built with all its crate types for the tests).
+fn lib_dir() -> PathBuf {
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for f in ["libeasyio.so", "libeasyio.a"] {
+        assert!(dir.join(f).exists(), "{f} not built in {}", dir.display());
+    }
+    dir
+}
+
+/// Installs into `prefix` with install.sh from this build's libraries; returns the
+/// `PKG_CONFIG_PATH` to find it.
+fn install(prefix: &Path) -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ok(
+        Command::new("sh")
+            .arg(crate_dir.join("install.sh"))
+            .arg(prefix)
+            .env("EASYIO_LIB_DIR", lib_dir()),
+        Duration::from_secs(60),
+    );
+    prefix.join("lib/pkgconfig")
+}
+
+fn pkg_config(pc_path: &Path, args: &[&str]) -> Vec<String> {
+    let out = ok(
+        Command::new("pkg-config")
+            .args(args)
+            .arg("easyio")
+            .env("PKG_CONFIG_PATH", pc_path),
+        Duration::from_secs(10),
+    );
+    out.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Compiles `source` into `exe` with `flags`.
+fn cc(source: &Path, exe: &Path, flags: &[String]) {
+    ok(
+        Command::new("cc")
+            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .arg(source)
+            .arg("-o")
+            .arg(exe)
+            .args(flags),
+        Duration::from_secs(120),
+    );
+}
+
+#[test]
+fn demo_builds_with_pkg_config_and_runs() {
+    need("cc", "gcc");
+    need("pkg-config", "pkg-config");
+    let s = Scratch::new("demo");
+    let pc = install(&s.0.join("prefix"));
+    let version = pkg_config(&pc, &["--modversion"]);
+    assert_eq!(version, [env!("CARGO_PKG_VERSION")]);
+    let mut flags = pkg_config(&pc, &["--cflags"]);
+    flags.extend(pkg_config(&pc, &["--libs"]));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo.c");
+    cc(&src, &s.0.join("demo"), &flags);
+    let out = ok(
+        Command::new(s.0.join("demo")).arg(s.0.join("demo.img")),
+        Duration::from_secs(120),
+    );
+    assert!(out.contains("demo: ok"), "{out}");
+
+    // The same program linked with the static library runs without the shared one.
+    let mut flags = pkg_config(&pc, &["--cflags"]);
+    for f in pkg_config(&pc, &["--static", "--libs"]) {
+        if f == "-leasyio" {
+            flags.extend(["-Wl,-Bstatic", "-leasyio", "-Wl,-Bdynamic"].map(String::from));
+        } else {
+            flags.push(f);
+        }
+    }
+    cc(&src, &s.0.join("demo-static"), &flags);
+    std::fs::remove_file(s.0.join("prefix/lib/libeasyio.so")).unwrap();
+    let out = ok(
+        Command::new(s.0.join("demo-static")).arg(s.0.join("static.img")),
+        Duration::from_secs(120),
+    );
+    assert!(out.contains("demo: ok"), "{out}");
+}
+
+#[test]
+fn c_calls_answer_as_the_kernel_does() {
+    need("cc", "gcc");
+    need("pkg-config", "pkg-config");
+    let s = Scratch::new("posix");
+    let pc = install(&s.0.join("prefix"));
+    let mut flags = pkg_config(&pc, &["--cflags"]);
+    flags.extend(pkg_config(&pc, &["--libs"]));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/posix_compare.c");
+    cc(&src, &s.0.join("posix_compare"), &flags);
+    let kernel_dir = s.0.join("kernel");
+    std::fs::create_dir(&kernel_dir).unwrap();
+    let out = ok(
+        Command::new(s.0.join("posix_compare"))
+            .arg(s.0.join("posix.img"))
+            .arg(&kernel_dir),
+        Duration::from_secs(120),
+    );
+    assert!(out.contains("each with the kernel's result"), "{out}");
+}
