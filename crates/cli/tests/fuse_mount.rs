@@ -1,0 +1,465 @@
+//! `easyio mount` on real images in /dev/shm: unmodified programs on the mount and on
+//! a tmpfs directory give the same results; permissions for an unprivileged user;
+//! concurrent writers; SIGKILL of the server and recovery; clean unmounts.
+//!
+//! Every server runs under a watchdog that kills it (and lazily unmounts) if a test
+//! hangs, and a `Drop` guard unmounts and kills it however the test ends. Every
+//! program runs under `timeout`. Without /dev/fuse the tests are skipped, saying so;
+//! a missing program fails the test naming the Debian package to install.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+const EASYIO: &str = env!("CARGO_BIN_EXE_easyio");
+/// Longest a test's server may live before the watchdog kills it.
+const SERVER_LIMIT: Duration = Duration::from_secs(150);
+/// Longest one program may run.
+const PROGRAM_LIMIT_S: &str = "90";
+
+fn fuse_missing() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return false;
+    }
+    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
+    true
+}
+
+/// Fails the test if `prog` is not installed, naming the package that has it.
+fn need(prog: &str, package: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "{prog} is not installed: install the Debian package {package}"
+    );
+}
+
+/// A directory of this test in /dev/shm (tmpfs), removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = PathBuf::from(format!(
+            "/dev/shm/easyio-fuse-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.0.join("mnt"))
+            .output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs a program under `timeout`; its output.
+fn run(prog: &str, args: &[&str], dir: &Path) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", PROGRAM_LIMIT_S, prog])
+        .args(args)
+        .current_dir(dir);
+    cmd.output()
+        .unwrap_or_else(|e| panic!("running {prog}: {e}"))
+}
+
+/// Runs a shell script with `$1` = `arg`; its standard output, failing on failure.
+fn sh(script: &str, dir: &Path, arg: &Path) -> String {
+    let out = run("sh", &["-c", script, "sh", arg.to_str().unwrap()], dir);
+    assert!(
+        out.status.success(),
+        "script failed ({}) in {}:\n{script}\nstdout: {}\nstderr: {}",
+        out.status,
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn easyio(args: &[&str]) -> Output {
+    run(EASYIO, args, Path::new("/"))
+}
+
+/// A formatted image in `dir`.
+fn mkfs(dir: &Path, size: &str) -> PathBuf {
+    let image = dir.join("image");
+    let out = easyio(&["mkfs", "--image", image.to_str().unwrap(), "--size", size]);
+    assert!(
+        out.status.success(),
+        "mkfs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    image
+}
+
+/// `easyio mount -f` of an image, served until [`Server::umount`] or drop.
+struct Server {
+    child: Child,
+    mp: PathBuf,
+    log: PathBuf,
+    stop_watchdog: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(image: &Path, mp: &Path, extra: &[&str]) -> Server {
+        std::fs::create_dir_all(mp).unwrap();
+        let log = mp.with_extension("log");
+        let mut child = Command::new(EASYIO)
+            .arg("mount")
+            .arg(image)
+            .arg(mp)
+            .arg("-f")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let stop_watchdog = Arc::new(AtomicBool::new(false));
+        watchdog(child.id(), mp.to_path_buf(), stop_watchdog.clone());
+        let s = Server {
+            child,
+            mp: mp.to_path_buf(),
+            log,
+            stop_watchdog,
+        };
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        assert!(
+            line.contains("mounted on"),
+            "mount failed: {line:?}\n{}",
+            s.log_text()
+        );
+        s
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `easyio umount`, then the server's exit.
+    fn umount(mut self) -> String {
+        let out = easyio(&["umount", self.mp.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "umount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st = wait_exit(&mut self.child, Duration::from_secs(30));
+        assert!(st.success(), "server exit {st}: {}", self.log_text());
+        self.log_text()
+    }
+}
+
+/// Waits for a child to exit, killing it (and failing) past `limit`.
+fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills server `pid` and lazily unmounts `mp` if the test is still running after
+/// [`SERVER_LIMIT`]: calls blocked on the mount then fail and the test ends.
+fn watchdog(pid: u32, mp: PathBuf, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            if t0.elapsed() > SERVER_LIMIT {
+                eprintln!("watchdog: killing server {pid} after {SERVER_LIMIT:?}");
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .output();
+                let _ = Command::new("umount").arg("-l").arg(&mp).output();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_watchdog.store(true, Ordering::SeqCst);
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).output();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The fs crate's sources: a real tree of a few dozen files to copy around.
+fn source_tree() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fs")
+}
+
+/// A scratch directory with an image mounted on `mnt` and a tmpfs twin `tmp`.
+fn setup(name: &str, size: &str, extra: &[&str]) -> (Scratch, Server, PathBuf) {
+    let s = Scratch::new(name);
+    let image = mkfs(&s.0, size);
+    let server = Server::start(&image, &s.0.join("mnt"), extra);
+    let tmp = s.0.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    (s, server, tmp)
+}
+
+/// `ls -lRn` with what differs between file systems by design left out: the "total"
+/// lines (blocks) and the sizes of directories.
+fn normalise_ls(out: &str) -> String {
+    let mut v = Vec::new();
+    for l in out.lines() {
+        if l.starts_with("total ") {
+            continue;
+        }
+        if l.starts_with('d') {
+            let mut f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() > 4 {
+                f.remove(4);
+            }
+            v.push(f.join(" "));
+        } else {
+            v.push(l.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    v.join("\n")
+}
+
+#[test]
+fn cp_tar_find_ls_du_sha256sum_as_on_tmpfs() {
+    if fuse_missing() {
+        return;
+    }
+    for (p, pkg) in [
+        ("tar", "tar"),
+        ("diff", "diffutils"),
+        ("sha256sum", "coreutils"),
+    ] {
+        need(p, pkg);
+    }
+    let (s, server, tmp) = setup("tree", "512M", &[]);
+    let src = source_tree();
+    let script = format!(
+        "set -e; cd \"$1\"; cp -a {} src; mkdir untar; tar cf - src | tar xf - -C untar; \
+         diff -r src untar/src; \
+         dd if=/dev/urandom of=big1 bs=1M count=40 status=none; \
+         dd if=/dev/urandom of=big2 bs=4099 count=3001 status=none; \
+         cp big1 big1.copy; cat big2 big1 > big3",
+        src.display()
+    );
+    for root in [&tmp, &server.mp] {
+        sh(&script, root, root);
+    }
+    // The same bytes everywhere: the mount's against tmpfs, then the hashes within.
+    let diff = run(
+        "diff",
+        &["-r", "src", server.mp.join("src").to_str().unwrap()],
+        &tmp,
+    );
+    assert!(
+        diff.status.success(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    let hash = |root: &Path| {
+        let sums = sh("sha256sum big1 big1.copy big3", root, root);
+        let first: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
+        assert_eq!(first[0], first[1], "a copy on {} differs", root.display());
+        sums
+    };
+    let (h_tmp, h_mnt) = (hash(&tmp), hash(&server.mp));
+    // big1, big2 are random per root: compare each file's hash across roots by copying.
+    let cross = sh(
+        &format!(
+            "cp big1 {0}/x1 && cp big3 {0}/x3 && sha256sum big1 big3",
+            server.mp.display()
+        ),
+        &tmp,
+        &tmp,
+    );
+    let back = sh("sha256sum x1 x3", &server.mp, &server.mp);
+    let col = |t: &str| t.lines().map(|l| l[..64].to_string()).collect::<Vec<_>>();
+    assert_eq!(col(&cross), col(&back));
+    assert!(!h_tmp.is_empty() && !h_mnt.is_empty());
+    let listing = |root: &Path| {
+        let find = sh(
+            "cd src && find . -type f -printf '%P %m %n %s %T@\\n' | sort && \
+             find . -type d -printf '%P %m %n\\n' | sort",
+            root,
+            root,
+        );
+        let ls = normalise_ls(&sh("ls -lRn --time-style=+%s src", root, root));
+        let du = sh(
+            "cd src && du -ab --apparent-size $(find . -type f | sort)",
+            root,
+            root,
+        );
+        (find, ls, du)
+    };
+    assert_eq!(listing(&tmp), listing(&server.mp));
+    let log = server.umount();
+    assert!(log.contains("unmounted cleanly"), "{log}");
+    drop(s);
+}
+
+const PY_SCRIPT: &str = r#"
+import os, sys, errno
+os.chdir(sys.argv[1])
+out = []
+def rec(*a): out.append(" ".join(str(x) for x in a))
+os.makedirs("a/b/c")
+with open("a/f", "wb") as f:
+    f.write(b"0123456789" * 1000)
+with open("a/f", "r+b") as f:
+    f.seek(4097); f.write(b"XYZ"); f.seek(-5, 2); rec("tail", f.read())
+    f.seek(4095); rec("mid", f.read(6)); f.truncate(5000)
+rec("size", os.stat("a/f").st_size)
+fd = os.open("a/g", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o640)
+os.pwrite(fd, b"odd", 12345); os.close(fd)
+try:
+    os.open("a/g", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+except OSError as e:
+    rec("excl", errno.errorcode[e.errno])
+rec("g", os.stat("a/g").st_size, oct(os.stat("a/g").st_mode))
+with open("a/g", "rb") as f:
+    rec("hole", f.read(12345) == bytes(12345), f.read())
+fd = os.open("a/app", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+for i in range(50):
+    os.write(fd, b"line %d\n" % i)
+os.lseek(fd, 0, 0); os.write(fd, b"end\n"); os.close(fd)
+rec("app", open("a/app").read().splitlines()[-2:])
+os.rename("a/f", "a/b/f2")
+os.replace("a/g", "a/b/f2")
+rec("replaced", os.stat("a/b/f2").st_size)
+os.link("a/b/f2", "a/h"); rec("nlink", os.stat("a/h").st_nlink)
+os.symlink("b/f2", "a/s"); rec("readlink", os.readlink("a/s"), os.stat("a/s").st_size)
+os.rename("a/b", "a/bb")
+try:
+    os.rmdir("a/bb")
+except OSError as e:
+    rec("rmdir", errno.errorcode[e.errno])
+try:
+    os.rename("a/bb", "a/bb/c/x")
+except OSError as e:
+    rec("into-self", errno.errorcode[e.errno])
+os.makedirs("d/e")
+os.rename("d/e", "a/bb/c")
+rec("listdir", sorted(os.listdir("a")), sorted(os.listdir("a/bb")))
+for root, dirs, files in sorted(os.walk(".")):
+    rec("walk", root, sorted(dirs), sorted(files))
+fd = os.open("sparse", os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b"data", 1 << 20)
+rec("seek", os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 1 << 20, os.SEEK_HOLE))
+os.posix_fallocate(fd, 0, 3 << 20); rec("falloc", os.fstat(fd).st_size)
+os.close(fd)
+with open("a/h", "rb") as f:
+    os.unlink("a/h"); os.unlink("a/bb/f2")
+    rec("unlinked-open", len(f.read()))
+rec("gone", os.path.exists("a/h"))
+for n in ("a/app", "a/s", "sparse"):
+    os.unlink(n)
+rec("final", sorted(os.walk(".")))
+print("\n".join(out))
+"#;
+
+#[test]
+fn python_script_as_on_tmpfs() {
+    if fuse_missing() {
+        return;
+    }
+    need("python3", "python3");
+    let (s, server, tmp) = setup("python", "256M", &[]);
+    let script = s.0.join("t.py");
+    std::fs::write(&script, PY_SCRIPT).unwrap();
+    let py = |root: &Path| {
+        let out = run(
+            "python3",
+            &[script.to_str().unwrap(), root.to_str().unwrap()],
+            root,
+        );
+        assert!(
+            out.status.success(),
+            "python on {}: {}",
+            root.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (a, b) = (py(&tmp), py(&server.mp));
+    assert!(
+        a.contains("excl EEXIST") && a.contains("unlinked-open 12348"),
+        "{a}"
+    );
+    assert_eq!(a, b);
+    server.umount();
+}
+
+#[test]
+fn sqlite_and_git_as_on_tmpfs() {
+    if fuse_missing() {
+        return;
+    }
+    need("sqlite3", "sqlite3");
+    need("git", "git");
+    let (_s, server, tmp) = setup("apps", "256M", &[]);
+    let sql = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, n INTEGER); \
+        CREATE INDEX tv ON t(v); \
+        WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 5000) \
+        INSERT INTO t(v, n) SELECT printf('row-%05d', i), i * 7 FROM c; \
+        WITH RECURSIVE c(i) AS (SELECT 5001 UNION ALL SELECT i + 1 FROM c WHERE i < 10000) \
+        INSERT INTO t(v, n) SELECT printf('row-%05d', i), i * 7 FROM c; \
+        UPDATE t SET n = n + 1 WHERE id % 3 = 0; DELETE FROM t WHERE id % 97 = 0; \
+        SELECT count(*), sum(n), max(v) FROM t; PRAGMA integrity_check;";
+    let git = format!(
+        "set -e; export HOME=\"$1\" GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=t GIT_COMMITTER_NAME=t \
+         GIT_AUTHOR_EMAIL=t@example.org GIT_COMMITTER_EMAIL=t@example.org \
+         GIT_AUTHOR_DATE='1700000000 +0000' GIT_COMMITTER_DATE='1700000000 +0000'; \
+         cp -r {} tree; cd tree; git init -q; git add -A; git commit -q -m one; \
+         echo change >> Cargo.toml; git commit -qam two; \
+         git rev-parse HEAD; git status --porcelain; git fsck --strict 2>&1; git log --oneline | wc -l",
+        source_tree().display()
+    );
+    let both = |root: &Path| {
+        let db = sh(&format!("sqlite3 \"$1/db\" \"{sql}\""), root, root);
+        let g = run("sh", &["-c", &git, "sh", root.to_str().unwrap()], root);
+        assert!(
+            g.status.success(),
+            "git on {}: {}",
+            root.display(),
+            String::from_utf8_lossy(&g.stderr)
+        );
+        (db, String::from_utf8(g.stdout).unwrap())
+    };
+    // Fixed names and dates (in the script), so that the commits and their hashes are
+    // the same on both.
+    let (a, b) = (both(&tmp), both(&server.mp));
+    assert!(a.0.ends_with("ok\n"), "{}", a.0);
+    assert!(a.0.starts_with("9897|"), "{}", a.0);
+    assert_eq!(a, b);
+    server.umount();
+}
