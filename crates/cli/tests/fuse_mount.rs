@@ -383,7 +383,7 @@ with open("a/h", "rb") as f:
 rec("gone", os.path.exists("a/h"))
 for n in ("a/app", "a/s", "sparse"):
     os.unlink(n)
-rec("final", sorted(os.walk(".")))
+rec("final", sorted((r, sorted(d), sorted(f)) for r, d, f in os.walk(".")))
 print("\n".join(out))
 "#;
 
@@ -411,6 +411,7 @@ fn python_script_as_on_tmpfs() {
         String::from_utf8(out.stdout).unwrap()
     };
     let (a, b) = (py(&tmp), py(&server.mp));
+    eprintln!("on tmpfs:\n{a}");
     assert!(
         a.contains("excl EEXIST") && a.contains("unlinked-open 12348"),
         "{a}"
@@ -458,8 +459,371 @@ fn sqlite_and_git_as_on_tmpfs() {
     // Fixed names and dates (in the script), so that the commits and their hashes are
     // the same on both.
     let (a, b) = (both(&tmp), both(&server.mp));
+    eprintln!("on tmpfs:\n{}{}", a.0, a.1);
     assert!(a.0.ends_with("ok\n"), "{}", a.0);
     assert!(a.0.starts_with("9897|"), "{}", a.0);
     assert_eq!(a, b);
     server.umount();
+}
+
+const WRITER: &str = r#"
+import os, sys
+me, n = int(sys.argv[1]), int(sys.argv[2])
+own = os.open("own%d" % me, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+log = os.open("log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+for i in range(n):
+    os.write(own, (b"%d:%06d|" % (me, i)).ljust(4096, b"."))
+    os.write(log, (b"%d %06d " % (me, i)).ljust(63, b"x") + b"\n")
+os.close(own); os.close(log)
+"#;
+
+#[test]
+fn two_processes_write_files_and_append_to_one_log_at_once() {
+    if fuse_missing() {
+        return;
+    }
+    need("python3", "python3");
+    let (s, server, _tmp) = setup("concurrent", "256M", &[]);
+    let script = s.0.join("w.py");
+    std::fs::write(&script, WRITER).unwrap();
+    const N: usize = 300;
+    let mut kids: Vec<Child> = (0..2)
+        .map(|me| {
+            Command::new("timeout")
+                .args([PROGRAM_LIMIT_S, "python3", script.to_str().unwrap()])
+                .args([me.to_string(), N.to_string()])
+                .current_dir(&server.mp)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in &mut kids {
+        assert!(wait_exit(k, Duration::from_secs(100)).success());
+    }
+    for me in 0..2 {
+        let data = std::fs::read(server.mp.join(format!("own{me}"))).unwrap();
+        assert_eq!(data.len(), N * 4096);
+        for (i, chunk) in data.chunks(4096).enumerate() {
+            assert!(
+                chunk.starts_with(format!("{me}:{i:06}|").as_bytes()),
+                "own{me} chunk {i}"
+            );
+        }
+    }
+    let log = std::fs::read_to_string(server.mp.join("log")).unwrap();
+    assert_eq!(
+        log.len(),
+        2 * N * 64,
+        "every append whole, none overwritten"
+    );
+    let mut seen: Vec<(u32, u32)> = log
+        .lines()
+        .map(|l| {
+            assert_eq!(l.len(), 63, "torn line {l:?}");
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap())
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(u32, u32)> = (0..2)
+        .flat_map(|m| (0..N as u32).map(move |i| (m, i)))
+        .collect();
+    assert_eq!(seen, want);
+    server.umount();
+}
+
+const PERM_SETUP: &str = "set -e; cd \"$1\"; mkdir pub priv sticky sg; chmod 777 pub; \
+    chmod 755 priv; chmod 1777 sticky; echo secret > secret; chmod 600 secret; \
+    echo r > sticky/rootfile; chmod 666 sticky/rootfile; echo open > priv/readable; \
+    chmod 644 priv/readable; chgrp 100 sg; chmod 2777 sg";
+
+const PERM_CHECKS: &str = r#"cd "$1"; umask 027
+t() { if "$@" 2>/dev/null; then echo "ok $*"; else echo "refused $*"; fi; }
+t sh -c 'echo x > priv/new'
+t cat secret
+t cat priv/readable
+t sh -c 'echo x > pub/mine'
+stat -c '%u %g %a' pub/mine
+t mkdir pub/d
+stat -c '%u %g %a' pub/d
+t rm -f sticky/rootfile
+t sh -c 'echo w >> sticky/rootfile'
+t chmod 777 secret
+t touch -d @1000 secret
+t touch secret
+t chown 0 pub/mine
+t chmod 700 pub/mine
+stat -c '%a' pub/mine
+t sh -c 'echo y > sg/f'
+stat -c '%g %a' sg/f
+t mkdir sg/d
+stat -c '%g %a' sg/d
+t ls priv
+t mv pub/mine priv/
+t rm pub/mine
+t rmdir pub/d
+"#;
+
+#[test]
+fn an_unprivileged_user_is_refused_what_the_mode_bits_refuse() {
+    if fuse_missing() {
+        return;
+    }
+    need("setpriv", "util-linux");
+    let (_s, server, tmp) = setup("perm", "64M", &["-o", "allow_other"]);
+    let as_nobody = |root: &Path| {
+        sh(PERM_SETUP, root, root);
+        let out = run(
+            "setpriv",
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                PERM_CHECKS,
+                "sh",
+            ]
+            .into_iter()
+            .chain([root.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+            Path::new("/"),
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (a, b) = (as_nobody(&tmp), as_nobody(&server.mp));
+    eprintln!("as nobody on tmpfs:\n{a}");
+    for line in [
+        "refused sh -c echo x > priv/new",
+        "refused cat secret",
+        "ok cat priv/readable",
+        "65534 65534 640",
+        "65534 65534 750",
+        "refused rm -f sticky/rootfile",
+        "ok sh -c echo w >> sticky/rootfile",
+        "refused chmod 777 secret",
+        "refused touch -d @1000 secret",
+        "refused chown 0 pub/mine",
+        "100 2750",
+    ] {
+        assert!(a.lines().any(|l| l == line), "tmpfs: no {line:?} in\n{a}");
+    }
+    assert_eq!(a, b, "tmpfs, then the mount");
+    server.umount();
+}
+
+#[test]
+fn sigkill_of_the_server_loses_no_acknowledged_write() {
+    if fuse_missing() {
+        return;
+    }
+    need("python3", "python3");
+    let (s, server, _tmp) = setup("crash", "256M", &[]);
+    let writer = "import os, sys\n\
+        for i in range(1000000):\n\
+        \x20   fd = os.open('w%d' % i, os.O_CREAT | os.O_WRONLY, 0o644)\n\
+        \x20   os.write(fd, bytes([i % 251]) * (4096 + i))\n\
+        \x20   os.close(fd)\n\
+        \x20   print(i, flush=True)\n";
+    let mut w = Command::new("timeout")
+        .args([PROGRAM_LIMIT_S, "python3", "-c", writer])
+        .current_dir(&server.mp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let out = w.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            let Ok(l) = l else { break };
+            let _ = tx.send(l.parse::<usize>().unwrap());
+        }
+    });
+    let mut acked = Vec::new();
+    while acked.len() < 200 {
+        acked.push(
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("writer stalled"),
+        );
+    }
+    let mut server = server;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    acked.extend(rx.iter());
+    eprintln!("{} writes acknowledged before the kill", acked.len());
+    wait_exit(&mut w, Duration::from_secs(30));
+    assert!(easyio(&["umount", server.mp.to_str().unwrap()])
+        .status
+        .success());
+    drop(server);
+    let image = s.0.join("image");
+    let server = Server::start(&image, &s.0.join("mnt"), &[]);
+    assert!(
+        server
+            .log_text()
+            .contains("not cleanly unmounted; recovered"),
+        "{}",
+        server.log_text()
+    );
+    for &i in &acked {
+        let data = std::fs::read(server.mp.join(format!("w{i}"))).unwrap();
+        assert_eq!(
+            data,
+            vec![(i % 251) as u8; 4096 + i],
+            "w{i} acknowledged but not kept"
+        );
+    }
+    server.umount();
+    let fsck = easyio(&["fsck", "--image", image.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&fsck.stdout);
+    assert!(
+        fsck.status.success() && text.contains("cleanly unmounted"),
+        "{text}"
+    );
+}
+
+/// Kills a detached server (by pid) and lazily unmounts, however the test ends.
+struct Detached {
+    pid: String,
+    mp: PathBuf,
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if Path::new(&format!("/proc/{}", self.pid)).exists() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).output();
+            let _ = Command::new("kill").args(["-KILL", &self.pid]).output();
+        }
+    }
+}
+
+fn one_line_error(out: &Output, code: i32, text: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(text), "{err}");
+}
+
+#[test]
+fn bad_input_then_clean_unmounts_by_every_door() {
+    if fuse_missing() {
+        return;
+    }
+    need("fusermount3", "fuse3");
+    let s = Scratch::new("doors");
+    let image = mkfs(&s.0, "64M");
+    let (img, mp) = (image.to_str().unwrap(), s.0.join("mnt"));
+    let mps = mp.to_str().unwrap();
+    std::fs::create_dir(&mp).unwrap();
+    // Refused before anything is mounted.
+    let missing = s.0.join("nope");
+    one_line_error(
+        &easyio(&["mount", missing.to_str().unwrap(), mps]),
+        2,
+        "no such file",
+    );
+    one_line_error(
+        &easyio(&["mount", img, missing.to_str().unwrap()]),
+        2,
+        "mount point",
+    );
+    one_line_error(&easyio(&["mount", img, img]), 20, "Not a directory");
+    // The detached server: up when `mount` returns, gone when `umount` returns.
+    let out = easyio(&["mount", img, mps]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = text
+        .split("server pid ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    let _guard = Detached {
+        pid: pid.clone(),
+        mp: mp.clone(),
+    };
+    std::fs::write(mp.join("f"), b"kept").unwrap();
+    let other = s.0.join("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    one_line_error(
+        &easyio(&["mount", img, other.to_str().unwrap()]),
+        16,
+        "in use",
+    );
+    one_line_error(&easyio(&["mount", img, mps]), 16, "already a mount point");
+    assert!(easyio(&["umount", mps]).status.success());
+    assert!(
+        !Path::new(&format!("/proc/{pid}/exe")).exists(),
+        "umount returned before the server exited"
+    );
+    assert!(
+        std::fs::read_dir(&mp).unwrap().next().is_none(),
+        "mount point left in use"
+    );
+    let fsck = |what: &str| {
+        let out = easyio(&["fsck", "--image", img]);
+        let t = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && t.contains("cleanly unmounted"),
+            "after {what}: {t}"
+        );
+    };
+    fsck("easyio umount");
+    // SIGTERM: unmounted at once, served until the last open file is closed.
+    let server = Server::start(&image, &mp, &[]);
+    let f = std::fs::File::open(mp.join("f")).unwrap();
+    let mut server = server;
+    assert!(Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    while std::fs::metadata(mp.join("f")).is_ok() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "SIGTERM did not unmount"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut kept = String::new();
+    std::io::Read::read_to_string(&mut &f, &mut kept).unwrap();
+    assert_eq!(kept, "kept");
+    drop(f);
+    let st = wait_exit(&mut server.child, Duration::from_secs(30));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&st),
+        Some(libc::SIGTERM)
+    );
+    assert!(
+        server.log_text().contains("unmounted cleanly"),
+        "{}",
+        server.log_text()
+    );
+    drop(server);
+    fsck("SIGTERM");
+    // fusermount3 -u.
+    let mut server = Server::start(&image, &mp, &[]);
+    let out = run("fusermount3", &["-u", mps], Path::new("/"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(wait_exit(&mut server.child, Duration::from_secs(30)).success());
+    assert!(
+        !server.log_text().contains("not cleanly"),
+        "{}",
+        server.log_text()
+    );
+    drop(server);
+    fsck("fusermount3 -u");
+    assert_eq!(std::fs::read_dir(&mp).unwrap().count(), 0);
 }
