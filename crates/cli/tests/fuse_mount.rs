@@ -383,6 +383,32 @@ with open("a/h", "rb") as f:
 rec("gone", os.path.exists("a/h"))
 for n in ("a/app", "a/s", "sparse"):
     os.unlink(n)
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def renameat2(a, b, flags):
+    r = libc.renameat2(-100, a.encode(), -100, b.encode(), flags)
+    return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+open("x1", "w").write("one"); open("x2", "w").write("two")
+rec("noreplace", renameat2("x1", "x2", 1), open("x2").read())
+rec("exchange", renameat2("x1", "x2", 2), open("x1").read(), open("x2").read())
+rec("exchange-dir", renameat2("x1", "d", 2), os.path.isdir("x1"), open("d").read())
+renameat2("x1", "d", 2)
+rec("exchange-missing", renameat2("x1", "nothere", 2))
+os.unlink("x1"); os.unlink("x2")
+open("xa", "w").write("x")
+os.setxattr("xa", "user.k", b"v1"); os.setxattr("xa", "user.j", b"")
+try:
+    os.setxattr("xa", "user.k", b"v2", os.XATTR_CREATE)
+except OSError as e:
+    rec("xattr-create", errno.errorcode[e.errno])
+rec("xattr", os.getxattr("xa", "user.k"), sorted(os.listxattr("xa")))
+os.removexattr("xa", "user.k")
+try:
+    os.getxattr("xa", "user.k")
+except OSError as e:
+    rec("xattr-removed", errno.errorcode[e.errno], os.listxattr("xa"))
+os.unlink("xa")
+os.mkfifo("fifo", 0o640); rec("fifo", oct(os.stat("fifo").st_mode)); os.unlink("fifo")
 rec("final", sorted((r, sorted(d), sorted(f)) for r, d, f in os.walk(".")))
 print("\n".join(out))
 "#;

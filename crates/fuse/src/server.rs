@@ -18,6 +18,9 @@ use parking_lot::Mutex;
 use crate::attr::{file_attr, file_type, time};
 use crate::mount::{ATTR_TTL, ENTRY_TTL};
 
+// FUSE names the root inode 1, and inode numbers are passed through unchanged.
+const _: () = assert!(fs::ROOT_INO == 1);
+
 /// The open flags passed on to the file system: the access mode and those that change
 /// what a descriptor does. The kernel handles the others (`O_CREAT` and `O_EXCL` come
 /// as `create`, `O_NONBLOCK`, `O_SYNC` and `O_DIRECT` change nothing here: every write
