@@ -146,10 +146,15 @@ impl Server {
             .fs
             .open_ino(parent, FsFlags::PATH | FsFlags::DIRECTORY)?;
         let cred = crate::cred::of(req, umask);
-        let flags = FsFlags((flags & PASSED_FLAGS) | libc::O_CREAT | (flags & libc::O_EXCL));
-        let r = self.fs.as_user(&cred).openat(Some(dir), name, flags, mode);
+        let fs_flags = FsFlags((flags & PASSED_FLAGS) | libc::O_CREAT | (flags & libc::O_EXCL));
+        let user = self.fs.as_user(&cred);
+        let r = user.openat(Some(dir), name, fs_flags, mode);
         let _ = self.fs.close(dir);
         let fd = r?;
+        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
+            let _ = self.fs.close(fd);
+            return Err(e);
+        }
         match self.fs.fstat(fd) {
             Ok(st) => Ok((st, fd)),
             Err(e) => {
@@ -157,6 +162,36 @@ impl Server {
                 Err(e)
             }
         }
+    }
+
+    /// Opens inode `ino` for the caller, truncating it with `O_TRUNC` even when it is
+    /// opened read-only, as Linux does (the `fs` crate truncates only a file opened for
+    /// writing; both need write permission).
+    fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
+        let cred = crate::cred::of(req, 0);
+        let user = self.fs.as_user(&cred);
+        let fd = user.open_ino(ino, FsFlags(flags & PASSED_FLAGS))?;
+        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
+            let _ = self.fs.close(fd);
+            return Err(e);
+        }
+        Ok(fd)
+    }
+
+    /// The truncation of `O_RDONLY | O_TRUNC` on the file `fd` is open on.
+    fn truncate_read_only(&self, user: &fs::Session<'_>, fd: Fd, flags: i32) -> fs::Result<()> {
+        if flags & libc::O_TRUNC == 0 || flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Ok(());
+        }
+        let st = self.fs.fstat(fd)?;
+        if st.kind != fs::FileKind::File || st.size == 0 {
+            return Ok(());
+        }
+        let size = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        user.setattr(st.ino, &size).map(drop)
     }
 
     /// Runs `f` on a path-only handle on inode `ino`: the extended-attribute calls,
@@ -376,9 +411,7 @@ impl Filesystem for Server {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let cred = crate::cred::of(req, 0);
-        let flags = FsFlags(flags.0 & PASSED_FLAGS);
-        match self.fs.as_user(&cred).open_ino(ino.0, flags) {
+        match self.open_as(req, ino.0, flags.0) {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
