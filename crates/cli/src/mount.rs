@@ -186,6 +186,17 @@ fn state_file(mountpoint: &Path) -> PathBuf {
     std::env::temp_dir().join("easyio-mounts").join(name)
 }
 
+/// Records this server's pid and image where `umount` looks for them.
+fn write_state(state: &Path, image: &Path) -> std::io::Result<()> {
+    if let Some(dir) = state.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        state,
+        format!("{}\n{}\n", std::process::id(), image.display()),
+    )
+}
+
 /// Mounts the image and serves it until it is unmounted.
 fn serve(a: &MountArgs, mountpoint: &Path) -> anyhow::Result<()> {
     let fs = Arc::new(open_image(a)?);
@@ -201,13 +212,12 @@ fn serve(a: &MountArgs, mountpoint: &Path) -> anyhow::Result<()> {
     let m = easyio_fuse::Mount::new(fs.clone(), mountpoint, &opts)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
     let state = state_file(mountpoint);
-    if let Some(dir) = state.parent() {
-        std::fs::create_dir_all(dir)?;
+    if let Err(e) = write_state(&state, &a.image) {
+        eprintln!(
+            "easyio: warning: {}: {e}; `easyio umount` will not wait for this server",
+            state.display()
+        );
     }
-    std::fs::write(
-        &state,
-        format!("{}\n{}\n", std::process::id(), a.image.display()),
-    )?;
     eprintln!(
         "easyio: serving {} on {} (mode {}, {} threads)",
         a.image.display(),

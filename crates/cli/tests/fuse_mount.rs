@@ -756,7 +756,8 @@ fn bad_input_then_clean_unmounts_by_every_door() {
     );
     one_line_error(&easyio(&["mount", img, img]), 20, "Not a directory");
     // The detached server: up when `mount` returns, gone when `umount` returns.
-    let out = easyio(&["mount", img, mps]);
+    let log = s.0.join("server.log");
+    let out = easyio(&["mount", img, mps, "--log", log.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -785,6 +786,9 @@ fn bad_input_then_clean_unmounts_by_every_door() {
     );
     one_line_error(&easyio(&["mount", img, mps]), 16, "already a mount point");
     assert!(easyio(&["umount", mps]).status.success());
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("unmounted cleanly"));
     assert!(
         !Path::new(&format!("/proc/{pid}/exe")).exists(),
         "umount returned before the server exited"
