@@ -453,7 +453,7 @@ fn sqlite_and_git_as_on_tmpfs() {
     }
     need("sqlite3", "sqlite3");
     need("git", "git");
-    let (_s, server, tmp) = setup("apps", "256M", &[]);
+    let (_s, server, tmp) = setup("apps", "256M", &["--mode", "delegate"]);
     let sql = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, n INTEGER); \
         CREATE INDEX tv ON t(v); \
         WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 5000) \
@@ -509,7 +509,8 @@ fn two_processes_write_files_and_append_to_one_log_at_once() {
         return;
     }
     need("python3", "python3");
-    let (s, server, _tmp) = setup("concurrent", "256M", &[]);
+    // In `async` mode: the handlers wait for the copy engine's completions.
+    let (s, server, _tmp) = setup("concurrent", "256M", &["--mode", "async"]);
     let script = s.0.join("w.py");
     std::fs::write(&script, WRITER).unwrap();
     const N: usize = 300;
@@ -644,7 +645,7 @@ fn sigkill_of_the_server_loses_no_acknowledged_write() {
         return;
     }
     need("python3", "python3");
-    let (s, server, _tmp) = setup("crash", "256M", &[]);
+    let (s, server, _tmp) = setup("crash", "256M", &["--mode", "dma-sync"]);
     let writer = "import os, sys\n\
         for i in range(1000000):\n\
         \x20   fd = os.open('w%d' % i, os.O_CREAT | os.O_WRONLY, 0o644)\n\
