@@ -73,6 +73,18 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         let what = "no /dev/fuse: the kernel's fuse module is not loaded (modprobe fuse)";
         return Err(errno(libc::ENODEV, what.into()));
     }
+    // The mount opens /dev/fuse itself and turns to fusermount3 only when mount(2) is
+    // refused, not when the device is: say so now rather than after detaching.
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Err(anyhow::Error::new(e).context(
+            "cannot open /dev/fuse (mount as root, or make it readable and writable by all, \
+             as distributions do)",
+        ));
+    }
     if !a.foreground {
         return detach(&a, &mountpoint);
     }
