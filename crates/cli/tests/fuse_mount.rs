@@ -778,6 +778,15 @@ fn bad_input_then_clean_unmounts_by_every_door() {
         mp: mp.clone(),
     };
     std::fs::write(mp.join("f"), b"kept").unwrap();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(mps))
+        .unwrap();
+    assert!(
+        line.starts_with("easyio ") && line.contains("default_permissions"),
+        "{line}"
+    );
     let other = s.0.join("mnt2");
     std::fs::create_dir(&other).unwrap();
     one_line_error(
