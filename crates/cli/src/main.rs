@@ -9,6 +9,7 @@ mod args;
 mod crashtest;
 mod engines;
 mod files;
+mod mount;
 mod signals;
 
 use bench::{app, calibrate, demo, micro, qos, raw, rt, startup};
@@ -74,6 +75,10 @@ enum Command {
     /// Measure CPU and engine copy latency here and write a profile of thresholds that
     /// a mount can load (Fastmove's turning points and saturation concurrency).
     Calibrate(calibrate::CalibrateArgs),
+    /// Serve an image through FUSE on a directory, to every program (see docs/FUSE.md).
+    Mount(mount::MountArgs),
+    /// Unmount what `easyio mount` mounted, waiting until the image is saved.
+    Umount(mount::UmountArgs),
 }
 
 #[derive(Subcommand)]
@@ -160,6 +165,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Engines(args) => engines::run(args),
         Command::Crashtest(args) => crashtest::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Mount(a) => mount::mount(a),
+        Command::Umount(a) => mount::umount(a),
     }
 }
 

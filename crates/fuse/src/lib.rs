@@ -1,0 +1,26 @@
+//! `easyio-fuse`: a FUSE server for an easyio image — every request the kernel sends
+//! translated onto the handle calls of the `fs` crate (by inode number, with the
+//! caller's credentials), so that unmodified programs and every process on the
+//! machine can use the image.
+//!
+//! The server is a thin translation: no data or metadata is cached here. What it
+//! keeps is the kernel's lookup count of each inode (freed at `forget`) and, per open
+//! file or directory, one `fs` descriptor whose number is the FUSE file handle.
+//!
+//! Mounting goes through the `fuser` crate without libfuse: as root it calls
+//! `mount(2)` on `/dev/fuse` itself; otherwise (`mount(2)` fails with EPERM) it runs
+//! the setuid `fusermount3` (Debian package `fuse3`) and receives the device from it.
+//! Requests are served by [`Options::threads`] threads, each reading its own clone of
+//! the device; a handler waits for the copies of its request (in `async` mode as
+//! well: the server's handlers are OS threads, not uthreads).
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
+mod attr;
+mod cred;
+mod mount;
+mod server;
+
+pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL};
+pub use server::{LookupCounts, Server};

@@ -1,0 +1,198 @@
+//! Mounting: the options, the session that serves requests until the file system is
+//! unmounted, and unmounting.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs::FileSystem;
+use fuser::{Config, MountOption, SessionACL};
+
+use crate::server::{LookupCounts, Server};
+
+/// How long the kernel may use an entry (a name to inode) without asking again: zero,
+/// so that every path walk asks the server, and a change made by anyone is seen by the
+/// next call of every process (including processes that will share the image without
+/// going through this mount).
+pub const ENTRY_TTL: Duration = Duration::ZERO;
+/// How long the kernel may use attributes without asking again: zero, for the same
+/// reason as [`ENTRY_TTL`].
+pub const ATTR_TTL: Duration = Duration::ZERO;
+
+/// How to mount.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Threads serving requests (at least 1).
+    pub threads: usize,
+    /// Mount read-only (`ro`): the kernel refuses every change.
+    pub read_only: bool,
+    /// Options passed through (`-o`): `allow_other`, `allow_root`, `ro`, `nosuid`,
+    /// `nodev`, `noexec`, `noatime`, `sync`, `dirsync`, `fsname=`, `subtype=`, and any
+    /// other the kernel takes as is. `default_permissions` is always on.
+    pub extra: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 4,
+            read_only: false,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// Splits a `-o` argument (`a,b=c`) into options.
+pub fn parse_options(s: &str) -> Vec<String> {
+    s.split(',')
+        .filter(|o| !o.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `fuser` configuration of `opts`: `default_permissions`, `fsname=easyio`,
+/// `subtype=easyio` unless `opts` names others, and the passed-through options.
+fn config(opts: &Options) -> Config {
+    let mut c = Config::default();
+    let mut m = vec![MountOption::DefaultPermissions];
+    let named = |p: &str| opts.extra.iter().any(|o| o.starts_with(p));
+    if !named("fsname=") {
+        m.push(MountOption::FSName("easyio".into()));
+    }
+    if !named("subtype=") {
+        m.push(MountOption::Subtype("easyio".into()));
+    }
+    if opts.read_only {
+        m.push(MountOption::RO);
+    }
+    for o in &opts.extra {
+        let opt = match o.as_str() {
+            "default_permissions" | "rw" => continue,
+            "allow_other" => {
+                c.acl = SessionACL::All;
+                continue;
+            }
+            "allow_root" => {
+                c.acl = SessionACL::RootAndOwner;
+                continue;
+            }
+            "ro" if opts.read_only => continue,
+            "ro" => MountOption::RO,
+            "nosuid" => MountOption::NoSuid,
+            "nodev" => MountOption::NoDev,
+            "noexec" => MountOption::NoExec,
+            "noatime" => MountOption::NoAtime,
+            "sync" => MountOption::Sync,
+            "dirsync" => MountOption::DirSync,
+            "suid" | "dev" | "exec" | "atime" | "async" => continue,
+            x if x.starts_with("fsname=") => MountOption::FSName(x[7..].into()),
+            x if x.starts_with("subtype=") => MountOption::Subtype(x[8..].into()),
+            x => MountOption::CUSTOM(x.into()),
+        };
+        m.push(opt);
+    }
+    c.mount_options = m;
+    c.n_threads = Some(opts.threads.max(1));
+    c.clone_fd = opts.threads > 1;
+    c
+}
+
+/// A mounted file system, serving nothing until [`Mount::run`].
+pub struct Mount {
+    session: fuser::Session<Server>,
+    lookups: LookupCounts,
+    mountpoint: PathBuf,
+}
+
+impl Mount {
+    /// Mounts `fs` at `mountpoint` (the kernel's handshake included: the mount is up
+    /// when this returns).
+    pub fn new(fs: Arc<FileSystem>, mountpoint: &Path, opts: &Options) -> io::Result<Mount> {
+        let server = Server::new(fs);
+        let lookups = server.lookups();
+        let session = fuser::Session::new(server, mountpoint, &config(opts))?;
+        Ok(Mount {
+            session,
+            lookups,
+            mountpoint: mountpoint.to_path_buf(),
+        })
+    }
+
+    /// The kernel's lookup counts, for inspection while the mount runs.
+    pub fn lookups(&self) -> LookupCounts {
+        self.lookups.clone()
+    }
+
+    /// Where it is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serves requests until the file system is unmounted (`umount`, `fusermount3 -u`,
+    /// [`unmount`]); every request read is answered before this returns. The server,
+    /// and with it its reference to the `fs` file system, is dropped by then.
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}
+
+/// Unmounts the FUSE file system at `mountpoint`: `umount2(2)` (lazily if `lazy`: the
+/// name goes at once, the server ends when the last file open on it is closed), or,
+/// refused that (not root), `fusermount3 -u [-z]`.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    use rustix::mount::UnmountFlags;
+    let flags = if lazy {
+        UnmountFlags::DETACH
+    } else {
+        UnmountFlags::empty()
+    };
+    match rustix::mount::unmount(mountpoint, flags) {
+        Ok(()) => return Ok(()),
+        Err(rustix::io::Errno::PERM) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg(mountpoint).output().map_err(|e| {
+        io::Error::new(e.kind(), format!("fusermount3 (Debian package fuse3): {e}"))
+    })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_split_and_mapped() {
+        assert_eq!(parse_options("allow_other,,ro"), vec!["allow_other", "ro"]);
+        let opts = Options {
+            extra: parse_options("allow_other,nosuid,fsname=img,max_read=65536"),
+            ..Options::default()
+        };
+        let c = config(&opts);
+        assert_eq!(c.acl, SessionACL::All);
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(c.mount_options.contains(&MountOption::NoSuid));
+        assert!(c.mount_options.contains(&MountOption::FSName("img".into())));
+        assert!(!c
+            .mount_options
+            .contains(&MountOption::FSName("easyio".into())));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::Subtype("easyio".into())));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::CUSTOM("max_read=65536".into())));
+    }
+}

@@ -1,0 +1,725 @@
+//! The request handlers: each one a call of the `fs` handle API as the caller.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fs::{Fd, FileSystem, OpenFlags as FsFlags, SetAttr, Stat, Whence};
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+
+use crate::attr::{file_attr, file_type, time};
+use crate::mount::{ATTR_TTL, ENTRY_TTL};
+
+// FUSE names the root inode 1, and inode numbers are passed through unchanged.
+const _: () = assert!(fs::ROOT_INO == 1);
+
+/// The open flags passed on to the file system: the access mode and those that change
+/// what a descriptor does. The kernel handles the others (`O_CREAT` and `O_EXCL` come
+/// as `create`, `O_NONBLOCK`, `O_SYNC` and `O_DIRECT` change nothing here: every write
+/// is durable when it returns).
+const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
+
+/// The kernel's lookup count of each inode it holds: one for every entry a reply gave
+/// it, less what it gave back with `forget`. An inode leaves the table at zero.
+#[derive(Clone, Default)]
+pub struct LookupCounts(Arc<Mutex<HashMap<u64, u64>>>);
+
+impl LookupCounts {
+    fn add(&self, ino: u64) {
+        *self.0.lock().entry(ino).or_insert(0) += 1;
+    }
+
+    fn forget(&self, ino: u64, n: u64) {
+        let mut map = self.0.lock();
+        if let Some(c) = map.get_mut(&ino) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                map.remove(&ino);
+            }
+        }
+    }
+
+    /// Inodes the kernel holds at least one lookup of.
+    pub fn inodes(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// The lookup count of `ino`.
+    pub fn count(&self, ino: u64) -> u64 {
+        self.0.lock().get(&ino).copied().unwrap_or(0)
+    }
+}
+
+/// The FUSE file system: the `fs` file system and the lookup counts.
+pub struct Server {
+    fs: Arc<FileSystem>,
+    lookups: LookupCounts,
+}
+
+/// An `fs` error as the errno the kernel passes on.
+fn errno(e: &fs::Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+/// A name the `fs` crate takes: names that are not UTF-8 cannot be stored.
+fn name(n: &OsStr) -> Result<&str, Errno> {
+    n.to_str().ok_or(Errno::EINVAL)
+}
+
+fn fd(fh: FileHandle) -> Fd {
+    Fd(fh.0 as u32)
+}
+
+impl Server {
+    /// A server for `fs`.
+    pub fn new(fs: Arc<FileSystem>) -> Server {
+        Server {
+            fs,
+            lookups: LookupCounts::default(),
+        }
+    }
+
+    /// The lookup counts, which outlive the server for inspection.
+    pub fn lookups(&self) -> LookupCounts {
+        self.lookups.clone()
+    }
+
+    /// Replies with an entry the kernel now holds one more lookup of.
+    fn entry(&self, r: fs::Result<Stat>, reply: ReplyEntry) {
+        match r {
+            Ok(st) => {
+                self.lookups.add(st.ino);
+                reply.entry(&ENTRY_TTL, &file_attr(&st), Generation(st.generation));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn attr(r: fs::Result<Stat>, reply: ReplyAttr) {
+        match r {
+            Ok(st) => reply.attr(&ATTR_TTL, &file_attr(&st)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn empty(r: fs::Result<()>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `setattr`: a size change through an open handle is an `ftruncate` of it (allowed
+    /// by the handle's access mode, not the file's mode bits); the rest one `setattr`.
+    fn set(&self, req: &Request, ino: u64, fh: Option<FileHandle>, a: SetAttr) -> fs::Result<Stat> {
+        let cred = crate::cred::of(req, 0);
+        let user = self.fs.as_user(&cred);
+        let mut a = a;
+        if let (Some(size), Some(fh)) = (a.size, fh) {
+            user.ftruncate(fd(fh), size)?;
+            a.size = None;
+        }
+        if a == SetAttr::default() {
+            return user.getattr(ino);
+        }
+        user.setattr(ino, &a)
+    }
+
+    /// Creates `name` in `parent` and opens it, as `open(O_CREAT)` from a handle on the
+    /// directory.
+    fn create_open(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &str,
+        (mode, umask, flags): (u32, u32, i32),
+    ) -> fs::Result<(Stat, Fd)> {
+        let dir = self
+            .fs
+            .open_ino(parent, FsFlags::PATH | FsFlags::DIRECTORY)?;
+        let cred = crate::cred::of(req, umask);
+        let fs_flags = FsFlags((flags & PASSED_FLAGS) | libc::O_CREAT | (flags & libc::O_EXCL));
+        let user = self.fs.as_user(&cred);
+        let r = user.openat(Some(dir), name, fs_flags, mode);
+        let _ = self.fs.close(dir);
+        let fd = r?;
+        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
+            let _ = self.fs.close(fd);
+            return Err(e);
+        }
+        match self.fs.fstat(fd) {
+            Ok(st) => Ok((st, fd)),
+            Err(e) => {
+                let _ = self.fs.close(fd);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens inode `ino` for the caller, truncating it with `O_TRUNC` even when it is
+    /// opened read-only, as Linux does (the `fs` crate truncates only a file opened for
+    /// writing; both need write permission).
+    fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
+        let cred = crate::cred::of(req, 0);
+        let user = self.fs.as_user(&cred);
+        let fd = user.open_ino(ino, FsFlags(flags & PASSED_FLAGS))?;
+        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
+            let _ = self.fs.close(fd);
+            return Err(e);
+        }
+        Ok(fd)
+    }
+
+    /// The truncation of `O_RDONLY | O_TRUNC` on the file `fd` is open on.
+    fn truncate_read_only(&self, user: &fs::Session<'_>, fd: Fd, flags: i32) -> fs::Result<()> {
+        if flags & libc::O_TRUNC == 0 || flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Ok(());
+        }
+        let st = self.fs.fstat(fd)?;
+        if st.kind != fs::FileKind::File || st.size == 0 {
+            return Ok(());
+        }
+        let size = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        user.setattr(st.ino, &size).map(drop)
+    }
+
+    /// Runs `f` on a path-only handle on inode `ino`: the extended-attribute calls,
+    /// which the `fs` crate takes by path or descriptor. The kernel has checked the
+    /// caller's access to the inode (`default_permissions`) and the namespace's
+    /// capabilities.
+    fn on_ino<T>(&self, ino: u64, f: impl FnOnce(Fd) -> fs::Result<T>) -> fs::Result<T> {
+        let h = self.fs.open_ino(ino, FsFlags::PATH)?;
+        let r = f(h);
+        let _ = self.fs.close(h);
+        r
+    }
+
+    fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// The value of an attribute (or the list of names) read into a buffer of the size
+    /// the `fs` crate says it needs.
+    fn read_sized(mut get: impl FnMut(&mut [u8]) -> fs::Result<usize>) -> fs::Result<Vec<u8>> {
+        let n = get(&mut [])?;
+        let mut buf = vec![0; n];
+        let n = get(&mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The attributes of a readdirplus entry, and one lookup of it for the kernel.
+    fn plus_entry(&self, dir: u64, name: &str) -> Option<Stat> {
+        self.fs.lookup(dir, name).ok()
+    }
+}
+
+impl Filesystem for Server {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // O_TRUNC in `open` (one call, checked as the opener), readdirplus, lookups in
+        // one directory in parallel, and the file system (not the kernel) clearing
+        // setuid/setgid on writes, truncates and chowns. Each only if the kernel has it.
+        for f in [
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_HANDLE_KILLPRIV,
+        ] {
+            let _ = config.add_capabilities(f);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let cred = crate::cred::of(req, 0);
+        self.entry(self.fs.as_user(&cred).lookup(parent.0, n), reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.lookups.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = match fh {
+            Some(fh) => self.fs.fstat(fd(fh)).or_else(|_| self.fs.getattr(ino.0)),
+            None => self.fs.getattr(ino.0),
+        };
+        Self::attr(r, reply);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+        };
+        Self::attr(self.set(req, ino.0, fh, a), reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink_ino(ino.0) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = crate::cred::of(req, umask);
+        let r = self
+            .fs
+            .as_user(&cred)
+            .mknod_in(parent.0, n, mode, rdev as u64);
+        self.entry(r, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = crate::cred::of(req, umask);
+        self.entry(self.fs.as_user(&cred).mkdir_in(parent.0, n, mode), reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let cred = crate::cred::of(req, 0);
+        Self::empty(self.fs.as_user(&cred).unlink_in(parent.0, n), reply);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let cred = crate::cred::of(req, 0);
+        Self::empty(self.fs.as_user(&cred).rmdir_in(parent.0, n), reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (Ok(n), Some(t)) = (name(link_name), target.to_str()) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = crate::cred::of(req, 0);
+        self.entry(self.fs.as_user(&cred).symlink_in(parent.0, n, t), reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (Ok(n), Ok(nn)) = (name(n), name(newname)) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = crate::cred::of(req, 0);
+        let r = self
+            .fs
+            .as_user(&cred)
+            .rename_in(parent.0, n, newparent.0, nn, flags.bits());
+        Self::empty(r, reply);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let Ok(nn) = name(newname) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = crate::cred::of(req, 0);
+        self.entry(
+            self.fs.as_user(&cred).link_ino(ino.0, newparent.0, nn),
+            reply,
+        );
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_as(req, ino.0, flags.0) {
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs.pread(fd(fh), &mut buf, offset) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.pwrite(fd(fh), data, offset) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is buffered here: every write was durable when it was answered.
+        Self::empty(self.fs.fstat(fd(fh)).map(drop), reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.close(fd(fh)), reply);
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        Self::empty(self.fs.fsync(fd(fh)), reply);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let cred = crate::cred::of(req, 0);
+        let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
+        match self.fs.as_user(&cred).open_ino(ino.0, flags) {
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+            Ok(v) => v,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for e in entries {
+            let kind = file_type(e.entry.kind.unwrap_or(fs::FileKind::File));
+            if reply.add(INodeNo(e.entry.ino), e.offset, kind, &e.entry.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+            Ok(v) => v,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for e in entries {
+            let dots = matches!(e.entry.name.as_str(), "." | "..");
+            let st = if dots {
+                self.fs.getattr(e.entry.ino).ok()
+            } else {
+                self.plus_entry(ino.0, &e.entry.name)
+            };
+            // An entry removed since the listing, or unreadable, is left out.
+            let Some(st) = st else { continue };
+            let (a, g) = (file_attr(&st), Generation(st.generation));
+            if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ENTRY_TTL, &a, g) {
+                break;
+            }
+            // The kernel takes a lookup of every entry but `.` and `..`.
+            if !dots {
+                self.lookups.add(st.ino);
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.close(fd(fh)), reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _ds: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.fsync(fd(fh)), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.bfree,
+                s.bavail,
+                s.files,
+                s.ffree,
+                s.bsize as u32,
+                s.namelen as u32,
+                s.bsize as u32,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::EOPNOTSUPP);
+        };
+        let r = self.on_ino(ino.0, |h| self.fs.fsetxattr(h, n, value, flags));
+        Self::empty(r, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::ENODATA);
+        };
+        let r = self.on_ino(ino.0, |h| {
+            Self::read_sized(|buf| self.fs.fgetxattr(h, n, buf))
+        });
+        Self::xattr_reply(r, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.on_ino(ino.0, |h| {
+            Self::read_sized(|buf| self.fs.flistxattr(h, buf))
+        });
+        Self::xattr_reply(r, size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::ENODATA);
+        };
+        Self::empty(self.on_ino(ino.0, |h| self.fs.fremovexattr(h, n)), reply);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // Sent only without `default_permissions`: the mode bits, as Linux checks them.
+        let r = self
+            .fs
+            .getattr(ino.0)
+            .and_then(|st| may_access(&crate::cred::of(req, 0), &st, mask.bits() as u32));
+        Self::empty(r, reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let Ok(n) = name(n) else {
+            return reply.error(Errno::EINVAL);
+        };
+        match self.create_open(req, parent.0, n, (mode, umask, flags)) {
+            Ok((st, fd)) => {
+                self.lookups.add(st.ino);
+                let (a, g) = (file_attr(&st), Generation(st.generation));
+                reply.created(
+                    &ENTRY_TTL,
+                    &a,
+                    g,
+                    FileHandle(fd.0 as u64),
+                    FopenFlags::empty(),
+                );
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.fallocate(fd(fh), mode, offset, length), reply);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let whence = match whence {
+            libc::SEEK_SET => Whence::Set,
+            libc::SEEK_CUR => Whence::Cur,
+            libc::SEEK_END => Whence::End,
+            libc::SEEK_DATA => Whence::Data,
+            libc::SEEK_HOLE => Whence::Hole,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match self.fs.lseek(fd(fh), offset, whence) {
+            Ok(off) => reply.offset(off as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+/// `access(2)`'s check of `mask` (`R_OK`, `W_OK`, `X_OK` bits) against the mode bits.
+fn may_access(c: &fs::Cred, st: &Stat, mask: u32) -> fs::Result<()> {
+    let mask = mask & 7;
+    if c.is_root() {
+        let exec_file = mask & 1 != 0 && st.kind != fs::FileKind::Dir && st.mode & 0o111 == 0;
+        return if exec_file {
+            Err(fs::Error::Access)
+        } else {
+            Ok(())
+        };
+    }
+    let bits = if c.uid == st.uid {
+        st.mode >> 6
+    } else if c.in_group(st.gid) {
+        st.mode >> 3
+    } else {
+        st.mode
+    } & 7;
+    if bits & mask == mask {
+        Ok(())
+    } else {
+        Err(fs::Error::Access)
+    }
+}
