@@ -3,7 +3,7 @@
 //!
 //! Storage (format version 3). An inode's extended attributes are stored together, as
 //! one encoded *set*, in pool blocks; the inode's log names them with an xattr entry
-//! (`crate::log`: up to [`MAX_XATTR_EXTENTS`] extents, bytes, CRC-32C of the bytes). A change writes the whole new set into freshly allocated blocks, makes them
+//! (`crate::log`: up to `MAX_XATTR_EXTENTS` (16) extents, bytes, CRC-32C of the bytes). A change writes the whole new set into freshly allocated blocks, makes them
 //! durable, and only then commits the entry naming them with the inode's usual single
 //! atomic tail store — copy-on-write, so a crash leaves the old set or the new one,
 //! never a mix. The blocks of the set before are retired like displaced data blocks.
@@ -36,7 +36,7 @@
 //! (an empty buffer asks for the size), a missing name `ENODATA`, [`XATTR_CREATE`]
 //! of an existing name `EEXIST` and [`XATTR_REPLACE`] of a missing one `ENODATA`.
 //! One inode's encoded set is at most [`MAX_XATTR_SET_BYTES`]; beyond, or when the free
-//! space is so fragmented that the set would need more than [`MAX_XATTR_EXTENTS`]
+//! space is so fragmented that the set would need more than `MAX_XATTR_EXTENTS` (16)
 //! extents, `ENOSPC`.
 
 use std::sync::Arc;
