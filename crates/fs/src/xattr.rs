@@ -516,7 +516,12 @@ impl FileSystem {
             let mut at = 0;
             for e in &extents {
                 let n = (e.len * BLOCK_SIZE) as usize;
-                self.pm.copy_nt(e.start * BLOCK_SIZE, &padded[at..at + n]);
+                let (off, bytes) = (e.start * BLOCK_SIZE, &padded[at..at + n]);
+                if crate::fault::active(crate::fault::Fault::XattrSetWithoutWriteBack) {
+                    self.pm.write(off, bytes);
+                } else {
+                    self.pm.copy_nt(off, bytes);
+                }
                 at += n;
             }
             Some(SetRef {
