@@ -314,7 +314,14 @@ impl FileSystem {
     fn xattr_target(&self, who: Who<'_>, t: Target<'_>) -> Result<Arc<Inode>> {
         match t {
             Target::Path(path, follow) => self.resolve_as(who, None, path, follow),
-            Target::Fd(fd) => Ok(self.file(fd)?.inode().clone()),
+            Target::Fd(fd) => {
+                let f = self.file(fd)?;
+                // An O_PATH handle is not a descriptor the xattr calls take (EBADF).
+                if !f.readable() && !f.writable() {
+                    return Err(Error::BadFd);
+                }
+                Ok(f.inode().clone())
+            }
             Target::Ino(ino) => self.inode(ino),
         }
     }

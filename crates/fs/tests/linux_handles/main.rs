@@ -714,6 +714,11 @@ fn extended_attributes_under_credentials_agree() {
         FsetXattr(1, "user.c", b"z", 0),
         FgetXattr(1, "user.c", 16),
         Close(1),
+        // An O_PATH handle is no descriptor for them.
+        Open(2, None, p("/d/mine"), libc::O_PATH, 0),
+        FgetXattr(2, "user.a", 16),
+        FsetXattr(2, "user.d", b"x", 0),
+        Close(2),
     ];
     for cred in [user(1000, 1000, &[]), Cred::root()] {
         agree(Scenario {
