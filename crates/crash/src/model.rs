@@ -4,11 +4,15 @@
 //!
 //! A [`Snapshot`] is everything a crash must preserve, keyed by path: kind, permission
 //! bits, link count, which paths share an inode, file bytes, symbolic-link targets,
-//! device numbers. Timestamps are not compared (they are not deterministic).
+//! device numbers, extended attributes. Timestamps are not compared (they are not
+//! deterministic).
 
 use std::collections::{BTreeMap, HashMap};
 
 use model::{Access, Body, Data, Kind, OpenSpec, Target};
+
+/// An inode's extended attributes: name → value.
+pub type Xattrs = BTreeMap<String, Vec<u8>>;
 
 /// What one path names, as a crash must preserve it.
 #[derive(Clone, Debug)]
@@ -17,6 +21,8 @@ pub enum Node {
     Dir {
         /// Permission bits.
         mode: u32,
+        /// Extended attributes.
+        xattrs: Xattrs,
     },
     /// A regular file.
     File {
@@ -28,6 +34,8 @@ pub enum Node {
         links: Vec<String>,
         /// The bytes (compared as read: holes and written zeros alike).
         data: Data,
+        /// Extended attributes.
+        xattrs: Xattrs,
     },
     /// A symbolic link.
     Symlink {
@@ -54,15 +62,19 @@ impl PartialEq for Node {
                     nlink,
                     links,
                     data,
+                    xattrs,
                 },
                 Node::File {
                     mode: m,
                     nlink: n,
                     links: l,
                     data: d,
+                    xattrs: x,
                 },
-            ) => mode == m && nlink == n && links == l && data.same_bytes(d),
-            (Node::Dir { mode }, Node::Dir { mode: m }) => mode == m,
+            ) => mode == m && nlink == n && links == l && data.same_bytes(d) && xattrs == x,
+            (Node::Dir { mode, xattrs }, Node::Dir { mode: m, xattrs: x }) => {
+                mode == m && xattrs == x
+            }
             (Node::Symlink { target }, Node::Symlink { target: t }) => target == t,
             (
                 Node::Special { kind, mode, rdev },
@@ -78,6 +90,17 @@ impl PartialEq for Node {
 }
 
 impl Eq for Node {}
+
+impl Node {
+    /// The extended attributes of a file or directory (none for the other kinds,
+    /// which the workloads give none).
+    pub fn xattrs(&self) -> Option<&Xattrs> {
+        match self {
+            Node::Dir { xattrs, .. } | Node::File { xattrs, .. } => Some(xattrs),
+            _ => None,
+        }
+    }
+}
 
 /// A whole namespace: path → node, the root excluded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -113,10 +136,18 @@ impl Snapshot {
 
 fn describe(n: &Node) -> String {
     match n {
-        Node::Dir { mode } => format!("directory mode {mode:o}"),
+        Node::Dir { mode, xattrs } => format!("directory mode {mode:o}{}", xattr_count(xattrs)),
         Node::File {
-            mode, nlink, data, ..
-        } => format!("file mode {mode:o}, {nlink} link(s), {} bytes", data.size()),
+            mode,
+            nlink,
+            data,
+            xattrs,
+            ..
+        } => format!(
+            "file mode {mode:o}, {nlink} link(s), {} bytes{}",
+            data.size(),
+            xattr_count(xattrs)
+        ),
         Node::Symlink { target } => format!("symlink to {target:?}"),
         Node::Special { kind, mode, rdev } => format!("{kind:?} mode {mode:o} device {rdev:#x}"),
     }
@@ -129,18 +160,26 @@ fn node_diff(want: &Node, got: &Node) -> String {
             nlink: wn,
             links: wl,
             data: wd,
+            xattrs: wx,
         },
         Node::File {
             mode: gm,
             nlink: gn,
             links: gl,
             data: gd,
+            xattrs: gx,
         },
     ) = (want, got)
     else {
-        return format!("{}, expected {}", describe(got), describe(want));
+        return match (want.xattrs(), got.xattrs()) {
+            (Some(w), Some(g)) if w != g && describe(want) == describe(got) => xattr_diff(w, g),
+            _ => format!("{}, expected {}", describe(got), describe(want)),
+        };
     };
     let mut parts = Vec::new();
+    if wx != gx {
+        parts.push(xattr_diff(wx, gx));
+    }
     if wm != gm {
         parts.push(format!("mode {gm:o}, expected {wm:o}"));
     }
@@ -163,6 +202,28 @@ fn node_diff(want: &Node, got: &Node) -> String {
         ));
     }
     parts.join("; ")
+}
+
+/// How many extended attributes a node has, as a description says it (nothing if
+/// none).
+fn xattr_count(x: &Xattrs) -> String {
+    match x.len() {
+        0 => String::new(),
+        n => format!(", {n} extended attribute(s)"),
+    }
+}
+
+fn xattr_diff(want: &Xattrs, got: &Xattrs) -> String {
+    let names = |x: &Xattrs| {
+        x.iter()
+            .map(|(n, v)| format!("{n} ({} bytes)", v.len()))
+            .collect::<Vec<_>>()
+    };
+    format!(
+        "extended attributes {:?}, expected {:?}",
+        names(got),
+        names(want)
+    )
 }
 
 /// An errno the model answers (`libc::ENOENT`, ...): the operation would fail on a
@@ -349,6 +410,72 @@ impl Shadow {
         self.posix.close(fd)
     }
 
+    /// `setxattr(path, name, value, flags)`.
+    pub fn setxattr(
+        &mut self,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        flags: u32,
+    ) -> ModelResult<()> {
+        self.posix.setxattr(Target::Path(path), name, value, flags)
+    }
+
+    /// `removexattr(path, name)`.
+    pub fn removexattr(&mut self, path: &str, name: &str) -> ModelResult<()> {
+        self.posix.removexattr(Target::Path(path), name)
+    }
+
+    /// The extended attributes of the inode at `path` (a final link not followed).
+    pub fn xattrs(&self, path: &str) -> Xattrs {
+        self.posix
+            .resolve(path, false)
+            .map(|id| self.posix.node(id).xattrs.clone())
+            .unwrap_or_default()
+    }
+
+    /// `mknod(path, mode, rdev)`.
+    pub fn mknod(&mut self, path: &str, mode: u32, rdev: u64) -> ModelResult<()> {
+        self.posix.mknod(path, mode, rdev).map(drop)
+    }
+
+    /// `renameat2(old, new, RENAME_EXCHANGE)`.
+    pub fn exchange(&mut self, old: &str, new: &str) -> ModelResult<()> {
+        self.posix.rename(old, new, model::RENAME_EXCHANGE)
+    }
+
+    /// `open(O_WRONLY)`, `fallocate(PUNCH_HOLE|KEEP_SIZE, off, len)`, `close`.
+    pub fn punch(&mut self, path: &str, off: u64, len: u64) -> ModelResult<()> {
+        let mode = model::FALLOC_PUNCH_HOLE | model::FALLOC_KEEP_SIZE;
+        self.with_file(path, OpenSpec::new(Access::Write), |m, fd| {
+            m.fallocate(fd, mode, off as i64, len as i64)
+        })
+    }
+
+    /// `open(dir, O_TMPFILE|O_RDWR, mode)`, `write`, `linkat(fd, "", path,
+    /// AT_EMPTY_PATH)`, `close`.
+    pub fn tmpfile_link(
+        &mut self,
+        dir: &str,
+        path: &str,
+        mode: u32,
+        buf: &[u8],
+    ) -> ModelResult<()> {
+        let spec = OpenSpec {
+            tmpfile: true,
+            directory: true,
+            mode,
+            ..OpenSpec::new(Access::ReadWrite)
+        };
+        let fd = self.posix.open(dir, &spec)?;
+        let r = self
+            .posix
+            .write(fd, buf)
+            .and_then(|_| self.posix.link_fd(fd, path));
+        self.posix.close(fd)?;
+        r
+    }
+
     /// Every path, with whether it is a directory, sorted.
     pub fn paths(&self) -> Vec<(String, bool)> {
         self.posix
@@ -369,13 +496,17 @@ impl Shadow {
         for (path, id) in tree {
             let n = self.posix.node(id);
             let node = match &n.body {
-                Body::Dir { .. } => Node::Dir { mode: n.perm },
+                Body::Dir { .. } => Node::Dir {
+                    mode: n.perm,
+                    xattrs: n.xattrs.clone(),
+                },
                 Body::Symlink(t) => Node::Symlink { target: t.clone() },
                 Body::File(d) => Node::File {
                     mode: n.perm,
                     nlink: self.posix.nlink(id),
                     links: links[&id].clone(),
                     data: d.clone(),
+                    xattrs: n.xattrs.clone(),
                 },
                 Body::Special { kind, rdev } => Node::Special {
                     kind: *kind,

@@ -125,7 +125,67 @@ pub enum Op {
         /// Pattern seed.
         fill: u64,
     },
+    /// `setxattr` of `len` pattern bytes `fill`.
+    SetXattr {
+        /// The inode's name.
+        path: String,
+        /// The attribute.
+        name: String,
+        /// Bytes of the value.
+        len: usize,
+        /// Pattern seed.
+        fill: u64,
+        /// 0, `XATTR_CREATE` or `XATTR_REPLACE`.
+        flags: i32,
+    },
+    /// `removexattr`.
+    RemoveXattr {
+        /// The inode's name.
+        path: String,
+        /// The attribute.
+        name: String,
+    },
+    /// `mknod` of a FIFO, socket or device.
+    Mknod {
+        /// The new special file.
+        path: String,
+        /// Kind (`S_IF*`) and permission bits.
+        mode: u32,
+        /// Device number.
+        rdev: u64,
+    },
+    /// `renameat2(RENAME_EXCHANGE)`.
+    Exchange {
+        /// One name.
+        old: String,
+        /// The other.
+        new: String,
+    },
+    /// `open`, `fallocate(PUNCH_HOLE|KEEP_SIZE)`, `close`.
+    Punch {
+        /// The file.
+        path: String,
+        /// Where.
+        off: u64,
+        /// Bytes punched.
+        len: u64,
+    },
+    /// `open(dir, O_TMPFILE|O_RDWR)`, `write` of `len` pattern bytes `fill`,
+    /// `linkat(AT_EMPTY_PATH)` as `path`, `close`.
+    TmpfileLink {
+        /// The directory the file is made in.
+        dir: String,
+        /// The name it gets.
+        path: String,
+        /// Bytes written.
+        len: usize,
+        /// Pattern seed.
+        fill: u64,
+    },
 }
+
+/// Permission bits of a file made by [`Op::TmpfileLink`].
+const TMPFILE_MODE: u32 = 0o640;
 
 impl std::fmt::Display for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,6 +207,20 @@ impl std::fmt::Display for Op {
             Op::Close { slot } => write!(f, "close fd slot {slot}"),
             Op::WriteFd { slot, off, len, .. } => {
                 write!(f, "pwrite fd slot {slot} {len} bytes at {off}")
+            }
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                flags,
+                ..
+            } => write!(f, "setxattr {path} {name} {len} bytes flags {flags}"),
+            Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::Mknod { path, mode, rdev } => write!(f, "mknod {path} {mode:o} {rdev:#x}"),
+            Op::Exchange { old, new } => write!(f, "rename exchange {old} {new}"),
+            Op::Punch { path, off, len } => write!(f, "punch {path} {len} bytes at {off}"),
+            Op::TmpfileLink { dir, path, len, .. } => {
+                write!(f, "O_TMPFILE in {dir}, {len} bytes, linked as {path}")
             }
         }
     }
@@ -195,6 +269,23 @@ impl Op {
                 len,
                 fill,
             } => m.write_fd(*slot, *off, &pattern(*fill, *len)),
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                fill,
+                flags,
+            } => m.setxattr(path, name, &pattern(*fill, *len), *flags as u32),
+            Op::RemoveXattr { path, name } => m.removexattr(path, name),
+            Op::Mknod { path, mode, rdev } => m.mknod(path, *mode, *rdev),
+            Op::Exchange { old, new } => m.exchange(old, new),
+            Op::Punch { path, off, len } => m.punch(path, *off, *len),
+            Op::TmpfileLink {
+                dir,
+                path,
+                len,
+                fill,
+            } => m.tmpfile_link(dir, path, TMPFILE_MODE, &pattern(*fill, *len)),
         }
     }
 
@@ -255,6 +346,46 @@ impl Op {
                 let fd = *fds.get(slot).ok_or(fs::Error::BadFd)?;
                 fs.pwrite(fd, &pattern(*fill, *len), *off).map(drop)
             }
+            _ => self.run_new(fs),
+        }
+    }
+
+    /// [`Op::run`] of the calls that came with handles, credentials and extended
+    /// attributes.
+    fn run_new(&self, fs: &FileSystem) -> fs::Result<()> {
+        match self {
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                fill,
+                flags,
+            } => fs.setxattr(path, name, &pattern(*fill, *len), *flags),
+            Op::RemoveXattr { path, name } => fs.removexattr(path, name),
+            Op::Mknod { path, mode, rdev } => fs.mknod(path, *mode, *rdev),
+            Op::Exchange { old, new } => fs.renameat2(None, old, None, new, fs::RENAME_EXCHANGE),
+            Op::Punch { path, off, len } => {
+                let fd = fs.open(path, OpenFlags::WRONLY, 0)?;
+                let mode = fs::FALLOC_FL_PUNCH_HOLE | fs::FALLOC_FL_KEEP_SIZE;
+                let r = fs.fallocate(fd, mode, *off, *len);
+                fs.close(fd)?;
+                r
+            }
+            Op::TmpfileLink {
+                dir,
+                path,
+                len,
+                fill,
+            } => {
+                let at = if dir.is_empty() { "/" } else { dir };
+                let fd = fs.open(at, OpenFlags::TMPFILE | OpenFlags::RDWR, TMPFILE_MODE)?;
+                let r = fs
+                    .write(fd, &pattern(*fill, *len))
+                    .and_then(|_| fs.linkat(Some(fd), "", None, path, fs::AT_EMPTY_PATH));
+                fs.close(fd)?;
+                r
+            }
+            _ => unreachable!("run_new of an operation run handles: {self}"),
         }
     }
 }

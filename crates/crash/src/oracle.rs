@@ -20,7 +20,7 @@ use fs::{FileKind, FileSystem, OpenFlags};
 use pmem::{MemPmem, Pmem};
 
 use crate::error::ReadBackError;
-use crate::model::{Node, Snapshot};
+use crate::model::{Node, Snapshot, Xattrs};
 use crate::Mode;
 
 /// Name of the file the oracle writes after recovery (outside every workload's names).
@@ -69,6 +69,7 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, ReadBackError> {
                     dirs.push(path.clone());
                     Node::Dir {
                         mode: st.mode & 0o7777,
+                        xattrs: xattrs_of(fs, &path)?,
                     }
                 }
                 FileKind::Symlink => Node::Symlink {
@@ -88,6 +89,7 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, ReadBackError> {
                         nlink: st.nlink,
                         links: Vec::new(),
                         data: model::Data::from_bytes(&data),
+                        xattrs: xattrs_of(fs, &path)?,
                     }
                 }
                 FileKind::Fifo | FileKind::Socket | FileKind::CharDev | FileKind::BlockDev => {
@@ -114,6 +116,26 @@ pub fn snapshot_of(fs: &FileSystem) -> Result<Snapshot, ReadBackError> {
             l.sort();
         }
         out.0.insert(path, node);
+    }
+    Ok(out)
+}
+
+/// The extended attributes of the inode at `path` (a final link not followed), read
+/// back through the file system.
+fn xattrs_of(fs: &FileSystem, path: &str) -> Result<Xattrs, ReadBackError> {
+    let mut names = vec![0u8; fs::xattr::MAX_XATTR_LIST];
+    let n = fs
+        .llistxattr(path, &mut names)
+        .map_err(call("llistxattr", path))?;
+    let mut out = Xattrs::new();
+    for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let mut value = vec![0u8; fs::xattr::MAX_XATTR_VALUE];
+        let len = fs
+            .lgetxattr(path, &name, &mut value)
+            .map_err(call("lgetxattr", path))?;
+        value.truncate(len);
+        out.insert(name, value);
     }
     Ok(out)
 }

@@ -374,7 +374,7 @@ impl Gen {
             any,
             slot,
         } = self.random_targets(next_name);
-        let op = match (self.rng.below(20), file, any) {
+        let op = match (self.rng.below(27), file, any) {
             (0..=2, _, _) => Op::Create {
                 path: fresh,
                 mode: 0o600 | self.rng.below(0o100) as u32,
@@ -435,11 +435,95 @@ impl Gen {
                     fill,
                 }
             }
+            (20.., file, any) => return self.random_new_op(fresh, file, any),
+            _ => return None,
+        };
+        Some(op)
+    }
+
+    /// The operations that came with handles, credentials and extended attributes:
+    /// xattr set and remove, mknod, rename exchange, hole punching, `O_TMPFILE` + link.
+    fn random_new_op(
+        &mut self,
+        fresh: String,
+        file: Option<String>,
+        any: Option<String>,
+    ) -> Option<Op> {
+        let op = match (self.rng.below(7), file, any) {
+            (0 | 1, _, Some(p)) if self.model.is_file(&p) || self.model.is_dir(&p) => {
+                let name = XATTR_NAMES[self.rng.below(XATTR_NAMES.len() as u64) as usize];
+                let exists = self.model.xattrs(&p).contains_key(name);
+                let flags = match (self.rng.below(2), exists) {
+                    (0, _) => 0,
+                    (_, true) => fs::XATTR_REPLACE,
+                    (_, false) => fs::XATTR_CREATE,
+                };
+                let len = if self.rng.below(4) == 0 {
+                    (PAGE + self.rng.below(2 * PAGE)) as usize
+                } else {
+                    self.rng.below(300) as usize
+                };
+                Op::SetXattr {
+                    path: p,
+                    name: name.into(),
+                    len,
+                    fill: self.next_fill(),
+                    flags,
+                }
+            }
+            (2, _, Some(p)) => {
+                let names: Vec<String> = self.model.xattrs(&p).into_keys().collect();
+                let name = pick(&mut self.rng, &names)?;
+                Op::RemoveXattr { path: p, name }
+            }
+            (3, _, _) => {
+                let (kind, rdev) =
+                    SPECIAL_KINDS[self.rng.below(SPECIAL_KINDS.len() as u64) as usize];
+                Op::Mknod {
+                    path: fresh,
+                    mode: kind | 0o640,
+                    rdev,
+                }
+            }
+            (4, Some(f), Some(p)) if f != p => {
+                if f.starts_with(&format!("{p}/")) || p.starts_with(&format!("{f}/")) {
+                    return None;
+                }
+                Op::Exchange { old: f, new: p }
+            }
+            (5, Some(f), _) => {
+                let off = self.offset_in(&f);
+                let len = self.size() as u64;
+                Op::Punch { path: f, off, len }
+            }
+            (6, _, _) => {
+                let dir = match fresh.rsplit_once('/') {
+                    Some(("", _)) | None => "/".to_string(),
+                    Some((d, _)) => d.to_string(),
+                };
+                Op::TmpfileLink {
+                    dir,
+                    path: fresh,
+                    len: self.size(),
+                    fill: self.next_fill(),
+                }
+            }
             _ => return None,
         };
         Some(op)
     }
 }
+
+/// Extended attributes the random workload sets: two user ones and a trusted one.
+const XATTR_NAMES: [&str; 3] = ["user.a", "user.b", "trusted.t"];
+
+/// Special files the random workload makes: kind and device number.
+const SPECIAL_KINDS: [(u32, u64); 4] = [
+    (libc::S_IFIFO, 0),
+    (libc::S_IFSOCK, 0),
+    (libc::S_IFCHR, 0x0103),
+    (libc::S_IFBLK, 0x0801),
+];
 
 /// One of `v`, if any.
 fn pick(rng: &mut Pcg64Mcg, v: &[String]) -> Option<String> {
@@ -458,6 +542,28 @@ struct Targets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_random_workload_crashes_into_every_new_call() {
+        let ops: Vec<Op> = (1..=2).flat_map(|s| Workload::Random.generate(s)).collect();
+        let has = |f: fn(&Op) -> bool, what: &str| {
+            assert!(ops.iter().any(f), "no {what} in the random workload");
+        };
+        has(|o| matches!(o, Op::SetXattr { flags: 0, .. }), "setxattr");
+        has(
+            |o| matches!(o, Op::SetXattr { flags, .. } if *flags == fs::XATTR_REPLACE),
+            "setxattr XATTR_REPLACE",
+        );
+        has(
+            |o| matches!(o, Op::SetXattr { len, .. } if *len as u64 > PAGE),
+            "setxattr of a value over a block",
+        );
+        has(|o| matches!(o, Op::RemoveXattr { .. }), "removexattr");
+        has(|o| matches!(o, Op::Mknod { .. }), "mknod");
+        has(|o| matches!(o, Op::Exchange { .. }), "rename exchange");
+        has(|o| matches!(o, Op::Punch { .. }), "punch");
+        has(|o| matches!(o, Op::TmpfileLink { .. }), "O_TMPFILE + link");
+    }
 
     #[test]
     fn workloads_are_deterministic_and_valid() {

@@ -26,6 +26,10 @@ pub enum Fault {
     /// engine's copy may still be running: recovery keeps an entry whose data never
     /// fully arrived.
     AsyncEntryWithoutSn = 3,
+    /// A change of extended attributes stores the new encoded set with cached stores,
+    /// never written back, before committing the entry that names it: after a crash
+    /// the entry may name blocks that never received the set.
+    XattrSetWithoutWriteBack = 4,
 }
 
 #[cfg(feature = "testing")]

@@ -81,6 +81,11 @@ impl OpenFlags {
                 self.0 & !Self::KNOWN
             )));
         }
+        // Linux (since 6.4) refuses O_CREAT with O_DIRECTORY (and so with O_TMPFILE,
+        // which carries its bit) before anything else.
+        if self.has(OpenFlags::CREAT) && self.0 & libc::O_DIRECTORY != 0 {
+            return Err(Error::Invalid("O_CREAT with O_DIRECTORY".into()));
+        }
         if self.has(OpenFlags::PATH) {
             // Linux ignores every other flag but O_DIRECTORY, O_NOFOLLOW, O_CLOEXEC.
             return Ok((false, false));

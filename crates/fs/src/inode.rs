@@ -316,9 +316,10 @@ impl InodeState {
                     self.gid = *gid;
                 }
                 if mask & attr::SIZE != 0 {
-                    // Only a shrink drops blocks: growing keeps blocks `fallocate`
-                    // placed past the end, as Linux does.
-                    if *size < self.size {
+                    // A shrink, or a truncate to the same size, drops the blocks
+                    // past the end (`fallocate` may have placed some there); growing
+                    // keeps them. As Linux's tmpfs does.
+                    if *size <= self.size {
                         let keep = size.div_ceil(BLOCK_SIZE);
                         for b in self.pages.remove_from(keep) {
                             push_block(displaced, b);

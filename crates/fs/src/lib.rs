@@ -40,6 +40,7 @@ mod namespace;
 mod open;
 mod recovery;
 mod rename;
+mod session_xattr;
 mod space;
 pub mod xattr;
 

@@ -303,7 +303,11 @@ impl FileSystem {
             uid,
             gid,
             ctime: now,
-            rdev: if new.kind.is_special() { new.rdev } else { 0 },
+            rdev: if matches!(new.kind, FileKind::CharDev | FileKind::BlockDev) {
+                new.rdev
+            } else {
+                0
+            },
         };
         let result = self.commit_create(dir, dst, name, &rec, new.data);
         match result {

@@ -115,19 +115,17 @@ impl FileSystem {
         created: bool,
     ) -> Result<()> {
         let st = inode.state.read();
+        // In the order of Linux's do_open and may_open: O_CREAT on a directory, then
+        // O_DIRECTORY on anything else (a symbolic link too), then the kinds.
+        if st.kind == FileKind::Dir && flags.has(OpenFlags::CREAT) {
+            return Err(Error::IsDir);
+        }
+        if flags.has(OpenFlags::DIRECTORY) && st.kind != FileKind::Dir {
+            return Err(Error::NotDir);
+        }
         match st.kind {
-            // POSIX: EISDIR for a directory opened for writing, or with O_CREAT
-            // but without O_DIRECTORY.
-            FileKind::Dir
-                if writable
-                    || (flags.has(OpenFlags::CREAT) && !flags.has(OpenFlags::DIRECTORY)) =>
-            {
-                return Err(Error::IsDir)
-            }
+            FileKind::Dir if writable => return Err(Error::IsDir),
             FileKind::Symlink => return Err(Error::Loop),
-            k if flags.has(OpenFlags::DIRECTORY) && k != FileKind::Dir => {
-                return Err(Error::NotDir)
-            }
             _ => {}
         }
         if st.freed {
@@ -196,7 +194,7 @@ impl FileSystem {
                 "O_TMPFILE needs O_WRONLY or O_RDWR, and no O_CREAT".into(),
             ));
         }
-        let dir = self.resolve_as(who, base, path, true)?;
+        let dir = self.resolve_as(who, base, path, !flags.has(OpenFlags::NOFOLLOW))?;
         let linkable = !flags.has(OpenFlags::EXCL);
         let inode = self.create_tmpfile(who, &dir, mode, linkable)?;
         let drop_privs = !cred::privileged(who);

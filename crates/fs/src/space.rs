@@ -43,7 +43,9 @@ impl FileSystem {
     /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE` deallocates it (reads give zeros);
     /// every other mode is `EOPNOTSUPP`. Durable when it returns.
     pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
-        // The checks in the order Linux makes them (vfs_fallocate, then tmpfs).
+        // The checks in the order Linux makes them (the descriptor, vfs_fallocate,
+        // then tmpfs).
+        let f = self.file(fd)?;
         if len == 0 {
             return Err(Error::Invalid("fallocate of an empty range".into()));
         }
@@ -54,7 +56,6 @@ impl FileSystem {
         if punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
             return Err(Error::NotSupported("hole punching must keep the size"));
         }
-        let f = self.file(fd)?;
         if !f.writable() {
             return Err(Error::BadFd);
         }

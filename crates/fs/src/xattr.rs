@@ -27,8 +27,15 @@
 //! Namespaces: `user.*` (regular files and directories only, as Linux), `trusted.*`
 //! and `security.*` are stored. `system.posix_acl_access` and
 //! `system.posix_acl_default` answer `EOPNOTSUPP` (POSIX ACLs are not modelled), as does
-//! any other namespace. Callers are trusted (no credentials yet): `trusted.*` is
-//! readable and writable by every caller and always listed.
+//! any other namespace.
+//!
+//! Credentials (calls made through a [`crate::Session`], see `session_xattr.rs`) are
+//! checked as Linux's `xattr_permission` and the capability hooks check them: `user.*`
+//! needs read permission to get and write permission to set or remove (and, on a
+//! sticky directory, ownership of it); `trusted.*` is root's alone (`ENODATA` to get,
+//! `EPERM` to set or remove, hidden from lists); `security.*` is readable by anyone
+//! and changed by root only (`EPERM`). Listing needs no permission. Calls made on the
+//! [`FileSystem`] itself are trusted: nothing is checked.
 //!
 //! Limits and errnos are Linux's: a name is 1 to [`MAX_XATTR_NAME`] bytes (`ERANGE`
 //! otherwise), a namespace prefix alone is `EINVAL`, a value at most
@@ -42,6 +49,7 @@
 use std::sync::Arc;
 
 use crate::alloc::Extent;
+use crate::cred::{self, Who, MAY_READ, MAY_WRITE};
 use crate::error::{Error, Result};
 use crate::file::Fd;
 use crate::inode::{FileKind, Inode, InodeState};
@@ -248,17 +256,73 @@ fn check_namespace(kind: FileKind, name: &str, write: bool) -> Result<()> {
     ))
 }
 
+/// Linux's `xattr_permission` and the capability hooks after it, for a caller `who`
+/// on an inode in state `st`: whether it may read (`write` false) or change attribute
+/// `name`. The trusted context may do anything.
+fn xattr_permission(who: Who<'_>, st: &InodeState, name: &str, write: bool) -> Result<()> {
+    let Some(c) = who else { return Ok(()) };
+    if name.starts_with("security.") {
+        // cap_inode_setxattr/cap_inode_removexattr: CAP_SYS_ADMIN to change.
+        return if write && !c.is_root() {
+            Err(Error::NotPermitted(
+                "security.* extended attributes need root",
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    if name.starts_with("system.") {
+        return Ok(());
+    }
+    if name.starts_with("trusted.") && !c.is_root() {
+        return Err(if write {
+            Error::NotPermitted("trusted.* extended attributes need root")
+        } else {
+            Error::NoData
+        });
+    }
+    if name.starts_with("user.") {
+        if !matches!(st.kind, FileKind::File | FileKind::Dir) {
+            return check_namespace(st.kind, name, write);
+        }
+        let sticky_dir = st.kind == FileKind::Dir && st.mode & libc::S_ISVTX != 0;
+        if sticky_dir && write && !cred::owner_or_root(who, st) {
+            return Err(Error::NotPermitted(
+                "user.* extended attributes of a sticky directory: not the owner",
+            ));
+        }
+    }
+    cred::may(who, st, if write { MAY_WRITE } else { MAY_READ })
+}
+
+/// Whether `who` sees attribute `name` in a list: `trusted.*` only root does.
+fn listed(who: Who<'_>, name: &[u8]) -> bool {
+    cred::privileged(who) || !name.starts_with(b"trusted.")
+}
+
 /// Which inode an extended-attribute call names.
-enum Target<'a> {
+pub(crate) enum Target<'a> {
+    /// A path from the root, its final symbolic link followed or not.
     Path(&'a str, bool),
+    /// An open descriptor.
     Fd(Fd),
+    /// An inode by number.
+    Ino(u64),
 }
 
 impl FileSystem {
-    fn xattr_target(&self, t: Target<'_>) -> Result<Arc<Inode>> {
+    fn xattr_target(&self, who: Who<'_>, t: Target<'_>) -> Result<Arc<Inode>> {
         match t {
-            Target::Path(path, follow) => self.resolve(path, follow),
-            Target::Fd(fd) => Ok(self.file(fd)?.inode().clone()),
+            Target::Path(path, follow) => self.resolve_as(who, None, path, follow),
+            Target::Fd(fd) => {
+                let f = self.file(fd)?;
+                // An O_PATH handle is not a descriptor the xattr calls take (EBADF).
+                if !f.readable() && !f.writable() {
+                    return Err(Error::BadFd);
+                }
+                Ok(f.inode().clone())
+            }
+            Target::Ino(ino) => self.inode(ino),
         }
     }
 
@@ -266,67 +330,67 @@ impl FileSystem {
     /// symbolic link followed) into `buf` and returns its length; with an empty `buf`,
     /// only the length.
     pub fn getxattr(&self, path: &str, name: &str, buf: &mut [u8]) -> Result<usize> {
-        self.get_xattr(Target::Path(path, true), name, buf)
+        self.get_xattr(None, Target::Path(path, true), name, buf)
     }
 
     /// `lgetxattr`: [`FileSystem::getxattr`] of a final symbolic link itself.
     pub fn lgetxattr(&self, path: &str, name: &str, buf: &mut [u8]) -> Result<usize> {
-        self.get_xattr(Target::Path(path, false), name, buf)
+        self.get_xattr(None, Target::Path(path, false), name, buf)
     }
 
     /// `fgetxattr`: [`FileSystem::getxattr`] of an open file, unlinked or not.
     pub fn fgetxattr(&self, fd: Fd, name: &str, buf: &mut [u8]) -> Result<usize> {
-        self.get_xattr(Target::Fd(fd), name, buf)
+        self.get_xattr(None, Target::Fd(fd), name, buf)
     }
 
     /// `setxattr`: sets attribute `name` of the file at `path` (a final symbolic link
     /// followed) to `value`. `flags` is 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`].
     /// Durable when it returns.
     pub fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
-        self.set_xattr(Target::Path(path, true), name, Some(value), flags)
+        self.set_xattr(None, Target::Path(path, true), name, Some(value), flags)
     }
 
     /// `lsetxattr`: [`FileSystem::setxattr`] of a final symbolic link itself.
     pub fn lsetxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
-        self.set_xattr(Target::Path(path, false), name, Some(value), flags)
+        self.set_xattr(None, Target::Path(path, false), name, Some(value), flags)
     }
 
     /// `fsetxattr`: [`FileSystem::setxattr`] of an open file, unlinked or not.
     pub fn fsetxattr(&self, fd: Fd, name: &str, value: &[u8], flags: i32) -> Result<()> {
-        self.set_xattr(Target::Fd(fd), name, Some(value), flags)
+        self.set_xattr(None, Target::Fd(fd), name, Some(value), flags)
     }
 
     /// `removexattr`: removes attribute `name` of the file at `path` (a final symbolic
     /// link followed). Durable when it returns.
     pub fn removexattr(&self, path: &str, name: &str) -> Result<()> {
-        self.set_xattr(Target::Path(path, true), name, None, XATTR_REPLACE)
+        self.set_xattr(None, Target::Path(path, true), name, None, XATTR_REPLACE)
     }
 
     /// `lremovexattr`: [`FileSystem::removexattr`] of a final symbolic link itself.
     pub fn lremovexattr(&self, path: &str, name: &str) -> Result<()> {
-        self.set_xattr(Target::Path(path, false), name, None, XATTR_REPLACE)
+        self.set_xattr(None, Target::Path(path, false), name, None, XATTR_REPLACE)
     }
 
     /// `fremovexattr`: [`FileSystem::removexattr`] of an open file, unlinked or not.
     pub fn fremovexattr(&self, fd: Fd, name: &str) -> Result<()> {
-        self.set_xattr(Target::Fd(fd), name, None, XATTR_REPLACE)
+        self.set_xattr(None, Target::Fd(fd), name, None, XATTR_REPLACE)
     }
 
     /// `listxattr`: the names of the attributes of the file at `path` (a final
     /// symbolic link followed), each followed by a NUL byte, copied into `buf`;
     /// returns their length (with an empty `buf`, only the length).
     pub fn listxattr(&self, path: &str, buf: &mut [u8]) -> Result<usize> {
-        self.list_xattr(Target::Path(path, true), buf)
+        self.list_xattr(None, Target::Path(path, true), buf)
     }
 
     /// `llistxattr`: [`FileSystem::listxattr`] of a final symbolic link itself.
     pub fn llistxattr(&self, path: &str, buf: &mut [u8]) -> Result<usize> {
-        self.list_xattr(Target::Path(path, false), buf)
+        self.list_xattr(None, Target::Path(path, false), buf)
     }
 
     /// `flistxattr`: [`FileSystem::listxattr`] of an open file, unlinked or not.
     pub fn flistxattr(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
-        self.list_xattr(Target::Fd(fd), buf)
+        self.list_xattr(None, Target::Fd(fd), buf)
     }
 
     /// The inode's set of extended attributes, read from the region.
@@ -339,13 +403,21 @@ impl FileSystem {
         }
     }
 
-    fn get_xattr(&self, t: Target<'_>, name: &str, buf: &mut [u8]) -> Result<usize> {
+    /// Reads attribute `name` as `who` (see [`FileSystem::getxattr`]).
+    pub(crate) fn get_xattr(
+        &self,
+        who: Who<'_>,
+        t: Target<'_>,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<usize> {
         check_name_length(name)?;
-        let inode = self.xattr_target(t)?;
+        let inode = self.xattr_target(who, t)?;
         let st = inode.state.read();
         if st.freed {
             return Err(Error::NotFound);
         }
+        xattr_permission(who, &st, name, false)?;
         check_namespace(st.kind, name, false)?;
         let set = self.xattr_set(inode.ino, &st)?;
         let i = set.find(name.as_bytes()).map_err(|_| Error::NoData)?;
@@ -360,13 +432,15 @@ impl FileSystem {
         Ok(value.len())
     }
 
-    fn list_xattr(&self, t: Target<'_>, buf: &mut [u8]) -> Result<usize> {
-        let inode = self.xattr_target(t)?;
+    /// Lists the attributes `who` may see (see [`FileSystem::listxattr`]).
+    pub(crate) fn list_xattr(&self, who: Who<'_>, t: Target<'_>, buf: &mut [u8]) -> Result<usize> {
+        let inode = self.xattr_target(who, t)?;
         let st = inode.state.read();
         if st.freed {
             return Err(Error::NotFound);
         }
-        let set = self.xattr_set(inode.ino, &st)?;
+        let mut set = self.xattr_set(inode.ino, &st)?;
+        set.0.retain(|(n, _)| listed(who, n));
         let len: usize = set.0.iter().map(|(n, _)| n.len() + 1).sum();
         if buf.is_empty() {
             return Ok(len);
@@ -389,8 +463,15 @@ impl FileSystem {
         Ok(len)
     }
 
-    /// Sets (`Some(value)`) or removes (`None`) attribute `name`.
-    fn set_xattr(&self, t: Target<'_>, name: &str, value: Option<&[u8]>, flags: i32) -> Result<()> {
+    /// Sets (`Some(value)`) or removes (`None`) attribute `name` as `who`.
+    pub(crate) fn set_xattr(
+        &self,
+        who: Who<'_>,
+        t: Target<'_>,
+        name: &str,
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<()> {
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return Err(Error::Invalid(format!("setxattr flags {flags:#x}")));
         }
@@ -398,12 +479,13 @@ impl FileSystem {
         if value.is_some_and(|v| v.len() > MAX_XATTR_VALUE) {
             return Err(Error::TooBig("extended attribute value over 64 KiB"));
         }
-        let inode = self.xattr_target(t)?;
+        let inode = self.xattr_target(who, t)?;
         self.check_writable()?;
         let mut st = inode.state.write();
         if st.freed {
             return Err(Error::NotFound);
         }
+        xattr_permission(who, &st, name, true)?;
         check_namespace(st.kind, name, true)?;
         let mut set = self.xattr_set(inode.ino, &st)?;
         match (set.find(name.as_bytes()), value) {
@@ -441,7 +523,12 @@ impl FileSystem {
             let mut at = 0;
             for e in &extents {
                 let n = (e.len * BLOCK_SIZE) as usize;
-                self.pm.copy_nt(e.start * BLOCK_SIZE, &padded[at..at + n]);
+                let (off, bytes) = (e.start * BLOCK_SIZE, &padded[at..at + n]);
+                if crate::fault::active(crate::fault::Fault::XattrSetWithoutWriteBack) {
+                    self.pm.write(off, bytes);
+                } else {
+                    self.pm.copy_nt(off, bytes);
+                }
                 at += n;
             }
             Some(SetRef {

@@ -32,6 +32,12 @@ impl Data {
         self.pages.len() as u64
     }
 
+    /// Whether page `page` is allocated (written or not): what a file system that
+    /// follows its block map for `SEEK_DATA`/`SEEK_HOLE` calls data.
+    pub fn allocated(&self, page: u64) -> bool {
+        self.pages.contains_key(&page)
+    }
+
     /// Up to `len` bytes from `off`, stopping at the end of the file.
     pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
         let end = off.saturating_add(len as u64).min(self.size);

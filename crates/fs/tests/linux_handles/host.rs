@@ -31,6 +31,15 @@ fn ok(r: Result<(), i32>) -> Outcome {
     r.map(|()| String::new())
 }
 
+/// A `getxattr` answer: its length, and the value when one was copied.
+fn value(r: isize, buf: &[u8]) -> Outcome {
+    if r < 0 {
+        return Err(errno());
+    }
+    let n = (r as usize).min(buf.len());
+    Ok(format!("{r}: {}", String::from_utf8_lossy(&buf[..n])))
+}
+
 fn id(v: i64) -> u32 {
     if v < 0 {
         u32::MAX
@@ -298,6 +307,71 @@ impl Host {
                     *dev,
                 ))),
                 List(p) => self.list(p),
+                SetXattr(p, n, v, f) => {
+                    let n = CString::new(*n).unwrap();
+                    ok(check(libc::setxattr(
+                        self.c(p).as_ptr(),
+                        n.as_ptr(),
+                        v.as_ptr().cast(),
+                        v.len(),
+                        *f,
+                    )))
+                }
+                FsetXattr(s, n, v, f) => {
+                    let n = CString::new(*n).unwrap();
+                    ok(check(libc::fsetxattr(
+                        self.fd(*s),
+                        n.as_ptr(),
+                        v.as_ptr().cast(),
+                        v.len(),
+                        *f,
+                    )))
+                }
+                GetXattr(p, n, size) => {
+                    let n = CString::new(*n).unwrap();
+                    let mut buf = vec![0u8; *size];
+                    let r = libc::getxattr(
+                        self.c(p).as_ptr(),
+                        n.as_ptr(),
+                        buf.as_mut_ptr().cast(),
+                        *size,
+                    );
+                    value(r, &buf)
+                }
+                FgetXattr(s, n, size) => {
+                    let n = CString::new(*n).unwrap();
+                    let mut buf = vec![0u8; *size];
+                    let r =
+                        libc::fgetxattr(self.fd(*s), n.as_ptr(), buf.as_mut_ptr().cast(), *size);
+                    value(r, &buf)
+                }
+                ListXattr(p, size) => {
+                    let mut buf = vec![0u8; *size];
+                    let r = libc::listxattr(self.c(p).as_ptr(), buf.as_mut_ptr().cast(), *size);
+                    if r < 0 {
+                        return Err(errno());
+                    }
+                    let n = (r as usize).min(*size);
+                    Ok(crate::describe_list(r as usize, &buf[..n]))
+                }
+                RemoveXattr(p, n) => {
+                    let n = CString::new(*n).unwrap();
+                    ok(check(libc::removexattr(self.c(p).as_ptr(), n.as_ptr())))
+                }
+                Fallocate(s, m, off, len) => ok(check(libc::fallocate(
+                    self.fd(*s),
+                    *m,
+                    *off as i64,
+                    *len as i64,
+                ))),
+                Seek(s, off, w) => {
+                    let r = libc::lseek(self.fd(*s), *off, *w);
+                    if r < 0 {
+                        Err(errno())
+                    } else {
+                        Ok(r.to_string())
+                    }
+                }
             }
         }
     }

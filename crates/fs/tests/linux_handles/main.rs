@@ -70,6 +70,34 @@ pub enum Op {
     MknodAt(Option<Slot>, String, u32, u64),
     /// Names in a directory, sorted, without `.` and `..`.
     List(String),
+    /// `setxattr(path, name, value, flags)`.
+    SetXattr(String, &'static str, &'static [u8], i32),
+    /// `getxattr(path, name)` into a buffer of n bytes (0: the size only).
+    GetXattr(String, &'static str, usize),
+    /// `fgetxattr` into a buffer of n bytes.
+    FgetXattr(Slot, &'static str, usize),
+    /// `fsetxattr`.
+    FsetXattr(Slot, &'static str, &'static [u8], i32),
+    /// `listxattr(path)` into a buffer of n bytes: the length and the names, sorted
+    /// (each file system lists in its own order).
+    ListXattr(String, usize),
+    /// `removexattr`.
+    RemoveXattr(String, &'static str),
+    /// `fallocate(fd, mode, off, len)`.
+    Fallocate(Slot, i32, u64, u64),
+    /// `lseek(fd, off, whence)` with a raw `whence` (`SEEK_DATA`, `SEEK_HOLE`, ...).
+    Seek(Slot, i64, i32),
+}
+
+/// How a `listxattr` answer reads in an outcome: its length, then its names sorted.
+pub fn describe_list(len: usize, bytes: &[u8]) -> String {
+    let mut names: Vec<&[u8]> = bytes.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+    names.sort();
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    format!("{len}: {}", names.join(" "))
 }
 
 /// What a call gave: its result described, or its errno.
@@ -617,4 +645,137 @@ fn directory_offsets_are_stable_under_concurrent_change() {
         .map(|e| (e.entry.name, e.offset))
         .collect();
     assert_eq!(again, cookies);
+}
+
+#[test]
+fn extended_attributes_under_credentials_agree() {
+    use Op::*;
+    const CREATE: i32 = libc::XATTR_CREATE;
+    const REPLACE: i32 = libc::XATTR_REPLACE;
+    // Set up by root: a file the user owns, one only readable by it, one it cannot
+    // read, a sticky directory owned by root and one owned by the user, all with
+    // user.*, trusted.* and security.* attributes.
+    let mut setup = vec![
+        Mkdir(p("/d"), 0o777),
+        Put(p("/d/mine"), 0o644, b"m"),
+        Chown(p("/d/mine"), 1000, 1000),
+        Put(p("/d/ro"), 0o644, b"r"),
+        Put(p("/d/none"), 0o600, b"n"),
+        Mkdir(p("/sticky"), 0o1777),
+        Mkdir(p("/sticky/own"), 0o1777),
+        Chown(p("/sticky/own"), 1000, 1000),
+    ];
+    for f in ["/d/mine", "/d/ro", "/d/none", "/sticky"] {
+        setup.push(SetXattr(p(f), "user.a", b"1", 0));
+        setup.push(SetXattr(p(f), "trusted.t", b"2", 0));
+        setup.push(SetXattr(p(f), "security.s", b"3", 0));
+    }
+    let steps = vec![
+        // user.*: read needs read permission, a change write permission.
+        GetXattr(p("/d/mine"), "user.a", 16),
+        GetXattr(p("/d/ro"), "user.a", 16),
+        GetXattr(p("/d/none"), "user.a", 16),
+        GetXattr(p("/d/none"), "user.a", 0),
+        SetXattr(p("/d/mine"), "user.b", b"x", CREATE),
+        SetXattr(p("/d/mine"), "user.b", b"y", CREATE),
+        SetXattr(p("/d/mine"), "user.b", b"yy", REPLACE),
+        GetXattr(p("/d/mine"), "user.b", 16),
+        GetXattr(p("/d/mine"), "user.b", 1),
+        SetXattr(p("/d/ro"), "user.b", b"x", 0),
+        RemoveXattr(p("/d/ro"), "user.a"),
+        SetXattr(p("/d/none"), "user.missing", b"x", REPLACE),
+        RemoveXattr(p("/d/mine"), "user.b"),
+        RemoveXattr(p("/d/mine"), "user.b"),
+        // trusted.*: root's alone.
+        GetXattr(p("/d/mine"), "trusted.t", 16),
+        SetXattr(p("/d/mine"), "trusted.u", b"x", 0),
+        RemoveXattr(p("/d/mine"), "trusted.t"),
+        // security.*: anyone reads, only root changes.
+        GetXattr(p("/d/none"), "security.s", 16),
+        SetXattr(p("/d/mine"), "security.s", b"x", 0),
+        RemoveXattr(p("/d/mine"), "security.s"),
+        // Lists need no permission; trusted.* names are hidden.
+        ListXattr(p("/d/mine"), 0),
+        ListXattr(p("/d/mine"), 256),
+        ListXattr(p("/d/none"), 256),
+        // Sticky directories: only the owner (or root) changes user.*.
+        GetXattr(p("/sticky"), "user.a", 16),
+        SetXattr(p("/sticky"), "user.b", b"x", 0),
+        RemoveXattr(p("/sticky"), "user.a"),
+        SetXattr(p("/sticky/own"), "user.b", b"x", 0),
+        GetXattr(p("/sticky/own"), "user.b", 16),
+        // Through descriptors, the same checks on the inode.
+        Open(0, None, p("/d/ro"), RO, 0),
+        FgetXattr(0, "user.a", 16),
+        FsetXattr(0, "user.c", b"x", 0),
+        FgetXattr(0, "trusted.t", 16),
+        Close(0),
+        Open(1, None, p("/d/mine"), WO, 0),
+        FsetXattr(1, "user.c", b"z", 0),
+        FgetXattr(1, "user.c", 16),
+        Close(1),
+        // An O_PATH handle is no descriptor for them.
+        Open(2, None, p("/d/mine"), libc::O_PATH, 0),
+        FgetXattr(2, "user.a", 16),
+        FsetXattr(2, "user.d", b"x", 0),
+        Close(2),
+    ];
+    for cred in [user(1000, 1000, &[]), Cred::root()] {
+        agree(Scenario {
+            name: "xattr-cred",
+            setup: setup.clone(),
+            cred,
+            steps: steps.clone(),
+        });
+    }
+}
+
+#[test]
+fn fallocate_and_seek_under_credentials_agree() {
+    use Op::*;
+    let page = 4096u64;
+    let steps = vec![
+        Put(p("/d/f"), 0o644, b"data"),
+        // fallocate needs a descriptor open for writing.
+        Open(0, None, p("/d/f"), RO, 0),
+        Fallocate(0, 0, 0, page),
+        Seek(0, 0, libc::SEEK_DATA),
+        Seek(0, 0, libc::SEEK_HOLE),
+        Seek(0, 10, libc::SEEK_DATA),
+        Close(0),
+        Open(1, None, p("/d/f"), WO, 0),
+        Fallocate(1, 0, 0, 4 * page),
+        Fstat(1),
+        Fallocate(1, libc::FALLOC_FL_KEEP_SIZE, 4 * page, page),
+        Fstat(1),
+        Fallocate(1, libc::FALLOC_FL_PUNCH_HOLE, 0, page),
+        Fallocate(
+            1,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            page,
+            2 * page,
+        ),
+        Seek(1, 0, libc::SEEK_DATA),
+        Seek(1, 0, libc::SEEK_HOLE),
+        Seek(1, 4 * page as i64, libc::SEEK_DATA),
+        Close(1),
+        Open(2, None, p("/d"), RO | libc::O_DIRECTORY, 0),
+        Fallocate(2, 0, 0, page),
+        Close(2),
+        // A file of another user the caller may write, and one it may not open.
+        Open(3, None, p("/d/other"), WO, 0),
+        Fallocate(3, 0, 0, page),
+        Close(3),
+        Open(4, None, p("/d/root"), WO, 0),
+    ];
+    agree(Scenario {
+        name: "fallocate-cred",
+        setup: vec![
+            Mkdir(p("/d"), 0o777),
+            Put(p("/d/other"), 0o666, b""),
+            Put(p("/d/root"), 0o644, b""),
+        ],
+        cred: user(1000, 1000, &[]),
+        steps,
+    });
 }

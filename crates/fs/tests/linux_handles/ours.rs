@@ -1,7 +1,7 @@
 //! easyio's side: the setup through a root session (umask 0), the steps through a
 //! session with the scenario's credentials, on a fresh region.
 
-use fs::{Cred, Fd, FileSystem, OpenFlags, Session, Stat, Time};
+use fs::{Cred, Fd, FileSystem, OpenFlags, Session, Stat, Time, Whence};
 
 use crate::common::{fresh, MIB};
 use crate::{describe_stat, Op, Outcome, Scenario, Slot, T};
@@ -23,6 +23,15 @@ fn describe(st: fs::Result<Stat>) -> Outcome {
         st.gid,
         st.size,
         st.rdev,
+    ))
+}
+
+/// A `getxattr` answer: its length, and the value when one was copied.
+fn value(r: fs::Result<usize>, buf: &[u8]) -> Outcome {
+    let r = r.map_err(|e| e.errno())?;
+    Ok(format!(
+        "{r}: {}",
+        String::from_utf8_lossy(&buf[..r.min(buf.len())])
     ))
 }
 
@@ -156,6 +165,35 @@ impl Ours {
                     .map(|e| e.name)
                     .collect();
                 Ok(names.join(" "))
+            }
+            SetXattr(p, n, v, f) => ok(s.setxattr(p, n, v, *f)),
+            FsetXattr(slot, n, v, f) => ok(s.fsetxattr(self.fd(*slot), n, v, *f)),
+            GetXattr(p, n, size) => {
+                let mut buf = vec![0u8; *size];
+                value(s.getxattr(p, n, &mut buf), &buf)
+            }
+            FgetXattr(slot, n, size) => {
+                let mut buf = vec![0u8; *size];
+                value(s.fgetxattr(self.fd(*slot), n, &mut buf), &buf)
+            }
+            ListXattr(p, size) => {
+                let mut buf = vec![0u8; *size];
+                let r = s.listxattr(p, &mut buf).map_err(|e| e.errno())?;
+                Ok(crate::describe_list(r, &buf[..r.min(*size)]))
+            }
+            RemoveXattr(p, n) => ok(s.removexattr(p, n)),
+            Fallocate(slot, m, off, len) => ok(s.fallocate(self.fd(*slot), *m, *off, *len)),
+            Seek(slot, off, w) => {
+                let whence = match *w {
+                    libc::SEEK_SET => Whence::Set,
+                    libc::SEEK_CUR => Whence::Cur,
+                    libc::SEEK_END => Whence::End,
+                    libc::SEEK_DATA => Whence::Data,
+                    _ => Whence::Hole,
+                };
+                s.lseek(self.fd(*slot), *off, whence)
+                    .map(|n| n.to_string())
+                    .map_err(|e| e.errno())
             }
         }
     }
