@@ -1,14 +1,5 @@
-//! `easyio mount` and `easyio umount`: an image served through FUSE to every program
-//! on the machine (the server is the `easyio-fuse` crate).
-//!
-//! `mount` checks what it can first (`/dev/fuse`, the mount point), then, unless
-//! `--foreground`, starts itself again in the background with `--foreground`, its
-//! standard error in a log file, and waits until that server has mounted (printing
-//! where it logs) or failed (printing its one-line error and exiting with its status).
-//! The server ends when the file system is unmounted — `easyio umount`, `umount`,
-//! `fusermount3 -u` — or at SIGINT/SIGTERM (a lazy unmount: it ends once no file is
-//! open); then it unmounts the image as every command does, so the next mount needs
-//! no recovery. `umount` waits for the server to finish that.
+//! `easyio mount` and `easyio umount`: the arguments, the calls into `easyio-fuse`
+//! (which checks, detaches, serves and waits), and what they print.
 
 use std::path::PathBuf;
 
