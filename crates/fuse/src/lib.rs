@@ -13,6 +13,12 @@
 //! Requests are served by [`Options::threads`] threads, each reading its own clone of
 //! the device; a handler waits for the copies of its request (in `async` mode as
 //! well: the server's handlers are OS threads, not uthreads).
+//!
+//! Around the server, the door a command opens: [`check_fuse_device`] and
+//! [`check_mountpoint`] before mounting, [`detach`] to serve in the background and
+//! [`serve`] to open the image and serve it until it is unmounted, and [`umount`],
+//! which waits for the server to save the image (found through [`state_file`]).
+//! Their [`Error`]s carry the errno a command exits with.
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
