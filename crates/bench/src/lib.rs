@@ -29,6 +29,7 @@ pub mod report;
 pub mod rt;
 pub mod signals;
 pub mod startup;
+pub mod stdin;
 pub mod target;
 
 use std::time::{Duration, Instant};

@@ -165,15 +165,9 @@ pub struct MvArgs {
     to: String,
 }
 
-/// A mounted image for the duration of one command.
-pub struct Mounted {
-    pub fs: FileSystem,
-    pub report: MountReport,
-}
-
 /// Opens and mounts the image, telling the user on stderr when recovery had work to do
 /// or found damage that left the mount read-only.
-pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
+pub fn mount(arg: &ImageArg) -> anyhow::Result<(FileSystem, MountReport)> {
     let image = &arg.image;
     let region = if arg.read_only {
         Region::open_read_only(image)?
@@ -209,7 +203,7 @@ pub fn mount(arg: &ImageArg) -> anyhow::Result<Mounted> {
             eprintln!("easyio: removed {name}, left by a put that did not finish");
         }
     }
-    Ok(Mounted { fs, report })
+    Ok((fs, report))
 }
 
 /// Mounts the image, runs `work` on the file system and unmounts. When `work` fails
@@ -218,19 +212,18 @@ fn with_mount<T>(
     arg: &ImageArg,
     work: impl FnOnce(&FileSystem) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let m = mount(arg)?;
-    let done = work(&m.fs)?;
-    m.fs.unmount()?;
+    let (fs, _) = mount(arg)?;
+    let done = work(&fs)?;
+    fs.unmount()?;
     Ok(done)
 }
 
 /// Fails unless `path` is a directory (or leads to one).
 fn ensure_dir(fs: &FileSystem, path: &str) -> anyhow::Result<()> {
-    match fs.stat(path) {
-        Ok(st) if st.kind == FileKind::Dir => Ok(()),
-        Ok(_) => Err(fs::Error::NotDir.into()),
-        Err(e) => Err(e.into()),
+    if fs.stat(path)?.kind != FileKind::Dir {
+        return Err(fs::Error::NotDir.into());
     }
+    Ok(())
 }
 
 pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
@@ -246,9 +239,9 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
             path.display()
         );
     }
+    let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
     let (region, geo) = match existing {
         None => {
-            let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
             check_geometry(size, &opts)?;
             let region = Region::create(path, size)?;
             match FileSystem::format(&region, &opts) {
@@ -261,7 +254,6 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
             }
         }
         Some(m) if m.is_file() && a.size.is_some_and(|s| s != m.len()) => {
-            let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
             check_geometry(size, &opts)?;
             replace_image(path, &m, size, &opts)?
         }
@@ -344,17 +336,13 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
     } else {
         writeln!(
             out,
-            "{}: {} inodes, {} log entries, {} of {} pool blocks in use, {}",
+            "{}: {} inodes, {} log entries, {} of {} pool blocks in use, {}cleanly unmounted",
             a.image.image.display(),
             r.inodes,
             r.log_entries,
             r.used_blocks,
             r.pool_blocks,
-            if r.clean_unmount {
-                "cleanly unmounted"
-            } else {
-                "not cleanly unmounted"
-            }
+            if r.clean_unmount { "" } else { "not " }
         )?;
         for n in &r.notes {
             writeln!(out, "note: {n}")?;
@@ -362,15 +350,10 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
         for p in &r.problems {
             writeln!(out, "PROBLEM: {p}")?;
         }
-        writeln!(
-            out,
-            "{}",
-            if r.ok() {
-                "no problems found".to_string()
-            } else {
-                format!("{} problem(s) found", r.problems.len())
-            }
-        )?;
+        match r.problems.len() {
+            0 => writeln!(out, "no problems found")?,
+            n => writeln!(out, "{n} problem(s) found")?,
+        }
     }
     if !r.ok() {
         std::process::exit(4);
@@ -404,16 +387,11 @@ fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
         for p in &r.after.problems {
             writeln!(out, "PROBLEM: {p}")?;
         }
-        if !r.before.ok() {
-            writeln!(
-                out,
-                "{image}: {}",
-                if r.ok() {
-                    "no problems found after repair".to_string()
-                } else {
-                    format!("{} problem(s) remain", r.after.problems.len())
-                }
-            )?;
+        let remain = r.after.problems.len();
+        if !r.before.ok() && r.ok() {
+            writeln!(out, "{image}: no problems found after repair")?;
+        } else if !r.before.ok() {
+            writeln!(out, "{image}: {remain} problem(s) remain")?;
         }
     }
     if !r.ok() {
@@ -441,11 +419,11 @@ struct GeometryInfo {
 }
 
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
-    let m = mount(&a.image)?;
-    let g = m.fs.geometry();
+    let (fs, report) = mount(&a.image)?;
+    let g = fs.geometry();
     let info = Info {
         image: a.image.image.display().to_string(),
-        durability: m.fs.pmem().durability().describe(),
+        durability: fs.pmem().durability().describe(),
         geometry: GeometryInfo {
             total_blocks: g.total_blocks,
             pool_start: g.pool_start,
@@ -453,8 +431,8 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
             journals: g.journals,
             channels: g.channels,
         },
-        usage: m.fs.usage(),
-        mount: m.report.clone(),
+        usage: fs.usage(),
+        mount: report,
     };
     if a.json {
         report::print_json(&info)?;
@@ -481,20 +459,13 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
             }
         )?;
     }
-    m.fs.unmount()?;
+    fs.unmount()?;
     Ok(())
 }
 
+/// The type letter of `ls -l`, by the kind's number (1 to 7).
 fn kind_char(k: FileKind) -> char {
-    match k {
-        FileKind::File => '-',
-        FileKind::Dir => 'd',
-        FileKind::Symlink => 'l',
-        FileKind::Fifo => 'p',
-        FileKind::Socket => 's',
-        FileKind::CharDev => 'c',
-        FileKind::BlockDev => 'b',
-    }
+    char::from(b"?-dlpscb"[k as usize])
 }
 
 /// One line of `ls -l`.
@@ -512,35 +483,28 @@ fn long_line(st: &fs::Stat, name: &str) -> String {
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     with_mount(&a.image, |fs| {
         let st = fs.stat(&a.path).with_context(|| a.path.clone())?;
-        let out = &mut std::io::stdout().lock();
-        if st.kind != FileKind::Dir {
-            // A file lists itself, by the name it was given, as `ls FILE` does.
+        // A file lists itself, by the name it was given, as `ls FILE` does.
+        let (entries, dir) = if st.kind == FileKind::Dir {
+            (
+                fs.readdir(&a.path).with_context(|| a.path.clone())?,
+                Some(&a.path),
+            )
+        } else {
             let st = fs.lstat(&a.path).with_context(|| a.path.clone())?;
-            if a.json {
-                return report::print_json(&[fs::DirEntry {
-                    name: a.path.clone(),
-                    ino: st.ino,
-                    kind: Some(st.kind),
-                }]);
-            }
-            let line = if a.long {
-                long_line(&st, &a.path)
-            } else {
-                a.path.clone()
-            };
-            return Ok(writeln!(out, "{line}")?);
-        }
-        let entries = fs.readdir(&a.path).with_context(|| a.path.clone())?;
+            let (name, ino, kind) = (a.path.clone(), st.ino, Some(st.kind));
+            (vec![fs::DirEntry { name, ino, kind }], None)
+        };
         if a.json {
             return report::print_json(&entries);
         }
+        let out = &mut std::io::stdout().lock();
         for e in &entries {
             if a.long && e.kind.is_none() {
                 // As `ls -l` shows an entry whose inode it cannot stat.
                 writeln!(out, "?????? {:>3} {:>12} {}", "?", "?", e.name)?;
             } else if a.long {
-                let st = fs.lstat(&join(&a.path, &e.name))?;
-                writeln!(out, "{}", long_line(&st, &e.name))?;
+                let path = dir.map_or_else(|| e.name.clone(), |d| join(d, &e.name));
+                writeln!(out, "{}", long_line(&fs.lstat(&path)?, &e.name))?;
             } else {
                 writeln!(out, "{}", e.name)?;
             }
@@ -564,27 +528,15 @@ pub fn stat(a: PathArgs) -> anyhow::Result<()> {
         if a.json {
             return report::print_json(&st);
         }
-        let out = &mut std::io::stdout().lock();
-        writeln!(out, "  path: {}", a.path)?;
-        writeln!(
-            out,
-            "  kind: {:?}  inode: {}  links: {}",
-            st.kind, st.ino, st.nlink
-        )?;
-        writeln!(
-            out,
-            "  size: {}  blocks: {}  mode: {:04o}",
-            st.size,
-            st.blocks,
-            st.mode & 0o7777
-        )?;
-        writeln!(out, "  uid: {}  gid: {}", st.uid, st.gid)?;
-        writeln!(
-            out,
-            "  mtime: {} ns  ctime: {} ns",
-            st.mtime_ns, st.ctime_ns
-        )?;
-        Ok(())
+        let (path, kind, ino, nlink) = (&a.path, st.kind, st.ino, st.nlink);
+        let (size, blocks, mode, uid, gid) = (st.size, st.blocks, st.mode & 0o7777, st.uid, st.gid);
+        let (mtime, ctime) = (st.mtime_ns, st.ctime_ns);
+        Ok(write!(
+            std::io::stdout().lock(),
+            "  path: {path}\n  kind: {kind:?}  inode: {ino}  links: {nlink}\n  size: {size}  \
+             blocks: {blocks}  mode: {mode:04o}\n  uid: {uid}  gid: {gid}\n  \
+             mtime: {mtime} ns  ctime: {ctime} ns\n"
+        )?)
     })
 }
 
@@ -608,37 +560,6 @@ fn remove_put_leftovers(fs: &FileSystem) -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(removed)
-}
-
-/// How long a wait for standard input lasts before it looks at the stop flag again
-/// (a signal normally ends the wait at once; this covers one that arrives just before
-/// it starts).
-const STDIN_SLICE: rustix::time::Timespec = rustix::time::Timespec {
-    tv_sec: 0,
-    tv_nsec: 100_000_000,
-};
-
-/// Standard input, read so that a stopping signal ends a wait for input: the signal
-/// handlers restart an interrupted read(2), so each read first waits in poll(2), which
-/// a signal always interrupts, and looks at the stop flag between waits. It reads the
-/// descriptor itself: no buffer of its own holds input that poll would not see.
-struct Stdin;
-
-impl Read for Stdin {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use rustix::event::{poll, PollFd, PollFlags};
-        let fd = std::os::fd::AsFd::as_fd(&std::io::stdin()).try_clone_to_owned()?;
-        loop {
-            signals::check().map_err(std::io::Error::other)?;
-            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-            match poll(&mut fds, Some(&STDIN_SLICE)) {
-                // Data, end of file, or an error the read reports.
-                Ok(n) if n > 0 => return Ok(rustix::io::read(&fd, &mut *buf)?),
-                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
 }
 
 /// Where `put` writes in the image: `dest`, or the local file's name in `dest` if that
@@ -699,7 +620,7 @@ fn copy_in(
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
     let local_name = a.local.display().to_string();
     let mut input: Box<dyn Read> = if a.local.as_os_str() == "-" {
-        Box::new(Stdin)
+        Box::new(bench::stdin::Stdin)
     } else {
         let f = std::fs::File::open(&a.local).with_context(|| local_name.clone())?;
         if f.metadata().with_context(|| local_name.clone())?.is_dir() {

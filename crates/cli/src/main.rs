@@ -220,6 +220,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .map(pmem::Error::errno)
                 .or_else(|| e.downcast_ref::<fs::Error>().map(fs::Error::errno))
                 .or_else(|| e.downcast_ref::<engine::Error>().map(engine::Error::errno))
+                .or_else(|| e.downcast_ref::<easyio_fuse::Error>()?.errno())
                 .or_else(|| {
                     e.downcast_ref::<std::io::Error>()
                         .and_then(std::io::Error::raw_os_error)

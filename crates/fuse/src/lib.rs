@@ -13,14 +13,27 @@
 //! Requests are served by [`Options::threads`] threads, each reading its own clone of
 //! the device; a handler waits for the copies of its request (in `async` mode as
 //! well: the server's handlers are OS threads, not uthreads).
+//!
+//! Around the server, the door a command opens: [`check_fuse_device`] and
+//! [`check_mountpoint`] before mounting, [`detach`] to serve in the background and
+//! [`serve`] to open the image and serve it until it is unmounted, and [`umount`],
+//! which waits for the server to save the image (found through [`state_file`]).
+//! Their [`Error`]s carry the errno a command exits with.
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 
 mod attr;
+mod control;
 mod cred;
+mod daemon;
 mod mount;
 mod server;
 
+pub use control::{
+    check_fuse_device, check_mountpoint, mount_of, read_state, state_file, umount, write_state,
+    Error, Result, SERVER_EXIT_WAIT,
+};
+pub use daemon::{detach, serve, DetachOptions, Detached, ServeOptions};
 pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL};
 pub use server::{LookupCounts, Server};

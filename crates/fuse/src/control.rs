@@ -1,0 +1,266 @@
+//! What surrounds a server: the checks before mounting, the kernel's mount table, the
+//! state file through which `umount` finds the server, and the wait for its exit.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long [`umount`] waits for the server to save the image and exit.
+pub const SERVER_EXIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Why mounting, serving or unmounting failed. [`Error::errno`] is the status a
+/// command exits with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// `what` failed with the system error in `source`.
+    #[error("{what}")]
+    Os {
+        /// What was being done, or what was wrong.
+        what: String,
+        /// The system error, whose errno is the exit status.
+        #[source]
+        source: io::Error,
+    },
+    /// The image could not be opened.
+    #[error(transparent)]
+    Region(#[from] pmem::Error),
+    /// The file system on the image failed to mount or to unmount.
+    #[error("{what}")]
+    Fs {
+        /// What was being done.
+        what: String,
+        /// The file system's error.
+        #[source]
+        source: fs::Error,
+    },
+    /// `umount` of a mount that is not FUSE's.
+    #[error("{} is a {fstype} mount, not a FUSE mount", .mountpoint.display())]
+    NotFuse {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// Its file system type.
+        fstype: String,
+    },
+    /// The server did not exit within [`SERVER_EXIT_WAIT`] of the unmount.
+    #[error("the server (pid {pid}) has not exited {} s after the unmount", SERVER_EXIT_WAIT.as_secs())]
+    ServerStuck {
+        /// The server's pid.
+        pid: u32,
+    },
+    /// The FUSE session ended but still holds the file system.
+    #[error("the server still holds the file system")]
+    StillHeld,
+}
+
+impl Error {
+    /// `what` failing with errno `code`.
+    pub fn errno_of(code: i32, what: String) -> Error {
+        Error::Os {
+            what,
+            source: io::Error::from_raw_os_error(code),
+        }
+    }
+
+    /// `what` failing with the system error `source`.
+    pub fn os(what: String, source: io::Error) -> Error {
+        Error::Os { what, source }
+    }
+
+    /// The errno this error stands for, if it has one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io(e) | Error::Os { source: e, .. } => e.raw_os_error(),
+            Error::Region(e) => Some(e.errno()),
+            Error::Fs { source, .. } => Some(source.errno()),
+            Error::NotFuse { .. } | Error::ServerStuck { .. } | Error::StillHeld => None,
+        }
+    }
+}
+
+/// A result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Checks that FUSE can be used here: `/dev/fuse` exists and can be opened.
+pub fn check_fuse_device() -> Result<()> {
+    if !Path::new("/dev/fuse").exists() {
+        let what = "no /dev/fuse: the kernel's fuse module is not loaded (modprobe fuse)";
+        return Err(Error::errno_of(libc::ENODEV, what.into()));
+    }
+    // The mount opens /dev/fuse itself and turns to fusermount3 only when mount(2) is
+    // refused, not when the device is: say so before anything else is done.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| {
+            let what = "cannot open /dev/fuse (mount as root, or make it readable and \
+                        writable by all, as distributions do)";
+            Error::os(what.into(), e)
+        })?;
+    Ok(())
+}
+
+/// The mount point, made absolute: an existing directory that is not a mount already.
+pub fn check_mountpoint(p: &Path) -> Result<PathBuf> {
+    let what = || format!("mount point {}", p.display());
+    let meta = std::fs::metadata(p).map_err(|e| Error::os(what(), e))?;
+    if !meta.is_dir() {
+        return Err(Error::errno_of(libc::ENOTDIR, what()));
+    }
+    let abs = p.canonicalize()?;
+    if mount_of(&abs)?.is_some() {
+        let what = format!("{} is already a mount point", abs.display());
+        return Err(Error::errno_of(libc::EBUSY, what));
+    }
+    Ok(abs)
+}
+
+/// The file system type of the mount at exactly `p` (absolute, canonical), if any.
+pub fn mount_of(p: &Path) -> Result<Option<String>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(find_mount(&info, &p.to_string_lossy()))
+}
+
+/// The file system type of the last mount at `want` in mountinfo text `info`.
+fn find_mount(info: &str, want: &str) -> Option<String> {
+    // Fields: id parent major:minor root mountpoint options [optional...] - fstype ...
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let at = unescape(f.get(4)?);
+        let dash = f.iter().position(|x| *x == "-")?;
+        (at == want).then(|| f.get(dash + 1).unwrap_or(&"").to_string())
+    })
+}
+
+/// A mountinfo path: spaces, tabs, newlines and backslashes are octal escapes.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(u8::is_ascii_digit));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where the server of a mount point records its pid and image, for [`umount`].
+pub fn state_file(mountpoint: &Path) -> PathBuf {
+    state_file_in(&std::env::temp_dir(), mountpoint)
+}
+
+/// [`state_file`] under the temporary directory `tmp`.
+fn state_file_in(tmp: &Path, mountpoint: &Path) -> PathBuf {
+    let name: String = mountpoint
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c == '/' { '%' } else { c })
+        .collect();
+    tmp.join("easyio-mounts").join(name)
+}
+
+/// Records server `pid` and its image in `state`.
+pub fn write_state(state: &Path, pid: u32, image: &Path) -> io::Result<()> {
+    if let Some(dir) = state.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(state, format!("{pid}\n{}\n", image.display()))
+}
+
+/// The server pid recorded in `state`, if it can be read.
+pub fn read_state(state: &Path) -> Option<u32> {
+    std::fs::read_to_string(state)
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.parse::<u32>().ok()))
+}
+
+/// Unmounts the FUSE mount at `mountpoint`, then waits (up to [`SERVER_EXIT_WAIT`])
+/// for its server to save the image and exit.
+pub fn umount(mountpoint: &Path) -> Result<()> {
+    let mp = mountpoint
+        .canonicalize()
+        .map_err(|e| Error::os(format!("mount point {}", mountpoint.display()), e))?;
+    match mount_of(&mp)? {
+        Some(t) if t == "fuse" || t.starts_with("fuse.") => {}
+        Some(fstype) => {
+            return Err(Error::NotFuse {
+                mountpoint: mp,
+                fstype,
+            })
+        }
+        None => {
+            let what = format!("{} is not a mount point", mp.display());
+            return Err(Error::errno_of(libc::EINVAL, what));
+        }
+    }
+    let pid = read_state(&state_file(&mp));
+    crate::unmount(&mp, false).map_err(|e| Error::os(format!("unmounting {}", mp.display()), e))?;
+    let Some(pid) = pid else { return Ok(()) };
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && is_server(pid) {
+        if t0.elapsed() > SERVER_EXIT_WAIT {
+            return Err(Error::ServerStuck { pid });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Whether process `pid` is still an easyio server (not a zombie, not a reused pid).
+fn is_server(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
+    stat.contains("(easyio") && !matches!(state, Some("Z" | "X") | None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape("/x\\134y"), "/x\\y");
+    }
+
+    #[test]
+    fn mountinfo_finds_the_last_mount_at_a_path() {
+        let info = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                    40 22 0:50 / /mnt/a\\040b rw shared:1 - tmpfs tmpfs rw\n\
+                    41 40 0:51 / /mnt/a\\040b rw - fuse.easyio easyio rw\n";
+        assert_eq!(find_mount(info, "/mnt/a b").as_deref(), Some("fuse.easyio"));
+        assert_eq!(find_mount(info, "/").as_deref(), Some("ext4"));
+        assert_eq!(find_mount(info, "/mnt"), None);
+    }
+
+    #[test]
+    fn state_file_round_trips() {
+        let tmp = std::env::temp_dir().join(format!("easyio-state-test-{}", std::process::id()));
+        let state = state_file_in(&tmp, Path::new("/mnt/x y"));
+        assert_eq!(state.file_name().unwrap(), "%mnt%x y");
+        assert_eq!(read_state(&state), None);
+        write_state(&state, 4242, Path::new("/dev/shm/img")).unwrap();
+        assert_eq!(read_state(&state), Some(4242));
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert_eq!(text, "4242\n/dev/shm/img\n");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

@@ -1,0 +1,209 @@
+//! A server's life: [`detach`] starts it in the background and waits until it has
+//! mounted or failed; [`serve`] opens the image, mounts it and serves it until it is
+//! unmounted (by `umount`, `fusermount3 -u`, or lazily at a stop request), then
+//! unmounts the image so that the next mount needs no recovery.
+//!
+//! The server logs to standard error. Started by [`detach`], it says on standard
+//! output when the mount is up; otherwise it prints where the image is mounted.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs::{FileSystem, Mode, MountOptions};
+use pmem::{Pmem, Region};
+
+use crate::control::{state_file, write_state, Error, Result};
+
+/// Set in the environment of the background server: it prints [`READY`] on its
+/// standard output once the mount is up.
+const NOTIFY_ENV: &str = "EASYIO_MOUNT_NOTIFY";
+/// What the background server says when the mount is up.
+const READY: &str = "ready";
+
+/// How to start a server in the background.
+#[derive(Clone, Debug)]
+pub struct DetachOptions {
+    /// The arguments this program is run again with, to serve in the foreground.
+    pub args: Vec<OsString>,
+    /// The server's log file (standard error); `None`: one in the temporary directory,
+    /// removed if the server fails.
+    pub log: Option<PathBuf>,
+}
+
+/// How a background server started.
+#[derive(Debug)]
+pub enum Detached {
+    /// The mount is up.
+    Mounted {
+        /// The server's pid.
+        pid: u32,
+        /// Its log file.
+        log: PathBuf,
+    },
+    /// The server failed before mounting.
+    Failed {
+        /// Its exit status (at least 1).
+        status: i32,
+        /// The last line of its log: its error.
+        message: String,
+    },
+}
+
+/// Runs this program again with `o.args` in the background, its standard error in a
+/// log file and in its own process group, and waits until it has mounted or failed.
+pub fn detach(o: &DetachOptions) -> Result<Detached> {
+    let log = o.log.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("easyio-mount-{}.log", std::process::id()))
+    });
+    let log_file = std::fs::File::create(&log)
+        .map_err(|e| Error::os(format!("log file {}", log.display()), e))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(&o.args)
+        .env(NOTIFY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        // Its own process group: a Ctrl-C meant for the shell's job does not reach it.
+        .process_group(0)
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    if line.trim_end() == READY {
+        let pid = child.id();
+        return Ok(Detached::Mounted { pid, log });
+    }
+    let status = child.wait()?;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let message = text
+        .lines()
+        .last()
+        .unwrap_or("the server ended without a message")
+        .to_string();
+    if o.log.is_none() {
+        let _ = std::fs::remove_file(&log);
+    }
+    let status = status.code().unwrap_or(1).max(1);
+    Ok(Detached::Failed { status, message })
+}
+
+/// What to serve, where and how.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The image (a region file or a devdax device).
+    pub image: PathBuf,
+    /// The mount point (absolute, as [`crate::check_mountpoint`] returns it).
+    pub mountpoint: PathBuf,
+    /// Who moves file data.
+    pub mode: Mode,
+    /// Mount read-only: nothing is written to the image.
+    pub read_only: bool,
+    /// How to mount (threads, read-only, `-o` options).
+    pub mount: crate::Options,
+    /// Polled while serving: true asks for a lazy unmount (the mount point is free at
+    /// once and the server ends once the last file open on it is closed).
+    pub stop_requested: fn() -> bool,
+}
+
+/// Mounts the image and serves it until it is unmounted, then unmounts the image.
+pub fn serve(o: &ServeOptions) -> Result<()> {
+    let fs = Arc::new(open_image(o)?);
+    let m = crate::Mount::new(fs.clone(), &o.mountpoint, &o.mount)
+        .map_err(|e| Error::os(format!("mounting on {}", o.mountpoint.display()), e))?;
+    let state = state_file(&o.mountpoint);
+    if let Err(e) = write_state(&state, std::process::id(), &o.image) {
+        eprintln!(
+            "easyio: warning: {}: {e}; `easyio umount` will not wait for this server",
+            state.display()
+        );
+    }
+    announce(o);
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_stop(o, done.clone());
+    let served = m.run();
+    done.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    let _ = std::fs::remove_file(&state);
+    served.map_err(|e| Error::os("serving FUSE requests".into(), e))?;
+    let fs = Arc::try_unwrap(fs).map_err(|_| Error::StillHeld)?;
+    fs.unmount().map_err(|source| Error::Fs {
+        what: "unmounting the image".into(),
+        source,
+    })?;
+    eprintln!("easyio: {} unmounted cleanly", o.image.display());
+    Ok(())
+}
+
+/// Says that the mount is up: in the log, and to [`detach`] or the user.
+fn announce(o: &ServeOptions) {
+    eprintln!(
+        "easyio: serving {} on {} (mode {}, {} threads)",
+        o.image.display(),
+        o.mountpoint.display(),
+        o.mode,
+        o.mount.threads
+    );
+    if std::env::var_os(NOTIFY_ENV).is_some() {
+        println!("{READY}");
+    } else {
+        println!(
+            "easyio: {} mounted on {}",
+            o.image.display(),
+            o.mountpoint.display()
+        );
+    }
+}
+
+/// Opens and mounts the image as `o` says, saying when recovery had work to do.
+fn open_image(o: &ServeOptions) -> Result<FileSystem> {
+    let region = if o.read_only {
+        Region::open_read_only(&o.image)?
+    } else {
+        Region::open(&o.image)?
+    };
+    let pm: Arc<dyn Pmem> = Arc::new(region);
+    let opts = MountOptions {
+        read_only: o.read_only,
+        ..MountOptions::with_mode(o.mode)
+    };
+    let (fs, report) = FileSystem::mount(pm, opts).map_err(|source| Error::Fs {
+        what: format!("mounting {}", o.image.display()),
+        source,
+    })?;
+    if !report.damage.is_empty() {
+        eprintln!(
+            "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only",
+            o.image.display(),
+            report.damage.len(),
+            report.damage[0]
+        );
+    } else if !report.clean && !report.read_only {
+        eprintln!(
+            "easyio: {} was not cleanly unmounted; recovered in {} µs",
+            o.image.display(),
+            report.mount_us
+        );
+    }
+    Ok(fs)
+}
+
+/// Unmounts lazily once `o.stop_requested` says so, until `done`.
+fn watch_stop(o: &ServeOptions, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (mountpoint, stop) = (o.mountpoint.clone(), o.stop_requested);
+    std::thread::spawn(move || {
+        while !done.load(Ordering::SeqCst) {
+            if stop() {
+                if let Err(e) = crate::unmount(&mountpoint, true) {
+                    eprintln!("easyio: unmounting {}: {e}", mountpoint.display());
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
