@@ -194,17 +194,6 @@ impl Server {
         user.setattr(st.ino, &size).map(drop)
     }
 
-    /// Runs `f` on a path-only handle on inode `ino`: the extended-attribute calls,
-    /// which the `fs` crate takes by path or descriptor. The kernel has checked the
-    /// caller's access to the inode (`default_permissions`) and the namespace's
-    /// capabilities.
-    fn on_ino<T>(&self, ino: u64, f: impl FnOnce(Fd) -> fs::Result<T>) -> fs::Result<T> {
-        let h = self.fs.open_ino(ino, FsFlags::PATH)?;
-        let r = f(h);
-        let _ = self.fs.close(h);
-        r
-    }
-
     fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
@@ -596,7 +585,7 @@ impl Filesystem for Server {
         let Ok(n) = name(n) else {
             return reply.error(Errno::EOPNOTSUPP);
         };
-        let r = self.on_ino(ino.0, |h| self.fs.fsetxattr(h, n, value, flags));
+        let r = self.fs.setxattr_ino(ino.0, n, value, flags);
         Self::empty(r, reply);
     }
 
@@ -604,16 +593,12 @@ impl Filesystem for Server {
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
-        let r = self.on_ino(ino.0, |h| {
-            Self::read_sized(|buf| self.fs.fgetxattr(h, n, buf))
-        });
+        let r = Self::read_sized(|buf| self.fs.getxattr_ino(ino.0, n, buf));
         Self::xattr_reply(r, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.on_ino(ino.0, |h| {
-            Self::read_sized(|buf| self.fs.flistxattr(h, buf))
-        });
+        let r = Self::read_sized(|buf| self.fs.listxattr_ino(ino.0, buf));
         Self::xattr_reply(r, size, reply);
     }
 
@@ -621,7 +606,7 @@ impl Filesystem for Server {
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
-        Self::empty(self.on_ino(ino.0, |h| self.fs.fremovexattr(h, n)), reply);
+        Self::empty(self.fs.removexattr_ino(ino.0, n), reply);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
