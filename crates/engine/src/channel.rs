@@ -35,7 +35,9 @@ pub(crate) struct ChannelCore {
     pub next: Mutex<u64>,
     /// Mirror of `next` readable without the lock (queue depth).
     submitted: CachePadded<AtomicU64>,
-    /// Mirror of the persistent counter (queue depth).
+    /// Mirror of the persistent counter (queue depth), set only once the counter is
+    /// durable by the software and cpu backends (the dsa backend also counts a batch
+    /// it settles before the device wrote the record).
     completed: CachePadded<AtomicU64>,
     descriptors: AtomicU64,
     bytes: AtomicU64,
@@ -167,6 +169,14 @@ impl ChannelCore {
         pmem.store_u64(self.counter_off, counter);
         pmem.persist(self.counter_off, 8);
         self.note_completed(counter);
+    }
+
+    /// Whether `counter` is durably completed as far as this process published it:
+    /// the mirror that [`ChannelCore::publish`] sets only after the record's write-back
+    /// and fence (on an engine opened after a crash, the counter the record held).
+    #[inline]
+    pub fn completed_durably(&self, counter: u64) -> bool {
+        self.completed.load(Ordering::Acquire) >= counter
     }
 
     /// Updates the DRAM mirror once the record says `counter` (a device wrote it).

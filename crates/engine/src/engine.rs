@@ -324,17 +324,25 @@ impl Engine {
     }
 
     /// True when `sn` is done: its copies reached their destination (durably, for
-    /// copies to the region). One load of the persistent record and a compare; on
-    /// emulated slow memory also the channel's stamp, so that a copy counts as done no
-    /// earlier than its modelled completion (the record itself, read after a crash,
-    /// says only that the data is durable).
+    /// copies to the region), and so did the counter that says so, so that a crash
+    /// from now on keeps the copy. One load and a compare; on emulated slow memory also
+    /// the channel's stamp, so that a copy counts as done no earlier than its modelled
+    /// completion (the record itself, read after a crash, says only that the data is
+    /// durable).
+    ///
+    /// The `cpu` and `software` backends publish a counter with a store, a write-back
+    /// and a fence on their own thread: the stored counter is visible to loads from
+    /// other threads before that write-back, while a crash can still lose it. So for
+    /// them the DRAM mirror the publisher updates after its fence decides
+    /// (the channel's completion mirror), not a load of the record.
     #[inline]
     pub fn is_done(&self, sn: Sn) -> bool {
-        record::record_is_done(&*self.pmem, self.area_off, sn)
-            && self
-                .cores
-                .get(sn.channel() as usize)
-                .is_none_or(|c| c.visible(sn.counter()))
+        let core = self.cores.get(sn.channel() as usize);
+        let durable = match (&self.backend, core) {
+            (Backend::Cpu | Backend::Software(_), Some(c)) => c.completed_durably(sn.counter()),
+            _ => record::record_is_done(&*self.pmem, self.area_off, sn),
+        };
+        durable && core.is_none_or(|c| c.visible(sn.counter()))
     }
 
     /// Like [`Engine::is_done`], but reports a channel that will never complete `sn`

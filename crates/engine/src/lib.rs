@@ -7,7 +7,9 @@
 //! counter in its persistent record ([`record`]) only after the data it covers is
 //! durable, so `record >= sn` means "that copy reached the region" at any time,
 //! including after a crash ([`record_is_done`] needs no engine). [`Engine::is_done`]
-//! is that one load and a compare.
+//! is one load and a compare that says so only once the counter itself is durable
+//! too (a counter stored but not yet written back is visible to loads, and lost by a
+//! crash).
 //!
 //! Backends ([`BackendKind`]): `cpu` copies inline at submit; `software` (the
 //! embedded default) runs a worker thread per channel on a bounded ring; `dsa` drives

@@ -13,8 +13,11 @@
 //! Record `c` of an area at offset `A` lies at `A + c * RECORD_BYTES`. The counter is
 //! written with one atomic 8-byte store followed by write-back and a fence, and only
 //! after every byte of the descriptors it covers is durable; so `counter >= sn` read at
-//! any time, including after a crash, means that copy reached the region. Counters
-//! start at 0 (nothing completed); the first descriptor is counter 1.
+//! any time, including after a crash, means that copy reached the region. Read while
+//! the engine runs, it may show a counter stored but not yet written back, which a
+//! crash can still lose: a running caller asks [`crate::Engine::is_done`], which says
+//! done only once the counter is durable too. Counters start at 0 (nothing completed);
+//! the first descriptor is counter 1.
 
 use pmem::Pmem;
 
