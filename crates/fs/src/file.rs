@@ -755,6 +755,9 @@ pub(crate) struct StartedWrite {
 /// The copies of one write: the merged partial first and last pages (`head`, `tail`,
 /// present when partial) and, between them, runs of whole pages of `buf` that land in
 /// contiguous blocks, one piece per run. `blocks[i]` is the new block of page `p0 + i`.
+// Inlined into `stage_data`: as a call, returning the SmallVec by value cost `async`
+// 4 KiB overwrites (DWOL) about a fifth of their throughput.
+#[inline(always)]
 fn write_pieces<'a>(
     blocks: &[u64],
     (p0, p1): (u64, u64),
