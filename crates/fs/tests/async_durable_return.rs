@@ -123,6 +123,14 @@ impl Pmem for HoldCounterStore {
 
 #[test]
 fn an_async_write_does_not_return_before_its_completion_counter_is_durable() {
+    // The DSA backend's counter is a fill the device writes into the region itself, not
+    // a store through `Pmem` that this region could hold; a device writing with cache
+    // control off makes it durable as it becomes visible. The window held here is the
+    // software engine's.
+    if std::env::var(mover::testing::ENGINE_ENV).as_deref() == Ok("dsa-model") {
+        eprintln!("skipped on the DSA device model: the device writes the counter itself");
+        return;
+    }
     let held = Arc::new(HoldCounterStore {
         inner: fresh(64 * MIB),
         armed: AtomicBool::new(false),
