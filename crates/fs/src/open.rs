@@ -62,11 +62,8 @@ impl FileSystem {
         };
         self.check_open(who, &inode, flags, (readable, writable), created)?;
         let fd = self.install(&inode, (readable, writable), flags, class, drop_privs)?;
-        if flags.has(OpenFlags::TRUNC) && writable && !created {
-            if let Err(e) = self.truncate_as(who, &inode, 0) {
-                let _ = self.close(fd);
-                return Err(e);
-            }
+        if !created {
+            self.truncate_at_open(who, &inode, flags, fd)?;
         }
         Ok(fd)
     }
@@ -93,13 +90,27 @@ impl FileSystem {
         self.check_open(who, inode, flags, (readable, writable), false)?;
         let drop_privs = writable && !cred::privileged(who);
         let fd = self.install(inode, (readable, writable), flags, class, drop_privs)?;
-        if flags.has(OpenFlags::TRUNC) && writable {
-            if let Err(e) = self.truncate_as(who, inode, 0) {
-                let _ = self.close(fd);
-                return Err(e);
-            }
-        }
+        self.truncate_at_open(who, inode, flags, fd)?;
         Ok(fd)
+    }
+
+    /// `O_TRUNC` of an open that found the inode: a regular file is truncated whatever
+    /// the access mode (`O_RDONLY | O_TRUNC` too, as Linux does; [`Self::check_open`]
+    /// has checked write permission for it); other kinds ignore the flag. A failure
+    /// closes `fd`.
+    fn truncate_at_open(
+        &self,
+        who: Who<'_>,
+        inode: &Arc<Inode>,
+        flags: OpenFlags,
+        fd: Fd,
+    ) -> Result<()> {
+        if !flags.has(OpenFlags::TRUNC) || inode.state.read().kind != FileKind::File {
+            return Ok(());
+        }
+        self.truncate_as(who, inode, 0).inspect_err(|_| {
+            let _ = self.close(fd);
+        })
     }
 
     /// The checks of `may_open`: kinds first (a directory for writing, a symbolic
@@ -123,8 +134,10 @@ impl FileSystem {
         if flags.has(OpenFlags::DIRECTORY) && st.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
+        // O_TRUNC asks for write permission on every kind, and refuses a directory.
+        let trunc = flags.has(OpenFlags::TRUNC);
         match st.kind {
-            FileKind::Dir if writable => return Err(Error::IsDir),
+            FileKind::Dir if writable || trunc => return Err(Error::IsDir),
             FileKind::Symlink => return Err(Error::Loop),
             _ => {}
         }
@@ -132,7 +145,6 @@ impl FileSystem {
             return Err(Error::NotFound);
         }
         if !created {
-            let trunc = flags.has(OpenFlags::TRUNC) && st.kind == FileKind::File;
             let want =
                 if readable { MAY_READ } else { 0 } | if writable || trunc { MAY_WRITE } else { 0 };
             cred::may(who, &st, want)?;

@@ -275,8 +275,8 @@ fn open_spec() -> impl Strategy<Value = OpenSpec> {
                 acc,
                 creat,
                 excl,
-                // O_RDONLY | O_TRUNC is unspecified by POSIX.
-                trunc: trunc && acc != 0,
+                // O_RDONLY | O_TRUNC too: unspecified by POSIX, Linux truncates.
+                trunc,
                 append,
                 directory,
                 nofollow,

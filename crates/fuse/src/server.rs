@@ -151,10 +151,6 @@ impl Server {
         let r = user.openat(Some(dir), name, fs_flags, mode);
         let _ = self.fs.close(dir);
         let fd = r?;
-        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
-            let _ = self.fs.close(fd);
-            return Err(e);
-        }
         match self.fs.fstat(fd) {
             Ok(st) => Ok((st, fd)),
             Err(e) => {
@@ -164,34 +160,13 @@ impl Server {
         }
     }
 
-    /// Opens inode `ino` for the caller, truncating it with `O_TRUNC` even when it is
-    /// opened read-only, as Linux does (the `fs` crate truncates only a file opened for
-    /// writing; both need write permission).
+    /// Opens inode `ino` for the caller (`O_TRUNC` truncates even a file opened
+    /// read-only, as Linux does; the `fs` crate checks write permission for it).
     fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
         let cred = crate::cred::of(req, 0);
-        let user = self.fs.as_user(&cred);
-        let fd = user.open_ino(ino, FsFlags(flags & PASSED_FLAGS))?;
-        if let Err(e) = self.truncate_read_only(&user, fd, flags) {
-            let _ = self.fs.close(fd);
-            return Err(e);
-        }
-        Ok(fd)
-    }
-
-    /// The truncation of `O_RDONLY | O_TRUNC` on the file `fd` is open on.
-    fn truncate_read_only(&self, user: &fs::Session<'_>, fd: Fd, flags: i32) -> fs::Result<()> {
-        if flags & libc::O_TRUNC == 0 || flags & libc::O_ACCMODE != libc::O_RDONLY {
-            return Ok(());
-        }
-        let st = self.fs.fstat(fd)?;
-        if st.kind != fs::FileKind::File || st.size == 0 {
-            return Ok(());
-        }
-        let size = SetAttr {
-            size: Some(0),
-            ..SetAttr::default()
-        };
-        user.setattr(st.ino, &size).map(drop)
+        self.fs
+            .as_user(&cred)
+            .open_ino(ino, FsFlags(flags & PASSED_FLAGS))
     }
 
     fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {

@@ -150,7 +150,9 @@ impl Model {
             (self.resolve(path, !f.nofollow)?, false)
         };
         self.may_open(id, f)?;
-        if f.trunc && f.access.write() && !created {
+        // Linux truncates a regular file whatever the access mode (`O_RDONLY | O_TRUNC`
+        // too); other kinds ignore the flag.
+        if f.trunc && !created && self.node(id).kind() == Kind::File {
             self.truncate_id(id, 0)?;
         }
         Ok(self.alloc_fd(OpenFile {
@@ -174,7 +176,7 @@ impl Model {
         }
         match kind {
             Kind::Symlink => Err(libc::ELOOP),
-            Kind::Dir if f.access.write() => Err(libc::EISDIR),
+            Kind::Dir if f.access.write() || f.trunc => Err(libc::EISDIR),
             k if k.is_special() => Err(libc::ENXIO),
             _ => Ok(()),
         }

@@ -312,7 +312,7 @@ fn open_spec(rng: &mut Pcg64Mcg) -> OpenSpec {
     let mut s = OpenSpec::new(access);
     s.creat = rng.random_bool(0.5);
     s.excl = rng.random_bool(0.2);
-    s.trunc = access != Access::Read && rng.random_bool(0.2);
+    s.trunc = rng.random_bool(0.2);
     s.append = rng.random_bool(0.2);
     s.directory = rng.random_bool(0.05);
     s.nofollow = rng.random_bool(0.1);

@@ -779,3 +779,39 @@ fn fallocate_and_seek_under_credentials_agree() {
         steps,
     });
 }
+
+#[test]
+fn read_only_open_with_o_trunc_truncates_as_linux_does() {
+    use Op::*;
+    let trunc = RO | libc::O_TRUNC;
+    for cred in [Cred::root(), user(1000, 1000, &[])] {
+        agree(Scenario {
+            name: "rdonly-trunc",
+            setup: vec![
+                Mkdir(p("/d"), 0o777),
+                Put(p("/d/mine"), 0o644, b"contents"),
+                Chown(p("/d/mine"), 1000, 1000),
+                Put(p("/d/readonly"), 0o444, b"kept"),
+                Chown(p("/d/readonly"), 1000, 1000),
+                Put(p("/d/theirs"), 0o644, b"theirs"),
+            ],
+            cred: cred.clone(),
+            steps: vec![
+                // Truncated through a descriptor that cannot write.
+                Open(0, None, p("/d/mine"), trunc, 0),
+                Pread(0, 16),
+                Fstat(0),
+                Write(0, b"no"),
+                Close(0),
+                Stat(p("/d/mine")),
+                // Write permission is needed (root needs none).
+                Open(1, None, p("/d/readonly"), trunc, 0),
+                Stat(p("/d/readonly")),
+                Open(2, None, p("/d/theirs"), trunc, 0),
+                Stat(p("/d/theirs")),
+                // A directory is refused.
+                Open(3, None, p("/d"), trunc, 0),
+            ],
+        });
+    }
+}
