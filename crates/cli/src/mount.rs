@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use bench::target::Slowmem;
 use clap::Args;
 use easyio_fuse::{DetachOptions, Detached, ServeOptions};
 use fs::Mode;
@@ -19,12 +20,25 @@ pub struct MountArgs {
     #[arg(short, long)]
     foreground: bool,
     /// Mount options, comma-separated (allow_other, allow_root, ro, nosuid, nodev,
-    /// noexec, noatime, fsname=..., subtype=...); default_permissions is always on.
+    /// noexec, noatime, fsname=..., subtype=..., writeback_cache); default_permissions
+    /// is always on.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
-    /// Who moves file data.
+    /// Who moves file data. In async mode reads, writes and fsyncs are served by
+    /// uthreads (as many workers as --threads), which yield while their copies run.
     #[arg(long, default_value = "cpu")]
     mode: Mode,
+    /// Slow-memory emulation: every copy into or out of the image takes as long as
+    /// the model says (labelled EMULATED).
+    #[arg(long, value_enum, default_value = "none")]
+    slowmem: Slowmem,
+    /// Let the kernel cache writes (FUSE's writeback cache; also -o writeback_cache).
+    /// A write() that returns is then in the kernel's page cache only: durable after
+    /// fsync() or close() (the kernel sends its cached pages before the close
+    /// returns), lost if the machine stops before. Off: a write() that returns is
+    /// durable.
+    #[arg(long)]
+    writeback_cache: bool,
     /// Mount read-only: nothing is written to the image.
     #[arg(long)]
     read_only: bool,
@@ -59,10 +73,11 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     match easyio_fuse::detach(&detach)? {
         Detached::Mounted { pid, log } => {
             println!(
-                "easyio: {} mounted on {} (server pid {pid}, log {})",
+                "easyio: {} mounted on {} (server pid {pid}, log {}){}",
                 a.image.display(),
                 mountpoint.display(),
-                log.display()
+                log.display(),
+                easyio_fuse::label(a.slowmem.model())
             );
             Ok(())
         }
@@ -83,12 +98,15 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
             .iter()
             .flat_map(|o| easyio_fuse::parse_options(o))
             .collect(),
+        uthread_workers: if a.mode == Mode::Async { a.threads } else { 0 },
+        writeback_cache: a.writeback_cache,
     };
     ServeOptions {
         image: a.image,
         mountpoint,
         mode: a.mode,
         read_only: a.read_only,
+        slowmem: a.slowmem.model(),
         mount,
         stop_requested: || matches!(signals::received(), Some(libc::SIGINT | libc::SIGTERM)),
     }

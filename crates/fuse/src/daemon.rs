@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fs::{FileSystem, Mode, MountOptions};
+use pmem::slowmem::{Model, SlowMem};
 use pmem::{Pmem, Region};
 
 use crate::control::{state_file, write_state, Error, Result};
@@ -103,6 +104,9 @@ pub struct ServeOptions {
     pub mode: Mode,
     /// Mount read-only: nothing is written to the image.
     pub read_only: bool,
+    /// Slow-memory emulation: every copy into or out of the image takes as long as
+    /// this model of a slow medium says (labelled EMULATED in the log and the output).
+    pub slowmem: Option<Model>,
     /// How to mount (threads, read-only, `-o` options).
     pub mount: crate::Options,
     /// Polled while serving: true asks for a lazy unmount (the mount point is free at
@@ -123,10 +127,14 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         );
     }
     announce(o);
+    let handler_stats = m.handler_stats();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch_stop(o, done.clone());
     let served = m.run();
     done.store(true, Ordering::SeqCst);
+    if let Some(h) = handler_stats {
+        eprintln!("easyio: {}", h.summary());
+    }
     let _ = watcher.join();
     let _ = std::fs::remove_file(&state);
     served.map_err(|e| Error::os("serving FUSE requests".into(), e))?;
@@ -142,21 +150,46 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
 /// Says that the mount is up: in the log, and to [`detach`] or the user.
 fn announce(o: &ServeOptions) {
     eprintln!(
-        "easyio: serving {} on {} (mode {}, {} threads)",
+        "easyio: serving {} on {} ({})",
         o.image.display(),
         o.mountpoint.display(),
-        o.mode,
-        o.mount.threads
+        describe(o)
     );
     if std::env::var_os(NOTIFY_ENV).is_some() {
         println!("{READY}");
     } else {
         println!(
-            "easyio: {} mounted on {}",
+            "easyio: {} mounted on {}{}",
             o.image.display(),
-            o.mountpoint.display()
+            o.mountpoint.display(),
+            label(o.slowmem)
         );
     }
+}
+
+/// How the server runs, for its log: mode, threads, handlers, slow memory, cache.
+fn describe(o: &ServeOptions) -> String {
+    let mut s = format!("mode {}, {} threads", o.mode, o.mount.threads);
+    if o.mount.uthread_workers > 0 {
+        s += &format!(
+            ", reads/writes/fsyncs as uthreads on {} workers",
+            o.mount.uthread_workers
+        );
+    }
+    if let Some(m) = o.slowmem {
+        s += &format!(", slowmem {} EMULATED", m.name);
+    }
+    if o.mount.writeback_cache() {
+        s += ", kernel writeback cache: a returned write is durable only after fsync or close";
+    }
+    s
+}
+
+/// What `easyio mount`'s output line adds for slow-memory emulation.
+pub fn label(slowmem: Option<Model>) -> String {
+    slowmem
+        .map(|m| format!(" (slowmem {} EMULATED)", m.name))
+        .unwrap_or_default()
 }
 
 /// Opens and mounts the image as `o` says, saying when recovery had work to do.
@@ -166,7 +199,10 @@ fn open_image(o: &ServeOptions) -> Result<FileSystem> {
     } else {
         Region::open(&o.image)?
     };
-    let pm: Arc<dyn Pmem> = Arc::new(region);
+    let pm: Arc<dyn Pmem> = match o.slowmem {
+        Some(model) => Arc::new(SlowMem::new(Arc::new(region), model)),
+        None => Arc::new(region),
+    };
     let opts = MountOptions {
         read_only: o.read_only,
         ..MountOptions::with_mode(o.mode)

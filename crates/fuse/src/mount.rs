@@ -10,6 +10,7 @@ use fs::FileSystem;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::server::{LookupCounts, Server};
+use crate::uthreads::HandlerStats;
 
 /// How long the kernel may use an entry (a name to inode) without asking again: zero,
 /// so that every path walk asks the server, and a change made by anyone is seen by the
@@ -30,8 +31,29 @@ pub struct Options {
     /// Options passed through (`-o`): `allow_other`, `allow_root`, `ro`, `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, `dirsync`, `fsname=`, `subtype=`, and any
     /// other the kernel takes as is. `default_permissions` is always on.
+    /// `writeback_cache` is the same as [`Options::writeback_cache`].
     pub extra: Vec<String>,
+    /// Workers of a uthread runtime that serves reads, writes and fsyncs (for the
+    /// `async` mode, where a handler waiting for its copy then yields to the next
+    /// request); 0: every request is handled on the thread that read it.
+    pub uthread_workers: usize,
+    /// Lets the kernel cache writes (FUSE's writeback cache): a `write()` that returns
+    /// is then in the kernel's page cache only, sent to the server (and durable) at
+    /// `fsync`, `close` or the kernel's writeback.
+    pub writeback_cache: bool,
 }
+
+impl Options {
+    /// Whether the kernel's writeback cache is on: by [`Options::writeback_cache`] or
+    /// by `-o writeback_cache`.
+    pub fn writeback_cache(&self) -> bool {
+        self.writeback_cache || self.extra.iter().any(|o| o == WRITEBACK_CACHE)
+    }
+}
+
+/// The `-o` option that turns the writeback cache on (an option of the server, not of
+/// the kernel's mount).
+const WRITEBACK_CACHE: &str = "writeback_cache";
 
 impl Default for Options {
     fn default() -> Self {
@@ -39,6 +61,8 @@ impl Default for Options {
             threads: 4,
             read_only: false,
             extra: Vec::new(),
+            uthread_workers: 0,
+            writeback_cache: false,
         }
     }
 }
@@ -68,7 +92,7 @@ fn config(opts: &Options) -> Config {
     }
     for o in &opts.extra {
         let opt = match o.as_str() {
-            "default_permissions" | "rw" => continue,
+            "default_permissions" | "rw" | WRITEBACK_CACHE => continue,
             "allow_other" => {
                 c.acl = SessionACL::All;
                 continue;
@@ -102,6 +126,7 @@ fn config(opts: &Options) -> Config {
 pub struct Mount {
     session: fuser::Session<Server>,
     lookups: LookupCounts,
+    handler_stats: Option<HandlerStats>,
     mountpoint: PathBuf,
 }
 
@@ -109,14 +134,21 @@ impl Mount {
     /// Mounts `fs` at `mountpoint` (the kernel's handshake included: the mount is up
     /// when this returns).
     pub fn new(fs: Arc<FileSystem>, mountpoint: &Path, opts: &Options) -> io::Result<Mount> {
-        let server = Server::new(fs);
+        let server = Server::with_options(fs, opts)?;
         let lookups = server.lookups();
+        let handler_stats = server.handler_stats();
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
         Ok(Mount {
             session,
             lookups,
+            handler_stats,
             mountpoint: mountpoint.to_path_buf(),
         })
+    }
+
+    /// The uthread handlers' counters, if [`Options::uthread_workers`] is not zero.
+    pub fn handler_stats(&self) -> Option<HandlerStats> {
+        self.handler_stats.clone()
     }
 
     /// The kernel's lookup counts, for inspection while the mount runs.

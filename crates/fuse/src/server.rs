@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use crate::attr::{file_attr, file_type, time};
 use crate::mount::{ATTR_TTL, ENTRY_TTL};
+use crate::uthreads::{HandlerStats, Uthreads};
 
 // FUSE names the root inode 1, and inode numbers are passed through unchanged.
 const _: () = assert!(fs::ROOT_INO == 1);
@@ -58,10 +59,13 @@ impl LookupCounts {
     }
 }
 
-/// The FUSE file system: the `fs` file system and the lookup counts.
+/// The FUSE file system: the `fs` file system, the lookup counts and, in `async` mode,
+/// the uthreads that serve reads, writes and fsyncs.
 pub struct Server {
     fs: Arc<FileSystem>,
     lookups: LookupCounts,
+    uthreads: Option<Uthreads>,
+    writeback_cache: bool,
 }
 
 /// An `fs` error as the errno the kernel passes on.
@@ -79,11 +83,73 @@ fn fd(fh: FileHandle) -> Fd {
 }
 
 impl Server {
-    /// A server for `fs`.
+    /// A server for `fs` whose handlers all run on the threads that read requests.
     pub fn new(fs: Arc<FileSystem>) -> Server {
         Server {
             fs,
             lookups: LookupCounts::default(),
+            uthreads: None,
+            writeback_cache: false,
+        }
+    }
+
+    /// A server for `fs` as `opts` say: reads, writes and fsyncs as uthreads of a
+    /// runtime of [`Options::uthread_workers`](crate::Options::uthread_workers)
+    /// workers if that is not zero, and the kernel's writeback cache if asked for.
+    pub fn with_options(fs: Arc<FileSystem>, opts: &crate::Options) -> std::io::Result<Server> {
+        let uthreads = match opts.uthread_workers {
+            0 => None,
+            n => Some(Uthreads::new(n)?),
+        };
+        Ok(Server {
+            uthreads,
+            writeback_cache: opts.writeback_cache(),
+            ..Server::new(fs)
+        })
+    }
+
+    /// The uthread handlers' counters, if handlers run as uthreads.
+    pub fn handler_stats(&self) -> Option<HandlerStats> {
+        self.uthreads.as_ref().map(Uthreads::stats)
+    }
+
+    /// Runs `handler` in a uthread if the server has them, else here.
+    fn dispatch(&self, handler: impl FnOnce() + Send + 'static) {
+        match &self.uthreads {
+            Some(u) => u.run(handler),
+            None => handler(),
+        }
+    }
+
+    /// The flags an open passes to the file system. With the writeback cache the
+    /// kernel reads pages of files open only for writing (to fill partial pages) and
+    /// places appends itself, so a write-only open also asks to read and `O_APPEND`
+    /// is left to the kernel.
+    fn open_flags(&self, flags: i32) -> i32 {
+        let mut f = flags & PASSED_FLAGS;
+        if self.writeback_cache {
+            f &= !libc::O_APPEND;
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        f
+    }
+
+    /// `open(flags)` by `open`, and again with the caller's own access mode if the
+    /// read access [`Server::open_flags`] added is refused (a file the caller may only
+    /// write: the kernel then reads no page of it through this handle).
+    fn open_retrying(
+        &self,
+        flags: i32,
+        open: impl Fn(FsFlags) -> fs::Result<Fd>,
+    ) -> fs::Result<Fd> {
+        let f = self.open_flags(flags);
+        match open(FsFlags(f)) {
+            Err(fs::Error::Access) if f & libc::O_ACCMODE != flags & libc::O_ACCMODE => {
+                open(FsFlags((f & !libc::O_ACCMODE) | (flags & libc::O_ACCMODE)))
+            }
+            r => r,
         }
     }
 
@@ -146,9 +212,11 @@ impl Server {
             .fs
             .open_ino(parent, FsFlags::PATH | FsFlags::DIRECTORY)?;
         let cred = crate::cred::of(req, umask);
-        let fs_flags = FsFlags((flags & PASSED_FLAGS) | libc::O_CREAT | (flags & libc::O_EXCL));
         let user = self.fs.as_user(&cred);
-        let r = user.openat(Some(dir), name, fs_flags, mode);
+        let create = flags & libc::O_EXCL | libc::O_CREAT;
+        let r = self.open_retrying(flags, |f| {
+            user.openat(Some(dir), name, FsFlags(f.0 | create), mode)
+        });
         let _ = self.fs.close(dir);
         let fd = r?;
         match self.fs.fstat(fd) {
@@ -164,9 +232,8 @@ impl Server {
     /// read-only, as Linux does; the `fs` crate checks write permission for it).
     fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
         let cred = crate::cred::of(req, 0);
-        self.fs
-            .as_user(&cred)
-            .open_ino(ino, FsFlags(flags & PASSED_FLAGS))
+        let user = self.fs.as_user(&cred);
+        self.open_retrying(flags, |f| user.open_ino(ino, f))
     }
 
     fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
@@ -207,6 +274,11 @@ impl Filesystem for Server {
             InitFlags::FUSE_HANDLE_KILLPRIV,
         ] {
             let _ = config.add_capabilities(f);
+        }
+        if self.writeback_cache {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel offers no FUSE writeback cache"))?;
         }
         Ok(())
     }
@@ -392,11 +464,14 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let mut buf = vec![0u8; size as usize];
-        match self.fs.pread(fd(fh), &mut buf, offset) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(&e)),
-        }
+        let fs = self.fs.clone();
+        self.dispatch(move || {
+            let mut buf = vec![0u8; size as usize];
+            match fs.pread(fd(fh), &mut buf, offset) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn write(
@@ -411,10 +486,16 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.pwrite(fd(fh), data, offset) {
+        let written = |r: fs::Result<usize>, reply: ReplyWrite| match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
-        }
+        };
+        let Some(u) = &self.uthreads else {
+            return written(self.fs.pwrite(fd(fh), data, offset), reply);
+        };
+        // The request's buffer is the reader thread's: the uthread gets a copy.
+        let (fs, data) = (self.fs.clone(), data.to_vec());
+        u.run(move || written(fs.pwrite(fd(fh), &data, offset), reply));
     }
 
     fn flush(
@@ -443,7 +524,8 @@ impl Filesystem for Server {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
-        Self::empty(self.fs.fsync(fd(fh)), reply);
+        let fs = self.fs.clone();
+        self.dispatch(move || Self::empty(fs.fsync(fd(fh)), reply));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
