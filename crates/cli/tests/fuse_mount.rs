@@ -111,6 +111,8 @@ struct Server {
     mp: PathBuf,
     log: PathBuf,
     stop_watchdog: Arc<AtomicBool>,
+    /// What the server printed when the mount was up.
+    line: String,
 }
 
 impl Server {
@@ -136,13 +138,14 @@ impl Server {
         });
         let stop_watchdog = Arc::new(AtomicBool::new(false));
         watchdog(child.id(), mp.to_path_buf(), stop_watchdog.clone());
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
         let s = Server {
             child,
             mp: mp.to_path_buf(),
             log,
             stop_watchdog,
+            line: line.clone(),
         };
-        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
         assert!(
             line.contains("mounted on"),
             "mount failed: {line:?}\n{}",
@@ -866,4 +869,258 @@ fn bad_input_then_clean_unmounts_by_every_door() {
     drop(server);
     fsck("fusermount3 -u");
     assert_eq!(std::fs::read_dir(&mp).unwrap().count(), 0);
+}
+
+/// Writes `a{me}_{0,1}` (3 MiB and more, random, in pieces of 64 KiB to 1 MiB),
+/// fsyncs them and prints each name and the SHA-256 of what it wrote.
+const ASYNC_WRITER: &str = r#"
+import hashlib, os, random, sys
+me = int(sys.argv[1])
+r = random.Random(me)
+for f in range(2):
+    name = "a%d_%d" % (me, f)
+    data = r.randbytes(3 * 1024 * 1024 + 12345 * me + f)
+    fd = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    off = 0
+    while off < len(data):
+        n = r.choice([65536, 131072 + 17, 1 << 20])
+        assert os.pwrite(fd, data[off:off + n], off) == len(data[off:off + n])
+        off += n
+    os.fsync(fd)
+    os.close(fd)
+    print(name, hashlib.sha256(data).hexdigest())
+"#;
+
+/// Reads every name given in a random order, in pieces of 256 KiB at odd offsets
+/// first, and prints each name and the SHA-256 of its contents.
+const ASYNC_READER: &str = r#"
+import hashlib, os, random, sys
+r = random.Random(int(sys.argv[1]))
+names = sys.argv[2:]
+r.shuffle(names)
+for name in names:
+    fd = os.open(name, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    probe = r.randrange(0, size)
+    head = os.pread(fd, 5000, probe)
+    parts, off = [], 0
+    while off < size:
+        b = os.pread(fd, 262144, off)
+        assert b, "short read"
+        parts.append(b)
+        off += len(b)
+    os.close(fd)
+    data = b"".join(parts)
+    assert data[probe:probe + 5000] == head
+    print(name, hashlib.sha256(data).hexdigest())
+"#;
+
+/// Runs `script` with `args` in `dir` under `timeout`, in the background.
+fn python(script: &Path, args: &[String], dir: &Path) -> Child {
+    Command::new("timeout")
+        .args([PROGRAM_LIMIT_S, "python3", script.to_str().unwrap()])
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The lines a background program printed, failing if it failed.
+fn lines_of(mut kid: Child) -> Vec<String> {
+    let mut out = String::new();
+    std::io::Read::read_to_string(kid.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(wait_exit(&mut kid, Duration::from_secs(100)).success());
+    out.lines().map(str::to_string).collect()
+}
+
+/// The counts in the server's "N requests ran as uthreads on W workers (S switches,
+/// Y waits for a copy)" line.
+fn uthread_counts(log: &str) -> Option<(u64, u64, u64, u64)> {
+    let l = log
+        .lines()
+        .find(|l| l.contains("requests ran as uthreads"))?;
+    let n: Vec<u64> = l
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    Some((n[0], n[1], n[2], n[3]))
+}
+
+#[test]
+fn async_mode_serves_concurrent_reads_and_writes_as_uthreads() {
+    if fuse_missing() {
+        return;
+    }
+    need("python3", "python3");
+    let extra = ["--mode", "async", "--threads", "2", "--slowmem", "optane"];
+    let (s, server, _tmp) = setup("uthreads", "256M", &extra);
+    assert!(
+        server.line.contains("(slowmem optane EMULATED)"),
+        "{}",
+        server.line
+    );
+    let (writer, reader) = (s.0.join("w.py"), s.0.join("r.py"));
+    std::fs::write(&writer, ASYNC_WRITER).unwrap();
+    std::fs::write(&reader, ASYNC_READER).unwrap();
+    const PROCS: usize = 4;
+    let kids: Vec<Child> = (0..PROCS)
+        .map(|me| python(&writer, &[me.to_string()], &server.mp))
+        .collect();
+    let mut want: Vec<String> = kids.into_iter().flat_map(lines_of).collect();
+    want.sort();
+    assert_eq!(want.len(), 2 * PROCS);
+    let names: Vec<String> = want
+        .iter()
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    // Each reader opens every file anew: the kernel drops its cached pages at open,
+    // so every byte is read from the server, by four processes at once.
+    let kids: Vec<Child> = (0..PROCS)
+        .map(|me| {
+            let args: Vec<String> = std::iter::once(me.to_string())
+                .chain(names.iter().cloned())
+                .collect();
+            python(&reader, &args, &server.mp)
+        })
+        .collect();
+    for kid in kids {
+        let mut got = lines_of(kid);
+        got.sort();
+        assert_eq!(got, want, "a reader saw other bytes than were written");
+    }
+    let log = server.umount();
+    assert!(log.contains("slowmem optane EMULATED"), "{log}");
+    assert!(log.contains("as uthreads on 2 workers"), "{log}");
+    let (requests, workers, switches, waits) =
+        uthread_counts(&log).unwrap_or_else(|| panic!("no uthread counts in\n{log}"));
+    // Of each file at least 4 writes and 3 reads (of at most 1 MiB each: a page a
+    // reader brought in may serve another reader, but every byte came from the server
+    // at least once).
+    let least = 2 * PROCS as u64 * (4 + 3);
+    assert!(requests >= least, "{requests} < {least} in\n{log}");
+    assert_eq!(workers, 2);
+    assert!(switches >= requests, "{log}");
+    // A handler that waited for its copy in a worker's wait set: only a uthread can.
+    assert!(waits > 0, "{log}");
+    drop(s);
+}
+
+/// Through a mount with the writeback cache: `synced` written by one write-only
+/// descriptor, fsynced and kept open; `closed` written, reopened write-only (no
+/// truncation) for small overwrites the kernel must first read pages for, appended to
+/// with `O_APPEND`, and closed. Prints each name and the SHA-256 of what it should
+/// hold, then `done`, then (with `hold`) waits on standard input.
+const WRITEBACK_WRITER: &str = r#"
+import hashlib, os, random, sys
+r = random.Random(int(sys.argv[1]))
+def put(fd, model, off, data):
+    assert os.pwrite(fd, data, off) == len(data)
+    end = off + len(data)
+    if end > len(model):
+        model.extend(bytes(end - len(model)))
+    model[off:end] = data
+def scribble(fd, model, n, most):
+    for _ in range(n):
+        data = r.randbytes(r.randrange(1, most))
+        off = r.randrange(0, len(model) + 1) if model and r.random() < 0.3 else len(model)
+        put(fd, model, off, data)
+synced = bytearray()
+fd = os.open("synced", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+scribble(fd, synced, 600, 9000)
+os.fsync(fd)
+closed = bytearray()
+c = os.open("closed", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+scribble(c, closed, 400, 9000)
+os.close(c)
+c = os.open("closed", os.O_WRONLY)
+for _ in range(100):
+    put(c, closed, r.randrange(0, len(closed)), r.randbytes(r.randrange(1, 3000)))
+os.close(c)
+c = os.open("closed", os.O_WRONLY | os.O_APPEND)
+for _ in range(100):
+    data = r.randbytes(r.randrange(1, 700))
+    assert os.write(c, data) == len(data)
+    closed.extend(data)
+os.close(c)
+print("synced", hashlib.sha256(synced).hexdigest())
+print("closed", hashlib.sha256(closed).hexdigest())
+print("done", flush=True)
+if sys.argv[2] == "hold":
+    sys.stdin.read()
+os.close(fd)
+"#;
+
+/// SHA-256 lines of `names` in `dir`, as the script prints them.
+fn sums(dir: &Path, names: &[&str]) -> Vec<String> {
+    sh(&format!("sha256sum {}", names.join(" ")), dir, dir)
+        .lines()
+        .map(|l| {
+            let (sum, name) = l.split_once("  ").unwrap();
+            format!("{name} {sum}")
+        })
+        .collect()
+}
+
+#[test]
+fn writeback_cache_data_is_durable_after_fsync_and_close() {
+    if fuse_missing() {
+        return;
+    }
+    need("python3", "python3");
+    let (s, server, _tmp) = setup("writeback", "256M", &["--writeback-cache"]);
+    let image = s.0.join("image");
+    let script = s.0.join("wb.py");
+    std::fs::write(&script, WRITEBACK_WRITER).unwrap();
+    assert!(server.log_text().contains("kernel writeback cache"));
+    // 1. fsync'd (file still open) and closed files survive a SIGKILL of the server.
+    let mut w = Command::new("timeout")
+        .args([
+            PROGRAM_LIMIT_S,
+            "python3",
+            script.to_str().unwrap(),
+            "1",
+            "hold",
+        ])
+        .current_dir(&server.mp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut want = Vec::new();
+    for l in BufReader::new(w.stdout.take().unwrap()).lines() {
+        let l = l.unwrap();
+        if l == "done" {
+            break;
+        }
+        want.push(l);
+    }
+    assert_eq!(want.len(), 2, "the writer failed");
+    let mut server = server;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    // `timeout` passes SIGTERM on to the writer, which still holds `synced` open.
+    let _ = Command::new("kill")
+        .args(["-TERM", &w.id().to_string()])
+        .output();
+    wait_exit(&mut w, Duration::from_secs(30));
+    assert!(easyio(&["umount", server.mp.to_str().unwrap()])
+        .status
+        .success());
+    drop(server);
+    let server = Server::start(&image, &s.0.join("mnt"), &["--writeback-cache"]);
+    assert_eq!(sums(&server.mp, &["synced", "closed"]), want);
+    // 2. Written and closed, then a clean unmount: all there on a mount without it.
+    let w = python(&script, &["2".into(), "exit".into()], &server.mp);
+    let want: Vec<String> = lines_of(w).into_iter().filter(|l| l != "done").collect();
+    server.umount();
+    let server = Server::start(&image, &s.0.join("mnt"), &[]);
+    assert_eq!(sums(&server.mp, &["synced", "closed"]), want);
+    server.umount();
+    let fsck = easyio(&["fsck", "--image", image.to_str().unwrap()]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
 }
