@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use easyio_fuse::{unmount, LookupCounts, Mount, Options};
+use easyio_fuse::{unmount, HandlerStats, LookupCounts, Mount, Options};
 use fs::{FileSystem, FormatOptions, MountOptions};
 use pmem::{Pmem, Region};
 
@@ -20,12 +20,18 @@ struct Served {
     fs: Option<Arc<FileSystem>>,
     dir: PathBuf,
     lookups: LookupCounts,
+    handlers: Option<HandlerStats>,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     done: Arc<AtomicBool>,
 }
 
 impl Served {
     fn new(name: &str) -> Option<Served> {
+        Served::with(name, MountOptions::default(), &Options::default())
+    }
+
+    /// A mount of a fresh image in the file system mode and with the options given.
+    fn with(name: &str, fs_opts: MountOptions, opts: &Options) -> Option<Served> {
         if !Path::new("/dev/fuse").exists() {
             eprintln!("skipped: no /dev/fuse on this machine");
             return None;
@@ -33,11 +39,12 @@ impl Served {
         let region = Region::create_temp(64 << 20).unwrap();
         FileSystem::format(&region, &FormatOptions::default()).unwrap();
         let pm: Arc<dyn Pmem> = Arc::new(region);
-        let fs = Arc::new(FileSystem::mount(pm, MountOptions::default()).unwrap().0);
+        let fs = Arc::new(FileSystem::mount(pm, fs_opts).unwrap().0);
         let dir = std::env::temp_dir().join(format!("easyio-fuse-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let m = Mount::new(fs.clone(), &dir, &Options::default()).unwrap();
+        let m = Mount::new(fs.clone(), &dir, opts).unwrap();
         let lookups = m.lookups();
+        let handlers = m.handler_stats();
         let thread = Some(std::thread::spawn(move || m.run()));
         let done = Arc::new(AtomicBool::new(false));
         let (d, stop) = (dir.clone(), done.clone());
@@ -56,6 +63,7 @@ impl Served {
             fs: Some(fs),
             dir,
             lookups,
+            handlers,
             thread,
             done,
         })
@@ -152,4 +160,44 @@ fn lookups_are_given_back_at_forget() {
         std::thread::sleep(Duration::from_millis(100));
     }
     s.finish().unmount().unwrap();
+}
+
+#[test]
+fn async_mode_handlers_run_as_uthreads_that_wait_for_their_copies() {
+    let opts = Options {
+        threads: 2,
+        uthread_workers: 2,
+        ..Options::default()
+    };
+    let fs_opts = MountOptions::with_mode(fs::Mode::Async);
+    let Some(s) = Served::with("uthreads", fs_opts, &opts) else {
+        return;
+    };
+    let handlers = s.handlers.clone().expect("handlers as uthreads");
+    // 16 files of 1 MiB written then read back by 4 threads at once (each open drops
+    // the kernel's cached pages, so the reads reach the server).
+    let data = |i: usize| -> Vec<u8> { (0..1 << 20).map(|b| (b * 31 + i * 7) as u8).collect() };
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let dir = &s.dir;
+            sc.spawn(move || {
+                for i in (t..16).step_by(4) {
+                    let p = dir.join(format!("f{i}"));
+                    std::fs::write(&p, data(i)).unwrap();
+                    let f = std::fs::File::open(&p).unwrap();
+                    f.sync_all().unwrap();
+                    assert!(
+                        std::fs::read(&p).unwrap() == data(i),
+                        "f{i} read back wrong"
+                    );
+                }
+            });
+        }
+    });
+    let fs = s.finish();
+    // Each file: at least one write, one fsync and one read, each a uthread.
+    assert!(handlers.requests() >= 48, "{}", handlers.summary());
+    assert_eq!(handlers.workers(), 2);
+    assert!(handlers.copy_waits() > 0, "{}", handlers.summary());
+    fs.unmount().unwrap();
 }
