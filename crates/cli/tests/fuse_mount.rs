@@ -1124,3 +1124,55 @@ fn writeback_cache_data_is_durable_after_fsync_and_close() {
         String::from_utf8_lossy(&fsck.stdout)
     );
 }
+
+#[test]
+fn a_user_who_cannot_open_dev_fuse_is_told_why_in_one_line() {
+    if fuse_missing() {
+        return;
+    }
+    need("setpriv", "util-linux");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = std::fs::metadata("/dev/fuse").unwrap().mode();
+    if mode & 0o006 == 0o006 {
+        eprintln!(
+            "skipped: /dev/fuse is mode {:04o} here, so other users may mount (through \
+             fusermount3); the refusal this test checks cannot happen",
+            mode & 0o7777
+        );
+        return;
+    }
+    let s = Scratch::new("nonroot");
+    let image = mkfs(&s.0, "16M");
+    let mp = s.0.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    // A copy of the binary any user may run, wherever the build tree lives.
+    let bin = s.0.join("easyio");
+    std::fs::copy(EASYIO, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin.to_str().unwrap(),
+            "mount",
+            image.to_str().unwrap(),
+            mp.to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    one_line_error(
+        &out,
+        13,
+        "only a user who may read and write it can mount, through fusermount3 too",
+    );
+    assert!(mount_free(&mp), "nothing may be mounted");
+}
+
+/// Whether nothing is mounted on `mp`.
+fn mount_free(mp: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mps = mp.to_str().unwrap();
+    !mounts.lines().any(|l| l.split(' ').nth(1) == Some(mps))
+}

@@ -95,12 +95,22 @@ pub fn check_fuse_device() -> Result<()> {
         .read(true)
         .write(true)
         .open("/dev/fuse")
-        .map_err(|e| {
-            let what = "cannot open /dev/fuse (mount as root, or make it readable and \
-                        writable by all, as distributions do)";
-            Error::os(what.into(), e)
-        })?;
+        .map_err(|e| Error::os(fuse_device_refusal(), e))?;
     Ok(())
+}
+
+/// Why `/dev/fuse` cannot be opened by this user, in one line: its mode and owner, and
+/// that `fusermount3` is no way around it (it opens the device as the calling user).
+fn fuse_device_refusal() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let how = std::fs::metadata("/dev/fuse")
+        .map(|m| format!("mode {:04o}, owner uid {}", m.mode() & 0o7777, m.uid()))
+        .unwrap_or_else(|_| "mode unknown".into());
+    format!(
+        "cannot open /dev/fuse ({how}): only a user who may read and write it can mount, \
+         through fusermount3 too (mount as root, or give /dev/fuse mode 0666, as \
+         distributions ship it)"
+    )
 }
 
 /// The mount point, made absolute: an existing directory that is not a mount already.
