@@ -226,5 +226,25 @@ mod tests {
         assert!(c
             .mount_options
             .contains(&MountOption::CUSTOM("max_read=65536".into())));
+        assert!(!opts.writeback_cache());
+    }
+
+    #[test]
+    fn writeback_cache_is_the_servers_option_not_the_kernels() {
+        let opts = Options {
+            extra: parse_options("nosuid,writeback_cache"),
+            ..Options::default()
+        };
+        assert!(opts.writeback_cache());
+        let c = config(&opts);
+        assert!(!c
+            .mount_options
+            .iter()
+            .any(|o| matches!(o, MountOption::CUSTOM(x) if x.contains("writeback"))));
+        let flag = Options {
+            writeback_cache: true,
+            ..Options::default()
+        };
+        assert!(flag.writeback_cache());
     }
 }
