@@ -11,8 +11,10 @@
 //! `mount(2)` on `/dev/fuse` itself; otherwise (`mount(2)` fails with EPERM) it runs
 //! the setuid `fusermount3` (Debian package `fuse3`) and receives the device from it.
 //! Requests are served by [`Options::threads`] threads, each reading its own clone of
-//! the device; a handler waits for the copies of its request (in `async` mode as
-//! well: the server's handlers are OS threads, not uthreads).
+//! the device, where a handler waits for the copies of its request; with
+//! [`Options::uthread_workers`] (what `easyio mount` sets in `async` mode) the reads,
+//! writes and fsyncs are handed to uthreads of an `rt` runtime instead, so that a
+//! request waiting for its copy yields to the next one ([`HandlerStats`] counts them).
 //!
 //! Around the server, the door a command opens: [`check_fuse_device`] and
 //! [`check_mountpoint`] before mounting, [`detach`] to serve in the background and
