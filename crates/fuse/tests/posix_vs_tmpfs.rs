@@ -262,22 +262,47 @@ impl Drop for Unmount {
 
 #[test]
 fn random_posix_calls_as_on_tmpfs() {
+    random_calls("plain", MountOptions::default(), &Options::default());
+}
+
+#[test]
+fn random_posix_calls_as_on_tmpfs_with_uthread_handlers_in_async_mode() {
+    let opts = Options {
+        uthread_workers: 2,
+        ..Options::default()
+    };
+    random_calls("uthreads", MountOptions::with_mode(fs::Mode::Async), &opts);
+}
+
+#[test]
+fn random_posix_calls_as_on_tmpfs_with_the_writeback_cache() {
+    let opts = Options {
+        writeback_cache: true,
+        ..Options::default()
+    };
+    random_calls("writeback", MountOptions::default(), &opts);
+}
+
+/// The random calls of every seed through a mount of a fresh image, with the file
+/// system's options `fs_opts` and the mount's `opts`, and through tmpfs.
+fn random_calls(tag: &str, fs_opts: MountOptions, opts: &Options) {
     if !Path::new("/dev/fuse").exists() {
         eprintln!("skipped: no /dev/fuse on this machine");
         return;
     }
     let base = Dir(PathBuf::from(format!(
-        "/dev/shm/easyio-fuse-prop-{}",
+        "/dev/shm/easyio-fuse-prop-{tag}-{}",
         std::process::id()
     )));
     let (tmp, mnt) = (base.0.join("tmp"), base.0.join("mnt"));
     let region = Region::create_temp(128 << 20).unwrap();
     FileSystem::format(&region, &FormatOptions::default()).unwrap();
     let pm: Arc<dyn Pmem> = Arc::new(region);
-    let fs = Arc::new(FileSystem::mount(pm, MountOptions::default()).unwrap().0);
+    let fs = Arc::new(FileSystem::mount(pm, fs_opts).unwrap().0);
     std::fs::create_dir_all(&mnt).unwrap();
     std::fs::create_dir_all(&tmp).unwrap();
-    let m = Mount::new(fs.clone(), &mnt, &Options::default()).unwrap();
+    let m = Mount::new(fs.clone(), &mnt, opts).unwrap();
+    let handlers = m.handler_stats();
     let server = std::thread::spawn(move || m.run());
     let done = Arc::new(AtomicBool::new(false));
     let guard = Unmount(mnt.clone(), done.clone());
@@ -336,6 +361,9 @@ fn random_posix_calls_as_on_tmpfs() {
     }
     drop(guard);
     server.join().unwrap().unwrap();
+    if let Some(h) = handlers {
+        assert!(h.requests() > 100, "{}", h.summary());
+    }
     let fs = Arc::try_unwrap(fs)
         .ok()
         .expect("the server dropped its reference");
