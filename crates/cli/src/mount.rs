@@ -35,8 +35,8 @@ pub struct MountArgs {
     /// Let the kernel cache writes (FUSE's writeback cache; also -o writeback_cache).
     /// A write() that returns is then in the kernel's page cache only: durable after
     /// fsync() or close() (the kernel sends its cached pages before the close
-    /// returns), lost if the machine or the server stops before. Off: a write() that returns is
-    /// durable.
+    /// returns), lost if the machine or the server stops before. Off: a write() that
+    /// returns is durable.
     #[arg(long)]
     writeback_cache: bool,
     /// Mount read-only: nothing is written to the image.
