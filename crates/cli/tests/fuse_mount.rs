@@ -1108,8 +1108,42 @@ fn writeback_cache_data_is_durable_after_fsync_and_close() {
         .status
         .success());
     drop(server);
-    let server = Server::start(&image, &s.0.join("mnt"), &["--writeback-cache"]);
+    let wb_other = ["--writeback-cache", "-o", "allow_other"];
+    let server = Server::start(&image, &s.0.join("mnt"), &wb_other);
     assert_eq!(sums(&server.mp, &["synced", "closed"]), want);
+    // A user who may only write a file writes part of a page: the kernel reads the
+    // page through that write-only handle first, and the user still cannot read.
+    need("setpriv", "util-linux");
+    sh(
+        "set -e; cd \"$1\"; mkdir wo; chmod 777 wo; printf 0123456789 > wo/f; \
+         chown 65534 wo/f; chmod 200 wo/f",
+        &server.mp,
+        &server.mp,
+    );
+    let nobody = |script: &str| {
+        run(
+            "setpriv",
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                script,
+            ],
+            &server.mp,
+        )
+    };
+    let w = nobody("printf XY | dd of=wo/f bs=1 seek=5 conv=notrunc status=none");
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    assert!(
+        !nobody("cat wo/f").status.success(),
+        "read without permission"
+    );
+    assert_eq!(
+        std::fs::read(server.mp.join("wo/f")).unwrap(),
+        b"01234XY789"
+    );
     // 2. Written and closed, then a clean unmount: all there on a mount without it.
     let w = python(&script, &["2".into(), "exit".into()], &server.mp);
     let want: Vec<String> = lines_of(w).into_iter().filter(|l| l != "done").collect();

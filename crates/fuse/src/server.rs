@@ -122,35 +122,14 @@ impl Server {
     }
 
     /// The flags an open passes to the file system. With the writeback cache the
-    /// kernel reads pages of files open only for writing (to fill partial pages) and
-    /// places appends itself, so a write-only open also asks to read and `O_APPEND`
-    /// is left to the kernel.
-    fn open_flags(&self, flags: i32) -> i32 {
+    /// kernel places `O_APPEND` writes itself (at the size it keeps), so the flag is
+    /// left to it.
+    fn open_flags(&self, flags: i32) -> FsFlags {
         let mut f = flags & PASSED_FLAGS;
         if self.writeback_cache {
             f &= !libc::O_APPEND;
-            if f & libc::O_ACCMODE == libc::O_WRONLY {
-                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
-            }
         }
-        f
-    }
-
-    /// `open(flags)` by `open`, and again with the caller's own access mode if the
-    /// read access [`Server::open_flags`] added is refused (a file the caller may only
-    /// write: the kernel then reads no page of it through this handle).
-    fn open_retrying(
-        &self,
-        flags: i32,
-        open: impl Fn(FsFlags) -> fs::Result<Fd>,
-    ) -> fs::Result<Fd> {
-        let f = self.open_flags(flags);
-        match open(FsFlags(f)) {
-            Err(fs::Error::Access) if f & libc::O_ACCMODE != flags & libc::O_ACCMODE => {
-                open(FsFlags((f & !libc::O_ACCMODE) | (flags & libc::O_ACCMODE)))
-            }
-            r => r,
-        }
+        FsFlags(f)
     }
 
     /// The lookup counts, which outlive the server for inspection.
@@ -213,10 +192,8 @@ impl Server {
             .open_ino(parent, FsFlags::PATH | FsFlags::DIRECTORY)?;
         let cred = crate::cred::of(req, umask);
         let user = self.fs.as_user(&cred);
-        let create = flags & libc::O_EXCL | libc::O_CREAT;
-        let r = self.open_retrying(flags, |f| {
-            user.openat(Some(dir), name, FsFlags(f.0 | create), mode)
-        });
+        let f = self.open_flags(flags) | FsFlags(flags & libc::O_EXCL | libc::O_CREAT);
+        let r = user.openat(Some(dir), name, f, mode);
         let _ = self.fs.close(dir);
         let fd = r?;
         match self.fs.fstat(fd) {
@@ -232,8 +209,7 @@ impl Server {
     /// read-only, as Linux does; the `fs` crate checks write permission for it).
     fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
         let cred = crate::cred::of(req, 0);
-        let user = self.fs.as_user(&cred);
-        self.open_retrying(flags, |f| user.open_ino(ino, f))
+        self.fs.as_user(&cred).open_ino(ino, self.open_flags(flags))
     }
 
     fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
@@ -456,7 +432,7 @@ impl Filesystem for Server {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -464,10 +440,10 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let fs = self.fs.clone();
+        let (fs, fill_pages) = (self.fs.clone(), self.writeback_cache);
         self.dispatch(move || {
             let mut buf = vec![0u8; size as usize];
-            match fs.pread(fd(fh), &mut buf, offset) {
+            match read_at(&fs, (ino.0, fh), &mut buf, offset, fill_pages) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -738,6 +714,29 @@ impl Filesystem for Server {
             Ok(off) => reply.offset(off as i64),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+/// Reads file handle `fh` of inode `ino` at `offset`. With the writeback cache
+/// (`fill_pages`) the kernel also reads through a handle open only for writing, to fill
+/// the rest of a page a write covers in part (a program cannot: `read(2)` refuses such
+/// a descriptor before asking the server); those reads go through a descriptor the
+/// server opens for reading, as it would read the page itself.
+fn read_at(
+    fs: &FileSystem,
+    (ino, fh): (u64, FileHandle),
+    buf: &mut [u8],
+    offset: u64,
+    fill_pages: bool,
+) -> fs::Result<usize> {
+    match fs.pread(fd(fh), buf, offset) {
+        Err(fs::Error::BadFd) if fill_pages => {
+            let reader = fs.open_ino(ino, FsFlags::RDONLY)?;
+            let r = fs.pread(reader, buf, offset);
+            let _ = fs.close(reader);
+            r
+        }
+        r => r,
     }
 }
 
