@@ -188,6 +188,9 @@ struct Row {
     checked_blocks: u64,
     /// Files created, each checked for its size and content (create only).
     files_checked: Option<u64>,
+    /// Bandwidth of the first pass over the file (sequential workloads that made
+    /// one): through the mount, the pass whose reads all reach the server.
+    first_pass_gib_per_s: Option<f64>,
 }
 
 /// A target of issue 19 and whether this run met it.
@@ -220,7 +223,8 @@ process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE)
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
 tmpfs's are not persistent. Reads through the mount are buffered as on any file \
 system: the kernel's page cache of a file is dropped when it is opened, then serves \
-repeated reads of a page within the run. CPU-s/GiB = CPU of this process (getrusage) \
+repeated reads of a page within the run (1st pass GiB/s: the first pass over the file, \
+whose reads through the mount all reach the server). CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread.";
 
@@ -308,17 +312,21 @@ struct Measured {
     server_cpu_s: Option<f64>,
     checked_blocks: u64,
     files_checked: Option<u64>,
+    first_pass_gib_per_s: Option<f64>,
 }
 
-/// A timed data workload on the open data file: returns the client's result and the
-/// blocks its reads checked (bad blocks are an error).
+/// What a timed data workload measured: the client's result, the blocks its reads
+/// checked, and the time of its first pass over the file (sequential workloads).
+type DataLoop = (ThreadResult, u64, Option<Duration>);
+
+/// A timed data workload on the open data file (bad blocks read are an error).
 fn data_loop(
     t: &Mount,
     h: &Handle,
     w: Workload,
     size: u64,
     deadline: Instant,
-) -> anyhow::Result<(ThreadResult, u64)> {
+) -> anyhow::Result<DataLoop> {
     let io = w.io();
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(SEED);
     let (blocks, ios) = (size / BLOCK as u64, size / io as u64);
@@ -326,6 +334,8 @@ fn data_loop(
     buf.truncate(io.max(BLOCK));
     let mut pat = pattern();
     let (mut checked, mut bad) = (0u64, 0u64);
+    let mut first_pass = None;
+    let begin = Instant::now();
     let r = timed_loop(
         deadline,
         |i| {
@@ -344,6 +354,9 @@ fn data_loop(
                     bad += u64::from(!looks_right(block, b0 + j as u64));
                 }
                 checked += (io / BLOCK) as u64;
+                if w.sequential() && i + 1 == ios {
+                    first_pass = Some(begin.elapsed());
+                }
                 return Ok(io as u64);
             }
             let at = (b0 % PATTERN_BLOCKS) as usize * BLOCK;
@@ -352,6 +365,9 @@ fn data_loop(
                 stamp(block, b0 + j as u64, i + 1);
             }
             t.pwrite(h, src, off)?;
+            if w.sequential() && i + 1 == ios {
+                first_pass = Some(begin.elapsed());
+            }
             Ok(io as u64)
         },
         |_| Ok(false),
@@ -359,7 +375,7 @@ fn data_loop(
     if bad > 0 {
         bail!("{bad} of {checked} blocks read were wrong");
     }
-    Ok((r, checked))
+    Ok((r, checked, first_pass))
 }
 
 /// The path of created file `k`.
@@ -434,9 +450,12 @@ fn measure(
     let server_cpu = || server.map(server::Server::cpu_seconds).transpose();
     let (cpu0, srv0) = (cpu_seconds(), server_cpu()?);
     let deadline = Instant::now() + duration;
-    let (result, checked) = match &h {
+    let (result, checked, first_pass) = match &h {
         Some(h) => data_loop(t, h, w, size, deadline)?,
-        None => create_loop(t, deadline)?,
+        None => {
+            let (r, files) = create_loop(t, deadline)?;
+            (r, files, None)
+        }
     };
     let client_cpu_s = cpu_seconds() - cpu0;
     let server_cpu_s = server_cpu()?.zip(srv0).map(|(a, b)| a - b);
@@ -456,6 +475,7 @@ fn measure(
         server_cpu_s,
         checked_blocks,
         files_checked,
+        first_pass_gib_per_s: first_pass.map(|d| gib(size) / d.as_secs_f64().max(1e-9)),
     })
 }
 
@@ -481,6 +501,7 @@ fn row(w: Workload, door: Door, m: Measured) -> anyhow::Result<Row> {
         vs_tmpfs: None,
         checked_blocks: m.checked_blocks,
         files_checked: m.files_checked,
+        first_pass_gib_per_s: m.first_pass_gib_per_s,
     })
 }
 
@@ -651,6 +672,8 @@ fn table(rows: &[Row]) -> String {
                 r.server_cpu_s
                     .map_or(String::new(), |s| format!("{:.2}", s / gib(r.bytes))),
                 r.vs_tmpfs.map_or(String::new(), |v| format!("{v:.2}x")),
+                r.first_pass_gib_per_s
+                    .map_or(String::new(), |g| format!("{g:.3}")),
             ]
         })
         .collect();
@@ -666,6 +689,7 @@ fn table(rows: &[Row]) -> String {
             "CPU-s/GiB",
             "of it server",
             "vs tmpfs",
+            "1st pass GiB/s",
         ],
         cells,
     )

@@ -211,11 +211,11 @@ fn proc_stat_cpu_seconds(stat: &str) -> anyhow::Result<f64> {
 impl Drop for Server {
     fn drop(&mut self) {
         if !self.reaped {
-            if rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH)
-                .is_err()
-            {
-                let _ = self.child.kill();
-            }
+            // Lazily: the files this process still has open on it keep working; the
+            // server ends once they are closed (or has already unmounted, at a
+            // SIGINT that reached it too). A server that does not end is killed.
+            let lazy = rustix::mount::UnmountFlags::DETACH;
+            let _ = rustix::mount::unmount(&self.mountpoint, lazy);
             let _ = self.wait_exit();
         }
         let _ = std::fs::remove_dir(&self.mountpoint);
