@@ -149,6 +149,11 @@ pub struct FuseArgs {
     /// three times as large plus 256 MiB.
     #[arg(long, default_value = "64M", value_parser = file_size)]
     size: u64,
+    /// Open the files of the mount and of tmpfs with `O_DIRECT` (fio's `direct=1`):
+    /// through the mount, the kernel copies between the caller's buffer and the
+    /// server's, skipping the page cache.
+    #[arg(long)]
+    direct: bool,
     #[arg(long)]
     json: bool,
 }
@@ -208,6 +213,8 @@ struct Report {
     machine: Machine,
     mode: Mode,
     server_threads: usize,
+    /// Files of the mount and of tmpfs opened with `O_DIRECT`.
+    direct: bool,
     duration_s: f64,
     file_bytes: u64,
     note: &'static str,
@@ -239,14 +246,61 @@ fn fill(b: u64) -> u8 {
     (b % PATTERN_BLOCKS) as u8 ^ 0xA5
 }
 
+/// A buffer of I/O that starts on a 4 KiB boundary, as `O_DIRECT` may require.
+struct Buf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Buf {
+    /// `len` zero bytes.
+    fn zeroed(len: usize) -> Buf {
+        let v = vec![0u8; len + BLOCK];
+        let off = v.as_ptr().align_offset(BLOCK);
+        Buf { v, off, len }
+    }
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.v[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.v[self.off..self.off + self.len]
+    }
+}
+
 /// A 1 MiB buffer whose block `j` is filled with `fill(j)`: a write of block `b`
 /// sends block `b % PATTERN_BLOCKS` of it after stamping it.
-fn pattern() -> Vec<u8> {
-    let mut p = vec![0u8; SEQ_IO];
+fn pattern() -> Buf {
+    let mut p = Buf::zeroed(SEQ_IO);
     for (j, block) in p.chunks_mut(BLOCK).enumerate() {
         block.fill(fill(j as u64));
     }
     p
+}
+
+/// Opens `p` of `t` for reading and writing (creating it if asked), with `O_DIRECT`
+/// if `direct` and `t` is a directory of the host (the library has no page cache).
+fn open(t: &Mount, p: &str, create: bool, direct: bool) -> anyhow::Result<Handle> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !direct || matches!(t, Mount::Easyio(_)) {
+        return t.open(p, create, false);
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .custom_flags(libc::O_DIRECT)
+        .open(t.path(p))
+        .with_context(|| format!("{p} with O_DIRECT"))?;
+    Ok(Handle::File(f))
 }
 
 /// Whether `block` is block `b`: its number and its last byte (the quick check made
@@ -291,7 +345,7 @@ fn verify_file(t: &Mount, size: u64, last_generation: u64) -> anyhow::Result<u64
         bail!("{DATA} is {} bytes, not {size}", t.size(DATA)?);
     }
     let h = t.open(DATA, false, false)?;
-    let mut buf = vec![0u8; SEQ_IO];
+    let mut buf = Buf::zeroed(SEQ_IO);
     for off in (0..size).step_by(SEQ_IO) {
         t.read_exact(&h, &mut buf, off)?;
         for (j, block) in buf.chunks(BLOCK).enumerate() {
@@ -330,8 +384,7 @@ fn data_loop(
     let io = w.io();
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(SEED);
     let (blocks, ios) = (size / BLOCK as u64, size / io as u64);
-    let mut buf = pattern();
-    buf.truncate(io.max(BLOCK));
+    let mut buf = Buf::zeroed(io);
     let mut pat = pattern();
     let (mut checked, mut bad) = (0u64, 0u64);
     let mut first_pass = None;
@@ -385,7 +438,7 @@ fn created(k: u64) -> String {
 
 /// Checks created files `from..to` (size and every byte) and removes them.
 fn check_created(t: &Mount, from: u64, to: u64) -> anyhow::Result<()> {
-    let mut buf = vec![0u8; BLOCK];
+    let mut buf = Buf::zeroed(BLOCK);
     for k in from..to {
         let p = created(k);
         if t.size(&p)? != BLOCK as u64 {
@@ -403,7 +456,7 @@ fn check_created(t: &Mount, from: u64, to: u64) -> anyhow::Result<()> {
 }
 
 /// The timed create workload: returns the client's result and the files checked.
-fn create_loop(t: &Mount, deadline: Instant) -> anyhow::Result<(ThreadResult, u64)> {
+fn create_loop(t: &Mount, deadline: Instant, direct: bool) -> anyhow::Result<(ThreadResult, u64)> {
     t.mkdir(CREATE_DIR)?;
     let mut pat = pattern();
     let mut cleared = 0u64;
@@ -413,7 +466,7 @@ fn create_loop(t: &Mount, deadline: Instant) -> anyhow::Result<(ThreadResult, u6
             let at = (k % PATTERN_BLOCKS) as usize * BLOCK;
             let block = &mut pat[at..at + BLOCK];
             stamp(block, k, 1);
-            let h = t.open(&created(k), true, false)?;
+            let h = open(t, &created(k), true, direct)?;
             t.pwrite(&h, block, 0)?;
             t.close(h)?;
             Ok(BLOCK as u64)
@@ -432,28 +485,37 @@ fn create_loop(t: &Mount, deadline: Instant) -> anyhow::Result<(ThreadResult, u6
     Ok((r, files))
 }
 
-/// Runs `w` on `t` for `duration` (the data file pre-filled first, untimed), with the
+/// How a run goes: its length, the data file's size, and whether files are opened
+/// with `O_DIRECT`.
+#[derive(Clone, Copy)]
+struct Plan {
+    duration: Duration,
+    size: u64,
+    direct: bool,
+}
+
+/// Runs `w` on `t` as `plan` says (the data file pre-filled first, untimed), with the
 /// CPU of this process and of `server` if given.
 fn measure(
     t: &Mount,
     w: Workload,
-    size: u64,
-    duration: Duration,
+    plan: Plan,
     server: Option<&server::Server>,
 ) -> anyhow::Result<Measured> {
+    let (size, direct) = (plan.size, plan.direct);
     if w != Workload::Create {
         prefill(t, size)?;
     }
     let h = (w != Workload::Create)
-        .then(|| t.open(DATA, false, false))
+        .then(|| open(t, DATA, false, direct))
         .transpose()?;
     let server_cpu = || server.map(server::Server::cpu_seconds).transpose();
     let (cpu0, srv0) = (cpu_seconds(), server_cpu()?);
-    let deadline = Instant::now() + duration;
+    let deadline = Instant::now() + plan.duration;
     let (result, checked, first_pass) = match &h {
         Some(h) => data_loop(t, h, w, size, deadline)?,
         None => {
-            let (r, files) = create_loop(t, deadline)?;
+            let (r, files) = create_loop(t, deadline, direct)?;
             (r, files, None)
         }
     };
@@ -464,9 +526,7 @@ fn measure(
     }
     let (checked_blocks, files_checked) = match w {
         Workload::Create => (checked, Some(checked)),
-        Workload::Randwrite | Workload::Seqwrite => {
-            (verify_file(t, size, result.ops)?, None)
-        }
+        Workload::Randwrite | Workload::Seqwrite => (verify_file(t, size, result.ops)?, None),
         _ => (checked, None),
     };
     Ok(Measured {
@@ -523,15 +583,19 @@ impl Doors {
         a: &FuseArgs,
         server: &server::Server,
     ) -> anyhow::Result<Row> {
-        let d = Duration::from_secs_f64(a.duration);
+        let d = Plan {
+            duration: Duration::from_secs_f64(a.duration),
+            size: a.size,
+            direct: a.direct,
+        };
         let m = match door {
-            Door::EasyioFuse => measure(&self.fuse, w, a.size, d, Some(server))?,
-            Door::Tmpfs => measure(&self.tmpfs, w, a.size, d, None)?,
+            Door::EasyioFuse => measure(&self.fuse, w, d, Some(server))?,
+            Door::Tmpfs => measure(&self.tmpfs, w, d, None)?,
             Door::EasyioLib => {
                 let none = Path::new("");
                 let t = Target::Easyio(self.mode);
                 let lib = Mount::set_up(t, EngineArg::Software, &self.lib_region, None, none, 1)?;
-                let m = measure(&lib, w, a.size, d, None)?;
+                let m = measure(&lib, w, d, None)?;
                 lib.tear_down()?;
                 m
             }
@@ -551,11 +615,20 @@ fn measure_all(a: &FuseArgs, server: &server::Server) -> anyhow::Result<Vec<Row>
     let pid = std::process::id();
     let lib_region: Arc<dyn Pmem> = Arc::new(Region::create_temp(image_bytes(a.size))?);
     let kernel = |dir: &Path| {
-        Mount::set_up(Target::Kernel, EngineArg::Software, &lib_region, None, dir, 1)
+        Mount::set_up(
+            Target::Kernel,
+            EngineArg::Software,
+            &lib_region,
+            None,
+            dir,
+            1,
+        )
     };
     let doors = Doors {
         fuse: kernel(&server.mountpoint().join("bench"))?,
-        tmpfs: kernel(Path::new(&format!("/dev/shm/easyio-bench-fuse-tmpfs-{pid}")))?,
+        tmpfs: kernel(Path::new(&format!(
+            "/dev/shm/easyio-bench-fuse-tmpfs-{pid}"
+        )))?,
         lib_region: lib_region.clone(),
         mode: a.mode,
     };
@@ -619,6 +692,7 @@ pub fn run(a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
         machine: Machine::this(),
         mode: a.mode,
         server_threads: a.threads,
+        direct: a.direct,
         duration_s: a.duration,
         file_bytes: a.size,
         note: NOTE,
@@ -635,9 +709,10 @@ pub fn run(a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
 /// The report for people: settings, machine, the table, the goals and the note.
 fn print_report(r: &Report) {
     println!(
-        "easyio bench fuse — {} s per run, {} data file, server: --mode {} --threads {}",
+        "easyio bench fuse — {} s per run, {} data file, {}; server: --mode {} --threads {}",
         r.duration_s,
         report::size_label(r.file_bytes),
+        if r.direct { "O_DIRECT" } else { "buffered" },
         r.mode.name(),
         r.server_threads
     );

@@ -45,7 +45,10 @@ impl Bench {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
-            assert!(start.elapsed() < LIMIT, "bench fuse still running after {LIMIT:?}");
+            assert!(
+                start.elapsed() < LIMIT,
+                "bench fuse still running after {LIMIT:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         Output {
@@ -105,15 +108,28 @@ fn check_row(r: &serde_json::Value, file_bytes: u64) {
     }
 }
 
-#[test]
-fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
-        return;
+fn fuse_missing() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return false;
     }
+    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
+    true
+}
+
+/// Runs `easyio bench fuse --duration 0.1 --size 4M --json ARGS`, requires that it
+/// succeeded and left nothing mounted or behind, and returns its report.
+fn bench_fuse(args: &[&str]) -> serde_json::Value {
     let child = Command::new(env!("CARGO_BIN_EXE_easyio"))
-        .args(["bench", "fuse", "--duration", "0.1", "--size", "4M"])
-        .args(["--threads", "2", "--json"])
+        .args([
+            "bench",
+            "fuse",
+            "--duration",
+            "0.1",
+            "--size",
+            "4M",
+            "--json",
+        ])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -122,8 +138,22 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
     let mountpoint = bench.mountpoint();
     let out = bench.wait();
     let v = common::success_json(&out);
-    assert!(!mounted(&mountpoint), "{} left mounted", mountpoint.display());
+    assert!(
+        !mounted(&mountpoint),
+        "{} left mounted",
+        mountpoint.display()
+    );
     assert!(!mountpoint.exists(), "{} left behind", mountpoint.display());
+    v
+}
+
+#[test]
+fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
+    if fuse_missing() {
+        return;
+    }
+    let v = bench_fuse(&["--threads", "2"]);
+    assert_eq!(v["direct"], false);
     assert_eq!(v["mode"], "cpu");
     assert_eq!(u(&v["server_threads"]), 2);
     let file_bytes = u(&v["file_bytes"]);
@@ -150,6 +180,26 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
         assert_eq!(f(&g["asked"]), 0.5);
         assert_eq!(g["met"].as_bool().unwrap(), f(&g["ratio"]) >= 0.5, "{g}");
     }
+}
+
+#[test]
+fn o_direct_reaches_the_server_and_moves_the_right_bytes() {
+    if fuse_missing() {
+        return;
+    }
+    let v = bench_fuse(&["--direct", "--workload", "randread,seqwrite,create"]);
+    assert_eq!(v["direct"], true);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3 * 3);
+    for r in rows {
+        check_row(r, 4 << 20);
+    }
+    // Every read through the mount is a request to the server: it worked for them.
+    let fuse_read = rows
+        .iter()
+        .find(|r| r["workload"] == "randread" && r["door"] == "easyio-fuse")
+        .unwrap();
+    assert!(f(&fuse_read["server_cpu_s"]) > 0.0, "{fuse_read}");
 }
 
 #[test]

@@ -52,8 +52,8 @@ impl Server {
         format_image(&image, size)?;
         std::fs::create_dir_all(&mountpoint)
             .with_context(|| format!("mount point {}", mountpoint.display()))?;
-        let log_file = std::fs::File::create(&log)
-            .with_context(|| format!("server log {}", log.display()))?;
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("server log {}", log.display()))?;
         let child = Command::new(exe)
             .arg("mount")
             .args([&image, &mountpoint])
