@@ -233,7 +233,9 @@ system: the kernel's page cache of a file is dropped when it is opened, then ser
 repeated reads of a page within the run (1st pass GiB/s: the first pass over the file, \
 whose reads through the mount all reach the server). CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
-/proc/PID/stat); 'of it server' is the server's part. 1 client thread.";
+/proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
+(O_DIRECT), the kernel copies between the caller's buffer and the server's without the \
+page cache; tmpfs has no direct path (its O_DIRECT is the same page cache copy).";
 
 /// The stamp of block `b` written by operation `generation` (0: the pre-fill).
 fn stamp(block: &mut [u8], b: u64, generation: u64) {
