@@ -18,8 +18,6 @@ use pmem::Region;
 const MOUNT_WAIT: Duration = Duration::from_secs(30);
 /// How long the server may take to save the image and exit after the unmount.
 pub const EXIT_WAIT: Duration = Duration::from_secs(60);
-/// What the foreground server prints on standard output once the mount is up.
-const MOUNTED: &str = " mounted on ";
 
 /// A running `easyio mount` child serving a fresh image.
 pub struct Server {
@@ -89,8 +87,10 @@ impl Server {
             let _ = tx.send(line);
             let _ = r.read_to_end(&mut Vec::new());
         });
+        // The server prints one line once the mount is up, or ends without one; the
+        // mount table, not the line's wording, says which.
         match rx.recv_timeout(MOUNT_WAIT) {
-            Ok(line) if line.contains(MOUNTED) => Ok(()),
+            Ok(_) if is_mount_point(&self.mountpoint) => Ok(()),
             Ok(_) => {
                 let status = self.child.wait()?;
                 self.reaped = true;
@@ -167,6 +167,16 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+/// Whether a file system is mounted on `dir` (it is on another device than its parent).
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev());
+    match (dev(dir), dir.parent().map(dev)) {
+        (Ok(d), Some(Ok(parent))) => d != parent,
+        _ => false,
     }
 }
 
