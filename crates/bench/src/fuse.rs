@@ -682,7 +682,14 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
 }
 
 /// `easyio bench fuse`, serving the image with the `easyio` binary at `easyio_exe`.
-pub fn run(a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
+pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
+    // Each workload once, in the order given (`create` twice would find its directory).
+    let mut seen = Vec::new();
+    a.workload.retain(|w| {
+        let first = !seen.contains(w);
+        seen.push(*w);
+        first
+    });
     if !Path::new("/dev/fuse").exists() {
         bail!("no /dev/fuse on this machine: load the fuse module (modprobe fuse)");
     }
