@@ -19,6 +19,7 @@ pub mod args;
 pub mod calibrate;
 pub mod demo;
 pub mod engine;
+pub mod fuse;
 pub mod micro;
 pub mod output;
 mod plot;

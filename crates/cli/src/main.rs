@@ -100,6 +100,9 @@ enum BenchCommand {
     /// Start-up: `ls` of the same files on images of different sizes (sparse), as a
     /// ratio to the smallest; opening an image should not cost more when it is larger.
     Startup(startup::StartupArgs),
+    /// fio-like workloads through a FUSE mount of a fresh image (`easyio mount`),
+    /// beside the kernel's tmpfs and the library in the same run.
+    Fuse(bench::fuse::FuseArgs),
 }
 
 fn main() {
@@ -180,6 +183,7 @@ fn run_bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::App(args) => app::run(args),
         BenchCommand::Qos(args) => qos::run(args),
         BenchCommand::Startup(args) => startup::run(args),
+        BenchCommand::Fuse(args) => bench::fuse::run(args, &std::env::current_exe()?),
     }
 }
 

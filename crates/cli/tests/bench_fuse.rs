@@ -1,0 +1,222 @@
+//! `easyio bench fuse` end to end with a tiny duration, on a real FUSE mount served by
+//! the `easyio` binary: every workload through every door, the bytes checked, the
+//! goals reported, and nothing left mounted. Skipped, saying so, only where /dev/fuse
+//! is missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest the benchmark may run before the test kills it and fails.
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// The benchmark process; on drop (the test failed or timed out) it is killed and its
+/// server's mount detached, so that the server ends and nothing is left mounted.
+struct Bench {
+    child: Child,
+}
+
+impl Bench {
+    /// Where the benchmark mounts its image (named after its pid).
+    fn mountpoint(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("easyio-bench-fuse-{}", self.child.id()))
+    }
+
+    /// Waits for the benchmark to end, killing it after [`LIMIT`].
+    fn wait(&mut self) -> Output {
+        let (mut so, mut se) = (
+            self.child.stdout.take().unwrap(),
+            self.child.stderr.take().unwrap(),
+        );
+        let out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut so, &mut v).unwrap();
+            v
+        });
+        let err = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut se, &mut v).unwrap();
+            v
+        });
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "bench fuse still running after {LIMIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.mountpoint())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn mounted(mountpoint: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let needle = format!(" {} ", mountpoint.display());
+    table.lines().any(|l| l.contains(&needle))
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+/// Checks one row's numbers and that the bytes it moved were checked.
+fn check_row(r: &serde_json::Value, file_bytes: u64) {
+    let (ops, bytes, io) = (u(&r["ops"]), u(&r["bytes"]), u(&r["io_size"]));
+    assert!(ops > 0, "{r}");
+    assert_eq!(bytes, ops * io, "every operation moved its whole size: {r}");
+    assert!(f(&r["ops_per_s"]) > 0.0 && f(&r["gib_per_s"]) > 0.0, "{r}");
+    assert!(f(&r["p99_us"]) >= f(&r["p50_us"]), "{r}");
+    assert!(f(&r["cpu_s_per_gib"]) >= 0.0, "{r}");
+    let fuse = r["door"] == "easyio-fuse";
+    assert_eq!(r["server_cpu_s"].is_number(), fuse, "{r}");
+    assert_eq!(r["vs_tmpfs"].is_number(), r["door"] != "tmpfs", "{r}");
+    let checked = u(&r["checked_blocks"]);
+    match r["workload"].as_str().unwrap() {
+        "randread" | "seqread" => assert_eq!(checked, bytes / 4096, "{r}"),
+        "randwrite" | "seqwrite" => assert_eq!(checked, file_bytes / 4096, "{r}"),
+        "create" => {
+            assert_eq!(u(&r["files_checked"]), ops, "{r}");
+            assert_eq!(checked, ops, "{r}");
+        }
+        w => panic!("unknown workload {w}"),
+    }
+}
+
+fn fuse_missing() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return false;
+    }
+    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
+    true
+}
+
+/// Runs `easyio bench fuse --duration 0.1 --size 4M --json ARGS`, requires that it
+/// succeeded and left nothing mounted or behind, and returns its report.
+fn bench_fuse(args: &[&str]) -> serde_json::Value {
+    let child = Command::new(env!("CARGO_BIN_EXE_easyio"))
+        .args([
+            "bench",
+            "fuse",
+            "--duration",
+            "0.1",
+            "--size",
+            "4M",
+            "--json",
+        ])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut bench = Bench { child };
+    let mountpoint = bench.mountpoint();
+    let out = bench.wait();
+    let v = common::success_json(&out);
+    assert!(
+        !mounted(&mountpoint),
+        "{} left mounted",
+        mountpoint.display()
+    );
+    assert!(!mountpoint.exists(), "{} left behind", mountpoint.display());
+    v
+}
+
+#[test]
+fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
+    if fuse_missing() {
+        return;
+    }
+    let v = bench_fuse(&["--threads", "2"]);
+    assert_eq!(v["direct"], false);
+    assert_eq!(v["mode"], "cpu");
+    assert_eq!(u(&v["server_threads"]), 2);
+    let file_bytes = u(&v["file_bytes"]);
+    assert_eq!(file_bytes, 4 << 20);
+    assert!(v["note"].as_str().unwrap().contains("durable"));
+    let rows = v["results"].as_array().unwrap();
+    let mut seen = Vec::new();
+    for r in rows {
+        check_row(r, file_bytes);
+        seen.push(format!("{} {}", r["workload"], r["door"]));
+    }
+    seen.sort();
+    let mut want = Vec::new();
+    for w in ["randread", "randwrite", "seqread", "seqwrite", "create"] {
+        for d in ["easyio-fuse", "tmpfs", "easyio-lib"] {
+            want.push(format!("\"{w}\" \"{d}\""));
+        }
+    }
+    want.sort();
+    assert_eq!(seen, want);
+    let goals = v["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 2, "{goals:?}");
+    for g in goals {
+        assert_eq!(f(&g["asked"]), 0.5);
+        assert_eq!(g["met"].as_bool().unwrap(), f(&g["ratio"]) >= 0.5, "{g}");
+    }
+}
+
+#[test]
+fn o_direct_reaches_the_server_and_moves_the_right_bytes() {
+    if fuse_missing() {
+        return;
+    }
+    let v = bench_fuse(&["--direct", "--workload", "randread,seqwrite,create"]);
+    assert_eq!(v["direct"], true);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3 * 3);
+    for r in rows {
+        check_row(r, 4 << 20);
+    }
+    // Every read through the mount is a request to the server: it worked for them.
+    let fuse_read = rows
+        .iter()
+        .find(|r| r["workload"] == "randread" && r["door"] == "easyio-fuse")
+        .unwrap();
+    assert!(f(&fuse_read["server_cpu_s"]) > 0.0, "{fuse_read}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    for args in [
+        &["--threads", "0"][..],
+        &["--duration", "0"],
+        &["--size", "0"],
+        &["--size", "17G"],
+        &["--mode", "warp"],
+        &["--workload", "scan"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
+            .args(["bench", "fuse"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+    }
+}
