@@ -565,7 +565,8 @@ fn two_processes_write_files_and_append_to_one_log_at_once() {
 const PERM_SETUP: &str = "set -e; cd \"$1\"; mkdir pub priv sticky sg; chmod 777 pub; \
     chmod 755 priv; chmod 1777 sticky; echo secret > secret; chmod 600 secret; \
     echo r > sticky/rootfile; chmod 666 sticky/rootfile; echo open > priv/readable; \
-    chmod 644 priv/readable; chgrp 100 sg; chmod 2777 sg";
+    chmod 644 priv/readable; chgrp 100 sg; chmod 2777 sg; for f in suid sgid trunc; do \
+    echo $f > pub/$f; done; chmod 4777 pub/suid; chmod 2777 pub/sgid; chmod 6777 pub/trunc";
 
 const PERM_CHECKS: &str = r#"cd "$1"; umask 027
 t() { if "$@" 2>/dev/null; then echo "ok $*"; else echo "refused $*"; fi; }
@@ -592,6 +593,12 @@ t ls priv
 t mv pub/mine priv/
 t rm pub/mine
 t rmdir pub/d
+t sh -c 'echo x >> pub/suid'
+echo "suid $(stat -c %a pub/suid)"
+t sh -c 'echo x > pub/sgid'
+echo "sgid $(stat -c %a pub/sgid)"
+t truncate -s 1 pub/trunc
+echo "trunc $(stat -c %a pub/trunc)"
 "#;
 
 #[test]
@@ -635,6 +642,11 @@ fn an_unprivileged_user_is_refused_what_the_mode_bits_refuse() {
         "refused touch -d @1000 secret",
         "refused chown 0 pub/mine",
         "100 2750",
+        // A write or truncate by a user without CAP_FSETID clears setuid, and setgid
+        // where the group may execute.
+        "suid 777",
+        "sgid 777",
+        "trunc 777",
     ] {
         assert!(a.lines().any(|l| l == line), "tmpfs: no {line:?} in\n{a}");
     }

@@ -247,9 +247,18 @@ impl Filesystem for Server {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_HANDLE_KILLPRIV,
         ] {
             let _ = config.add_capabilities(f);
+        }
+        // The second version of "the server clears setuid/setgid" spares every write a
+        // round trip: under the first, the kernel asks for `security.capability` before
+        // each one. The fs clears the bits itself from the opener's credentials, which
+        // is what the kernel's kill flags on write, setattr and open would ask for.
+        if config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_err()
+        {
+            let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
         }
         if self.writeback_cache {
             config
