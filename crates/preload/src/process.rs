@@ -1,0 +1,54 @@
+//! Processes: before `fork`, `vfork` and `posix_spawn` an idle process lets the image
+//! go (see [`crate::mount::release_if_idle`]); a child of a process that still holds
+//! it gets EBUSY under the prefix (see `mount.rs`).
+
+use std::ffi::{c_char, c_int};
+
+use libc::pid_t;
+
+use crate::real::libc_call;
+
+#[no_mangle]
+extern "C" fn fork() -> pid_t {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(fork: fn() -> pid_t,)
+}
+
+/// `vfork` is made a `fork`: a wrapper cannot return twice on one stack, and `fork`
+/// gives the child everything `vfork` promises.
+#[no_mangle]
+extern "C" fn vfork() -> pid_t {
+    fork()
+}
+
+#[no_mangle]
+extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, path, acts, attr, argv, envp)
+}
+
+#[no_mangle]
+extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, file, acts, attr, argv, envp)
+}
