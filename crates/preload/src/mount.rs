@@ -28,7 +28,7 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 pub(crate) fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         let raw = std::env::var("EASYIO_MOUNT").unwrap_or_else(|_| DEFAULT_MOUNT.into());
-        let (mount, bad) = if raw.starts_with('/') && raw.trim_matches('/') != "" {
+        let (mount, bad) = if raw.starts_with('/') && !raw.trim_matches('/').is_empty() {
             (raw, None)
         } else {
             let why = format!("EASYIO_MOUNT={raw:?} is not an absolute path below /");

@@ -76,7 +76,7 @@ fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_in
     if !is_dup2 && flags & !libc::O_CLOEXEC != 0 {
         return Some(Err(libc::EINVAL));
     }
-    let r = libc_call!(dup3: fn(c_int, c_int, c_int) -> c_int, old, new, flags | libc::O_CLOEXEC * from.is_some() as c_int);
+    let r = libc_call!(dup3: fn(c_int, c_int, c_int) -> c_int, old, new, flags | if from.is_some() { libc::O_CLOEXEC } else { 0 });
     if r < 0 {
         return Some(Err(crate::real::errno()));
     }

@@ -113,7 +113,7 @@ pub(crate) fn iovecs<'a>(
     iov: *const libc::iovec,
     n: libc::c_int,
 ) -> Result<&'a [libc::iovec], i32> {
-    if n < 0 || n > libc::UIO_MAXIOV {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
         return Err(libc::EINVAL);
     }
     if n == 0 {
