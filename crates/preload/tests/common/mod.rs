@@ -127,6 +127,29 @@ impl World {
         xs.1
     }
 
+    /// [`World::same`] where the order of the lines does not matter (a directory's
+    /// entries come in cookie order on easyio, in creation order on tmpfs).
+    pub fn same_sorted(&self, program: &str, args: &[&str]) {
+        let mut a = self.shim_cmd(program, args);
+        let mut b = self.ref_cmd(program, args);
+        let (x, y) = (run(&mut a), run(&mut b));
+        let lines = |o: &Output, root: &str| {
+            let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .replace(root, "{R}")
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            v.sort();
+            (o.status.code(), v)
+        };
+        assert_eq!(
+            lines(&x, &self.mount),
+            lines(&y, self.reference.to_str().unwrap()),
+            "{program} {args:?}: under the shim (left) and on tmpfs (right) differ\nshim stderr: {}",
+            String::from_utf8_lossy(&x.stderr)
+        );
+    }
+
     fn reference_parent_for_shim(&self) -> String {
         self.mount.clone()
     }
