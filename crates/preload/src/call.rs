@@ -73,6 +73,10 @@ const KEPT_ONLY: c_int = libc::O_NONBLOCK
     | libc::O_NOATIME
     | libc::O_ASYNC;
 
+/// `O_LARGEFILE` as the x86-64 kernel reports it in `F_GETFL` (the libc crate
+/// defines it as 0 there, since opening needs no such flag).
+const O_LARGEFILE: c_int = 0o100000;
+
 /// Opens a target of the mount; the placeholder's number is the descriptor.
 pub(crate) fn open(t: Result<Target, i32>, flags: c_int, mode: libc::mode_t) -> Answer<c_int> {
     let path = match &t {
@@ -97,7 +101,7 @@ fn finish_open(path: String, fd: Fd, flags: c_int) -> Result<c_int, i32> {
         }
     };
     let status =
-        (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_PATH | KEPT_ONLY)) | libc::O_LARGEFILE;
+        (flags & (libc::O_ACCMODE | libc::O_APPEND | libc::O_PATH | KEPT_ONLY)) | O_LARGEFILE;
     let desc = Desc {
         live: l,
         fd,

@@ -131,15 +131,41 @@ fn start() -> Result<Live, (i32, String)> {
         )
     })?;
     let fail = |e: fs::Error| (e.errno(), format!("cannot mount {image}: {e}"));
+    let before = open_fds();
     let region = pmem::Region::open(&image).map_err(|e| fail(fs::Error::Region(e)))?;
     let (fs, _report) =
         FileSystem::mount(Arc::new(region), MountOptions::with_mode(mode)).map_err(fail)?;
     register_hooks();
+    *INTERNAL.write() = open_fds()
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
     Ok(Live {
         fs,
         cred: process_cred(),
         image,
     })
+}
+
+/// The kernel descriptors the mount itself holds (the region file, an engine's):
+/// a program closing descriptors it does not know of must not close these.
+static INTERNAL: RwLock<Vec<i32>> = RwLock::new(Vec::new());
+
+/// Whether kernel descriptor `fd` is one the mount holds.
+pub(crate) fn is_internal(fd: i32) -> bool {
+    INTERNAL.read().contains(&fd)
+}
+
+/// Descriptor numbers looked at for the mount's own: past any a mount opens.
+const FD_SCAN: i32 = 4096;
+
+/// The process's open descriptors below [`FD_SCAN`], found without opening one.
+fn open_fds() -> Vec<i32> {
+    let fcntl = crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    // SAFETY: F_GETFD only asks whether a number is open.
+    (0..FD_SCAN)
+        .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
+        .collect()
 }
 
 /// The calling process's effective ids, groups and umask.
@@ -208,6 +234,7 @@ pub(crate) fn release() -> Result<(), ()> {
         return Ok(());
     };
     crate::table::clear();
+    INTERNAL.write().clear();
     let State::Up(l) = std::mem::replace(&mut *state, State::Down) else {
         unreachable!()
     };

@@ -55,7 +55,12 @@ export! {
 }
 
 /// `close`: the description closes with its last descriptor; the placeholder goes.
+/// A descriptor the mount itself holds stays open: a program that closes every
+/// descriptor it did not open (before an exec, say) must not unmap the image.
 fn easy_close(fd: c_int) -> Answer<c_int> {
+    if crate::mount::is_internal(fd) {
+        return Some(Ok(0));
+    }
     if !table::remove(fd) {
         return None;
     }
@@ -67,6 +72,9 @@ fn easy_close(fd: c_int) -> Answer<c_int> {
 /// the table follows.
 fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_int> {
     let from = table::get(old);
+    if crate::mount::is_internal(new) && old != new {
+        return Some(Err(libc::EBUSY));
+    }
     if from.is_none() && !table::is_ours(new) {
         return None;
     }
