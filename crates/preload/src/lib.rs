@@ -23,6 +23,10 @@
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 
+// The C ABI's uthread runtime is exported from the shim too (see `docs/PRELOAD.md`):
+// a C program's uthreads must be those of the runtime the shim's file system sees.
+use easyio as _;
+
 mod call;
 mod copy;
 mod cwd;

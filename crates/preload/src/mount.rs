@@ -133,8 +133,17 @@ fn start() -> Result<Live, (i32, String)> {
     let fail = |e: fs::Error| (e.errno(), format!("cannot mount {image}: {e}"));
     let before = open_fds();
     let region = pmem::Region::open(&image).map_err(|e| fail(fs::Error::Region(e)))?;
-    let (fs, _report) =
-        FileSystem::mount(Arc::new(region), MountOptions::with_mode(mode)).map_err(fail)?;
+    let mut pm: Arc<dyn pmem::Pmem> = Arc::new(region);
+    if let Ok(name) = std::env::var("EASYIO_EMULATE") {
+        let model = pmem::slowmem::Model::preset(&name).ok_or_else(|| {
+            (
+                libc::EINVAL,
+                format!("EASYIO_EMULATE={name:?} is not a slow-memory model (optane, cxl)"),
+            )
+        })?;
+        pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
+    }
+    let (fs, _report) = FileSystem::mount(pm, MountOptions::with_mode(mode)).map_err(fail)?;
     register_hooks();
     *INTERNAL.write() = open_fds()
         .into_iter()
