@@ -203,3 +203,18 @@ while True:
     // The mount above recovered the image and unmounted it cleanly.
     fsck_clean(&w.img);
 }
+
+#[test]
+fn a_process_that_execs_lets_the_new_program_mount_the_image() {
+    let w = World::new("exec", 32);
+    let script = r#"
+import os, sys
+open(sys.argv[1] + '/x', 'w').write('written before exec\n')
+os.execvp('cat', ['cat', sys.argv[1] + '/x'])
+"#;
+    assert_eq!(
+        w.ok("python3", &["-c", script, "{R}"]),
+        "written before exec\n"
+    );
+    fsck_clean(&w.img);
+}
