@@ -114,14 +114,10 @@ fn resolve(l: &crate::mount::Live, inner: &str) -> Result<String, i32> {
             }
             let t = s.readlink(&here).map_err(errno_of)?;
             if t.starts_with('/') {
-                // An absolute target leaves the image unless it names the mount.
-                match crate::path::classify_str(libc::AT_FDCWD, &t)? {
-                    Target::Easy { path, .. } => {
-                        done.clear();
-                        todo.extend(normalize(&path).into_iter().rev());
-                    }
-                    Target::Kernel => return Err(libc::EXDEV),
-                }
+                // An absolute target is stored from the image's root (see
+                // `names::inner_target`).
+                done.clear();
+                todo.extend(normalize(&t).into_iter().rev());
             } else {
                 todo.extend(
                     t.split('/')

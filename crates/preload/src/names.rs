@@ -119,12 +119,34 @@ fn symlink2(target: *const c_char, dirfd: c_int, path: *const c_char) -> Answer<
     let Ok(target) = unsafe { CStr::from_ptr(target) }.to_str() else {
         return Some(Err(libc::EINVAL));
     };
-    at(t, |s, d, p| s.symlinkat(target, d, p)).map(|r| r.map(|_| 0))
+    let stored = match inner_target(target) {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    at(t, |s, d, p| s.symlinkat(&stored, d, p)).map(|r| r.map(|_| 0))
+}
+
+/// What a link's target is stored as. The image's root is the mount's prefix: the
+/// file system resolves an absolute target from the image's root, so a target under
+/// the prefix is stored from there (`/easyio/a` as `/a`) and read back with the
+/// prefix; any other target is stored as given.
+fn inner_target(target: &str) -> Result<String, i32> {
+    if target.starts_with('/') {
+        if let Target::Easy { path, .. } = crate::path::classify_str(libc::AT_FDCWD, target)? {
+            return Ok(path);
+        }
+    }
+    Ok(target.to_owned())
 }
 
 fn readlink2(dirfd: c_int, path: *const c_char, out: *mut c_char, n: size_t) -> Answer<ssize_t> {
     path_at(dirfd, path, |s, d, p| s.readlinkat(d, p)).map(|r| {
         let t = r?;
+        let t = if t.starts_with('/') {
+            crate::path::outer(&t)
+        } else {
+            t
+        };
         let k = t.len().min(n);
         buf_mut(out.cast(), k).copy_from_slice(&t.as_bytes()[..k]);
         Ok(k as ssize_t)

@@ -54,6 +54,13 @@ static const char *P(const char *rel) {
     return b;
 }
 
+/* The length of a link's target. */
+static int r_len(const char *p) {
+    char b[PATH_MAX];
+    ssize_t n = readlink(p, b, sizeof b);
+    return n < 0 ? 0 : (int)n;
+}
+
 static void stat_fields(const char *what, int r, const struct stat *st) {
     if (r == 0)
         say("%s mode %o nlink %lu uid %u gid %u size %lld", what, st->st_mode,
@@ -173,6 +180,13 @@ static void names(void) {
     CHECK(readlink(P("d/s"), buf, sizeof buf));
     CHECK(readlinkat(dfd, "s2", buf, 3));
     say("readlink %.3s", buf);
+    CHECK(symlink(P("d/g"), P("d/abs")));
+    CHECK(readlink(P("d/abs"), buf, sizeof buf) - (long)strlen(root));
+    buf[r_len(P("d/abs"))] = 0;
+    say("absolute link %s", buf + strlen(root));
+    CHECK(stat(P("d/abs"), &st));
+    stat_fields("through absolute link", 0, &st);
+    CHECK(unlink(P("d/abs")));
     CHECK(lstat(P("d/s"), &st));
     stat_fields("lstat", 0, &st);
     CHECK(stat(P("d/s2"), &st));
