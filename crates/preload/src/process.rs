@@ -1,7 +1,7 @@
-//! Processes: before `fork`, `vfork` and `posix_spawn` an idle process lets the image
-//! go (see [`crate::mount::release_if_idle`]); a child of a process that still holds
-//! it gets EBUSY under the prefix (see `mount.rs`); before an `exec` the image is
-//! unmounted cleanly, so that the new program can mount it.
+//! Processes: before `fork`, `vfork`, `posix_spawn`, `system` and `popen` an idle
+//! process lets the image go (see [`crate::mount::release_if_idle`]); a child of a
+//! process that still holds it gets EBUSY under the prefix (see `mount.rs`); before an
+//! `exec` the image is unmounted cleanly, so that the new program can mount it.
 
 use std::ffi::{c_char, c_int};
 
@@ -52,6 +52,24 @@ extern "C" fn posix_spawnp(
         crate::mount::release_if_idle();
     }
     libc_call!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, file, acts, attr, argv, envp)
+}
+
+/// `system` and `popen` start their child with glibc's internal spawn, which the
+/// wrappers above do not see: the same release first.
+#[no_mangle]
+extern "C" fn system(command: *const c_char) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(system: fn(*const c_char) -> c_int, command)
+}
+
+#[no_mangle]
+extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE, command, mode)
 }
 
 /// Before an `exec`: the new program cannot reach the image through this process's
