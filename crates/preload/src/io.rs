@@ -115,6 +115,20 @@ fn ftrunc(kfd: c_int, len: off_t) -> Answer<c_int> {
     })
 }
 
+fn alloc(kfd: c_int, mode: c_int, off: off_t, len: off_t) -> Answer<c_int> {
+    fd_call(kfd, |d, l| {
+        let (off, len) = (offset(off)?, offset(len)?);
+        l.fs.fallocate(d.fd, mode, off, len)
+            .map(|_| 0)
+            .map_err(errno_of)
+    })
+}
+
+/// `posix_fallocate` answers the error number itself (not -1 and errno), as libc.
+fn posix_alloc(kfd: c_int, off: off_t, len: off_t) -> Answer<c_int> {
+    alloc(kfd, 0, off, len).map(|r| Ok(r.unwrap_or_else(|e| e)))
+}
+
 export! {
     fn read(fd: c_int, p: *mut c_void, n: size_t) -> ssize_t { easy_read(fd, p, n, None) }
     fn write(fd: c_int, p: *const c_void, n: size_t) -> ssize_t { easy_write(fd, p, n, None) }
@@ -156,31 +170,8 @@ export! {
         let _ = (off, len, advice);
         crate::table::is_ours(fd).then_some(Ok(0))
     }
-    fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-        fd_call(fd, |d, l| {
-            let (off, len) = (offset(off)?, offset(len)?);
-            l.fs.fallocate(d.fd, mode, off, len).map(|_| 0).map_err(errno_of)
-        })
-    }
-    fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-        fd_call(fd, |d, l| {
-            let (off, len) = (offset(off)?, offset(len)?);
-            l.fs.fallocate(d.fd, mode, off, len).map(|_| 0).map_err(errno_of)
-        })
-    }
-    fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-        // Returns the error number itself, as libc.
-        fd_call(fd, |d, l| {
-            let (off, len) = (offset(off)?, offset(len)?);
-            Ok(l.fs.fallocate(d.fd, 0, off, len).map_or_else(|e| e.errno(), |_| 0))
-        })
-        .map(|r| Ok(r.unwrap_or_else(|e| e)))
-    }
-    fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int {
-        fd_call(fd, |d, l| {
-            let (off, len) = (offset(off)?, offset(len)?);
-            Ok(l.fs.fallocate(d.fd, 0, off, len).map_or_else(|e| e.errno(), |_| 0))
-        })
-        .map(|r| Ok(r.unwrap_or_else(|e| e)))
-    }
+    fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int { alloc(fd, mode, off, len) }
+    fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int { alloc(fd, mode, off, len) }
+    fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int { posix_alloc(fd, off, len) }
+    fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int { posix_alloc(fd, off, len) }
 }

@@ -103,6 +103,17 @@ static void files(void) {
     CHECK(ftruncate(fd, -1));
     CHECK(fsync(fd));
     CHECK(fdatasync(fd));
+    CHECK(posix_fallocate(fd, 0, 8192));
+    CHECK(fallocate(fd, FALLOC_FL_KEEP_SIZE, 8192, 4096));
+    CHECK(fstat(fd, &st));
+    stat_fields("fallocated", 0, &st);
+    CHECK(lseek(fd, 0, SEEK_DATA));
+    CHECK(ftruncate(fd, 4));
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    CHECK(fcntl(fd, F_SETLK, &lk));
+    lk.l_type = F_WRLCK;
+    CHECK(fcntl(fd, F_GETLK, &lk));
+    say("getlk type %d", lk.l_type);
     CHECK(fcntl(fd, F_GETFL));
     CHECK(fcntl(fd, F_GETFD));
     CHECK(fcntl(fd, F_SETFD, FD_CLOEXEC));
