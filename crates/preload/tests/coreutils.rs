@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fsck_clean, host_file, read_image, World};
+use common::{fsck_clean, host_file, need, read_image, World};
 
 /// A small source tree on the host to copy in: text, binary, nested directories.
 fn sample(w: &World) -> String {
@@ -22,6 +22,7 @@ fn sample(w: &World) -> String {
 
 #[test]
 fn coreutils_give_the_results_they_give_on_tmpfs() {
+    need("python3", "python3");
     let w = World::new("core", 64);
     let src = sample(&w);
     w.same("mkdir", &["-p", "{R}/x/y/z"]);
@@ -62,6 +63,7 @@ fn coreutils_give_the_results_they_give_on_tmpfs() {
 
 #[test]
 fn python_file_calls_match_tmpfs() {
+    need("python3", "python3");
     let w = World::new("py", 64);
     let script = r#"
 import os, sys

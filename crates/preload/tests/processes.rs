@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{fsck_clean, host_file, run, Running, World};
+use common::{fsck_clean, host_file, need, run, Running, World};
 
 /// Lines the shim wrote on stderr.
 fn shim_lines(stderr: &[u8]) -> Vec<String> {
@@ -22,6 +22,7 @@ fn shim_lines(stderr: &[u8]) -> Vec<String> {
 
 #[test]
 fn a_forked_child_gets_ebusy_while_the_parent_holds_the_image() {
+    need("python3", "python3");
     let w = World::new("fork", 32);
     let script = r#"
 import errno, os, sys

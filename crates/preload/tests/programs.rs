@@ -25,6 +25,14 @@ fn tree(w: &World) {
 
 #[test]
 fn grep_find_du_and_tar_match_tmpfs() {
+    for (program, package) in [
+        ("grep", "grep"),
+        ("find", "findutils"),
+        ("tar", "tar"),
+        ("diff", "diffutils"),
+    ] {
+        need(program, package);
+    }
     let w = World::new("tools", 64);
     tree(&w);
     w.same_sorted("grep", &["-rn", "needle", "{R}/src"]);
