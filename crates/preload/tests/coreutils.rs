@@ -112,3 +112,37 @@ print(os.path.relpath(os.path.realpath(os.path.join(root, 'p/link')), root))
     fsck_clean(&w.img);
     assert!(read_image(&w.img, "/p/q/u.txt").ends_with(b"appended\n"));
 }
+
+#[test]
+fn threads_of_one_process_share_the_mount_in_async_mode() {
+    need("python3", "python3");
+    let w = World::new("threads", 64);
+    let script = r#"
+import os, sys, threading
+root = sys.argv[1]
+def work(i):
+    for j in range(40):
+        p = os.path.join(root, 't%d_%d' % (i, j))
+        with open(p, 'wb') as f:
+            f.write(bytes([i]) * (4096 * (j % 5) + 100))
+        with open(p, 'rb') as f:
+            assert f.read() == bytes([i]) * (4096 * (j % 5) + 100)
+        if j % 3 == 0:
+            os.unlink(p)
+threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(os.listdir(root)))
+"#;
+    let mut a = w.shim_cmd("python3", &["-c", script, "{R}"]);
+    a.env("EASYIO_MODE", "async");
+    let out = common::ok(&mut a);
+    assert_eq!(
+        out,
+        common::ok(&mut w.ref_cmd("python3", &["-c", script, "{R}"]))
+    );
+    w.same_tree();
+    fsck_clean(&w.img);
+}
