@@ -147,6 +147,11 @@ calls! {
     fn fstat(fd: Fd) -> Result<Stat>;
     /// `fstatat` with `AT_SYMLINK_NOFOLLOW` and `AT_EMPTY_PATH`.
     fn fstatat(dirfd: Option<Fd>, path: &str, flags: i32) -> Result<Stat>;
+    /// `faccessat`: whether the caller may read, write and execute the file
+    /// (`R_OK | W_OK | X_OK`; `F_OK`, 0: whether it exists), with
+    /// `AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH` and `AT_EACCESS` (a session has one set
+    /// of ids, so the real and effective checks are the same).
+    fn faccessat(dirfd: Option<Fd>, path: &str, mode: i32, flags: i32) -> Result<()>;
     /// The attributes of inode `ino`.
     fn getattr(ino: u64) -> Result<Stat>;
     /// Looks `name` up in directory `parent` (search permission needed).
@@ -309,6 +314,24 @@ impl Ops<'_> {
         check_flags(flags, AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)?;
         let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
         Ok(stat_of(&self.at(dirfd, path, flags, follow)?))
+    }
+
+    fn faccessat(&self, dirfd: Option<Fd>, path: &str, mode: i32, flags: i32) -> Result<()> {
+        check_flags(
+            flags,
+            AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_EACCESS,
+        )?;
+        if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+            return Err(Error::Invalid(format!("access mode {mode:#o}")));
+        }
+        let inode = self.at(dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = inode.state.read();
+        // As Linux's do_faccessat: writing a file, directory or link of a read-only
+        // file system is refused whoever asks; special files live elsewhere.
+        if mode & libc::W_OK != 0 && self.fs.is_read_only() && !st.kind.is_special() {
+            return Err(Error::ReadOnly);
+        }
+        cred::may(self.who, &st, mode as u32)
     }
 
     fn getattr(&self, ino: u64) -> Result<Stat> {

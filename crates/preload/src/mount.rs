@@ -1,0 +1,277 @@
+//! The mount: configuration from the environment, lazy start on the first call under
+//! the prefix, clean unmount at exit, and who may use it after a `fork`.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use fs::{Cred, FileSystem, MountOptions};
+use parking_lot::RwLock;
+
+use crate::report::Once;
+
+/// Where the image is mounted when `EASYIO_MOUNT` is not set.
+pub(crate) const DEFAULT_MOUNT: &str = "/easyio";
+
+/// What the environment asked for, read once.
+pub(crate) struct Config {
+    /// Components of the mount prefix (`["easyio"]` for `/easyio`).
+    pub prefix: Vec<String>,
+    /// The prefix as given, normalised (`/easyio`).
+    pub prefix_str: String,
+    /// Why calls under the prefix fail before anything is mounted, if they must.
+    pub bad: Option<(i32, String)>,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The configuration (the prefix is known even when the rest is bad).
+pub(crate) fn config() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let raw = std::env::var("EASYIO_MOUNT").unwrap_or_else(|_| DEFAULT_MOUNT.into());
+        let (mount, bad) = if raw.starts_with('/') && !raw.trim_matches('/').is_empty() {
+            (raw, None)
+        } else {
+            let why = format!("EASYIO_MOUNT={raw:?} is not an absolute path below /");
+            (DEFAULT_MOUNT.into(), Some((libc::EINVAL, why)))
+        };
+        let prefix: Vec<String> = crate::path::normalize(&mount);
+        Config {
+            prefix_str: format!("/{}", prefix.join("/")),
+            prefix,
+            bad,
+        }
+    })
+}
+
+/// The mounted file system and who calls it.
+pub(crate) struct Live {
+    pub fs: FileSystem,
+    /// The process's credentials at the mount; every path call is checked with them.
+    pub cred: Cred,
+    /// The image file, for messages.
+    pub image: String,
+}
+
+enum State {
+    /// Nothing mounted yet (or released before a `fork`): the next call mounts.
+    Down,
+    Up(Arc<Live>),
+    /// Mounting failed: calls under the prefix fail with this errno.
+    Failed(i32),
+}
+
+static STATE: RwLock<State> = RwLock::new(State::Down);
+/// Set in a child of `fork` while its parent held the image: the pid of the holder.
+static HELD_BY_PARENT: AtomicI32 = AtomicI32::new(0);
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
+static FAILED_MSG: Once = Once::new();
+static CHILD_MSG: Once = Once::new();
+
+/// The mount, started on first use. Fails with the errno of why it cannot be had
+/// (one line on stderr the first time).
+pub(crate) fn live() -> Result<Arc<Live>, i32> {
+    let holder = HELD_BY_PARENT.load(Ordering::Relaxed);
+    if holder != 0 {
+        CHILD_MSG.say(|| {
+            format!(
+                "the image is held by process {holder} (this process's parent before fork): EBUSY"
+            )
+        });
+        return Err(libc::EBUSY);
+    }
+    match &*STATE.read() {
+        State::Up(l) => return Ok(l.clone()),
+        State::Failed(e) => return Err(*e),
+        State::Down => {}
+    }
+    let mut state = STATE.write();
+    match &*state {
+        State::Up(l) => Ok(l.clone()),
+        State::Failed(e) => Err(*e),
+        State::Down => match start() {
+            Ok(l) => {
+                let l = Arc::new(l);
+                *state = State::Up(l.clone());
+                Ok(l)
+            }
+            Err((e, why)) => {
+                FAILED_MSG.say(|| why);
+                *state = State::Failed(e);
+                Err(e)
+            }
+        },
+    }
+}
+
+/// Whether this process is a forked child whose parent holds the image.
+pub(crate) fn is_forked_child() -> bool {
+    HELD_BY_PARENT.load(Ordering::Relaxed) != 0
+}
+
+/// Mounts the image the environment names.
+fn start() -> Result<Live, (i32, String)> {
+    let cfg = config();
+    if let Some((e, why)) = &cfg.bad {
+        return Err((*e, why.clone()));
+    }
+    let image = std::env::var("EASYIO_IMAGE").map_err(|_| {
+        (
+            libc::ENOENT,
+            format!(
+                "EASYIO_IMAGE is not set: nothing is mounted at {}",
+                cfg.prefix_str
+            ),
+        )
+    })?;
+    let mode = std::env::var("EASYIO_MODE").unwrap_or_else(|_| "cpu".into());
+    let mode: fs::Mode = mode.parse().map_err(|_| {
+        (
+            libc::EINVAL,
+            format!("EASYIO_MODE={mode:?} is not a mode of easyio"),
+        )
+    })?;
+    let fail = |e: fs::Error| (e.errno(), format!("cannot mount {image}: {e}"));
+    let before = open_fds();
+    let region = pmem::Region::open(&image).map_err(|e| fail(fs::Error::Region(e)))?;
+    let mut pm: Arc<dyn pmem::Pmem> = Arc::new(region);
+    if let Ok(name) = std::env::var("EASYIO_EMULATE") {
+        let model = pmem::slowmem::Model::preset(&name).ok_or_else(|| {
+            (
+                libc::EINVAL,
+                format!("EASYIO_EMULATE={name:?} is not a slow-memory model (optane, cxl)"),
+            )
+        })?;
+        pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
+    }
+    let (fs, _report) = FileSystem::mount(pm, MountOptions::with_mode(mode)).map_err(fail)?;
+    register_hooks();
+    *INTERNAL.write() = open_fds()
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    Ok(Live {
+        fs,
+        cred: process_cred(),
+        image,
+    })
+}
+
+/// The kernel descriptors the mount itself holds (the region file, an engine's):
+/// a program closing descriptors it does not know of must not close these.
+static INTERNAL: RwLock<Vec<i32>> = RwLock::new(Vec::new());
+
+/// Whether kernel descriptor `fd` is one the mount holds.
+pub(crate) fn is_internal(fd: i32) -> bool {
+    INTERNAL.read().contains(&fd)
+}
+
+/// Descriptor numbers looked at for the mount's own: past any a mount opens.
+const FD_SCAN: i32 = 4096;
+
+/// The process's open descriptors below [`FD_SCAN`], found without opening one.
+fn open_fds() -> Vec<i32> {
+    let fcntl = crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    // SAFETY: F_GETFD only asks whether a number is open.
+    (0..FD_SCAN)
+        .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
+        .collect()
+}
+
+/// The calling process's effective ids, groups and umask.
+fn process_cred() -> Cred {
+    // SAFETY: these calls only read the process's credentials.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut groups = vec![0; 256];
+    // SAFETY: the buffer holds `groups.len()` ids.
+    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+    groups.truncate(n.max(0) as usize);
+    // Read, not set and restored: `umask(2)` cannot be read without a window in
+    // which another thread would create files with the wrong mask.
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022);
+    Cred {
+        uid,
+        gid,
+        groups,
+        umask,
+    }
+}
+
+fn register_hooks() {
+    if AT_EXIT.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: both are plain functions of the shim that live as long as the process.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_child));
+    }
+}
+
+/// In a child of `fork`: the parent keeps the image (its lock, its engine threads);
+/// the child's calls under the prefix are EBUSY.
+extern "C" fn in_child() {
+    if matches!(&*STATE.read(), State::Up(_)) {
+        // SAFETY: getppid only reads.
+        HELD_BY_PARENT.store(unsafe { libc::getppid() }, Ordering::Relaxed);
+    }
+}
+
+extern "C" fn at_exit() {
+    let Some(_g) = crate::guard::Guard::enter() else {
+        return;
+    };
+    if is_forked_child() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        let _ = release();
+    });
+}
+
+/// Unmounts cleanly: every descriptor and directory stream of the shim is dropped
+/// first. Fails (leaving the mount up) only if another thread is inside a call.
+pub(crate) fn release() -> Result<(), ()> {
+    let mut state = STATE.write();
+    let State::Up(_) = &*state else {
+        return Ok(());
+    };
+    crate::table::clear();
+    INTERNAL.write().clear();
+    let State::Up(l) = std::mem::replace(&mut *state, State::Down) else {
+        unreachable!()
+    };
+    match Arc::try_unwrap(l) {
+        Ok(live) => {
+            if let Err(e) = live.fs.unmount() {
+                crate::report::raw_stderr(
+                    format!("easyio preload: unmount of {}: {e}\n", live.image).as_bytes(),
+                );
+            }
+            Ok(())
+        }
+        Err(l) => {
+            *state = State::Up(l);
+            Err(())
+        }
+    }
+}
+
+/// Before a `fork`, `vfork` or `posix_spawn`: a process that has nothing open on the
+/// image lets it go, so that the program it starts can mount it (a compiler driver
+/// that looked at a source file before running the compiler on it). The next call
+/// under the prefix mounts again.
+pub(crate) fn release_if_idle() {
+    if matches!(&*STATE.read(), State::Up(_))
+        && crate::table::is_idle()
+        && crate::path::cwd().is_none()
+    {
+        let _ = release();
+    }
+}

@@ -1,0 +1,145 @@
+//! Opening, closing and duplicating descriptors, and `fcntl`.
+
+use std::ffi::{c_char, c_int, c_ulong, c_void};
+
+use libc::mode_t;
+
+use crate::call::{fd_call, open as open_target};
+use crate::guard::Answer;
+use crate::path::classify;
+use crate::real::{export, libc_call};
+use crate::table;
+
+fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> Answer<c_int> {
+    open_target(classify(dirfd, path), flags, mode)
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+export! {
+    fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int { open_at(libc::AT_FDCWD, path, flags, mode) }
+    fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int { open_at(libc::AT_FDCWD, path, flags, mode) }
+    fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int { open_at(dirfd, path, flags, mode) }
+    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int { open_at(dirfd, path, flags, mode) }
+    fn __open_2(path: *const c_char, flags: c_int) -> c_int { open_at(libc::AT_FDCWD, path, flags, 0) }
+    fn __open64_2(path: *const c_char, flags: c_int) -> c_int { open_at(libc::AT_FDCWD, path, flags, 0) }
+    fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int { open_at(dirfd, path, flags, 0) }
+    fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int { open_at(dirfd, path, flags, 0) }
+    fn creat(path: *const c_char, mode: mode_t) -> c_int { open_at(libc::AT_FDCWD, path, CREAT, mode) }
+    fn creat64(path: *const c_char, mode: mode_t) -> c_int { open_at(libc::AT_FDCWD, path, CREAT, mode) }
+    fn close(fd: c_int) -> c_int { easy_close(fd) }
+    fn dup(fd: c_int) -> c_int {
+        table::get(fd).map(|d| {
+            let new = libc_call!(fcntl: fn(c_int, c_int, c_int) -> c_int, fd, libc::F_DUPFD_CLOEXEC, 0);
+            if new < 0 {
+                return Err(crate::real::errno());
+            }
+            table::insert(new, d, false);
+            Ok(new)
+        })
+    }
+    fn dup2(old: c_int, new: c_int) -> c_int { easy_dup3(old, new, 0, true) }
+    fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int { easy_dup3(old, new, flags, false) }
+    fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int { easy_fcntl(fd, cmd, arg) }
+    fn fcntl64(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int { easy_fcntl(fd, cmd, arg) }
+    fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+        // No terminal, no clone, no file-system specific request: ENOTTY, as the
+        // kernel answers a request a file does not know.
+        let _ = (req, arg);
+        table::is_ours(fd).then_some(Err(libc::ENOTTY))
+    }
+    fn flock(fd: c_int, op: c_int) -> c_int {
+        let _ = op;
+        table::is_ours(fd).then_some(Ok(0))
+    }
+}
+
+/// `close`: the description closes with its last descriptor; the placeholder goes.
+/// A descriptor the mount itself holds stays open: a program that closes every
+/// descriptor it did not open (before an exec, say) must not unmap the image.
+fn easy_close(fd: c_int) -> Answer<c_int> {
+    if crate::mount::is_internal(fd) {
+        return Some(Ok(0));
+    }
+    if !table::remove(fd) {
+        return None;
+    }
+    table::close_placeholder(fd);
+    Some(Ok(0))
+}
+
+/// `dup2` and `dup3`: the kernel moves the placeholder (closing whatever `new` was);
+/// the table follows.
+fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_int> {
+    let from = table::get(old);
+    if crate::mount::is_internal(new) && old != new {
+        return Some(Err(libc::EBUSY));
+    }
+    if from.is_none() && !table::is_ours(new) {
+        return None;
+    }
+    if old == new {
+        return Some(if is_dup2 { Ok(new) } else { Err(libc::EINVAL) });
+    }
+    if !is_dup2 && flags & !libc::O_CLOEXEC != 0 {
+        return Some(Err(libc::EINVAL));
+    }
+    let r = libc_call!(dup3: fn(c_int, c_int, c_int) -> c_int, old, new, flags | if from.is_some() { libc::O_CLOEXEC } else { 0 });
+    if r < 0 {
+        return Some(Err(crate::real::errno()));
+    }
+    table::remove(new);
+    if let Some(d) = from {
+        table::insert(new, d, flags & libc::O_CLOEXEC != 0);
+    }
+    Some(Ok(new))
+}
+
+/// Status flags `F_SETFL` may change (others are ignored, as by Linux). `O_APPEND`
+/// is fixed at open by the file system: changing it is EINVAL.
+const SETFL: c_int = libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME;
+
+fn easy_fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> Answer<c_int> {
+    use std::sync::atomic::Ordering;
+    let int = arg as usize as c_int;
+    fd_call(fd, |d, _| match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let new =
+                libc_call!(fcntl: fn(c_int, c_int, c_int) -> c_int, fd, libc::F_DUPFD_CLOEXEC, int);
+            if new < 0 {
+                return Err(crate::real::errno());
+            }
+            let d = table::get(fd).ok_or(libc::EBADF)?;
+            table::insert(new, d, cmd == libc::F_DUPFD_CLOEXEC);
+            Ok(new)
+        }
+        libc::F_GETFD => Ok(table::cloexec(fd).unwrap_or(false) as c_int * libc::FD_CLOEXEC),
+        libc::F_SETFD => {
+            table::set_cloexec(fd, int & libc::FD_CLOEXEC != 0);
+            Ok(0)
+        }
+        libc::F_GETFL => Ok(d.status.load(Ordering::Relaxed)),
+        libc::F_SETFL => {
+            let old = d.status.load(Ordering::Relaxed);
+            if (old ^ int) & libc::O_APPEND != 0 {
+                return Err(libc::EINVAL);
+            }
+            d.status
+                .store((old & !SETFL) | (int & SETFL), Ordering::Relaxed);
+            Ok(0)
+        }
+        // Advisory locks: the image has one process at a time, so no lock can
+        // conflict; every lock is granted and a test finds none.
+        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => Ok(0),
+        libc::F_GETLK | libc::F_OFD_GETLK => {
+            let l = arg.cast::<libc::flock>();
+            if l.is_null() {
+                return Err(libc::EFAULT);
+            }
+            // SAFETY: F_GETLK's argument is the program's `struct flock`.
+            unsafe { (*l).l_type = libc::F_UNLCK as i16 };
+            Ok(0)
+        }
+        _ => Err(libc::EINVAL),
+    })
+}

@@ -1,0 +1,165 @@
+//! Which paths are the mount's: absolute paths under the prefix, relative paths from
+//! a current directory inside it (kept here: the kernel's stays where it was) or from
+//! an easyio directory descriptor, and relative paths that reach the prefix from
+//! outside (`easyio/x` from `/`, `../easyio` from a kernel directory).
+
+use std::ffi::{c_char, CStr};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::mount::config;
+use crate::table::{self, Desc};
+
+/// Where a path leads.
+pub(crate) enum Target {
+    /// Not the mount's: libc's call.
+    Kernel,
+    /// The mount's: `path` from the image root, or relative to `dir` when given.
+    Easy {
+        dir: Option<Arc<Desc>>,
+        path: String,
+    },
+}
+
+/// The current directory when it is inside the mount: its path from the image root.
+static CWD: Mutex<Option<String>> = Mutex::new(None);
+
+/// The current directory inside the mount, if it is there.
+pub(crate) fn cwd() -> Option<String> {
+    CWD.lock().clone()
+}
+
+/// Sets (or, with `None`, leaves) the current directory inside the mount.
+pub(crate) fn set_cwd(p: Option<String>) {
+    *CWD.lock() = p;
+}
+
+/// The components of `path` with `.`, empty names and `..` resolved lexically.
+pub(crate) fn normalize(path: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c.to_owned()),
+        }
+    }
+    out
+}
+
+/// The components of an absolute path, resolved lexically, except that `..` at the
+/// mount's root stays there (the image's root is its own parent, as the root of a
+/// chroot), so that `/easyio/..` is the mount's and not the kernel's `/`.
+fn components(path: &str) -> Vec<String> {
+    let prefix = &config().prefix;
+    let mut out: Vec<String> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if out.len() != prefix.len() || out[..] != prefix[..] {
+                    out.pop();
+                }
+            }
+            c => out.push(c.to_owned()),
+        }
+    }
+    out
+}
+
+/// An absolute path's place: the mount's when it is the prefix or below it.
+fn absolute(path: &str) -> Result<Target, i32> {
+    let parts = components(path);
+    let prefix = &config().prefix;
+    if parts.len() < prefix.len() || parts[..prefix.len()] != prefix[..] {
+        return Ok(Target::Kernel);
+    }
+    let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
+    // A trailing slash asks for a directory: keep it for the file system.
+    if path.ends_with('/') && inner.len() > 1 {
+        inner.push('/');
+    }
+    Ok(Target::Easy {
+        dir: None,
+        path: inner,
+    })
+}
+
+/// Whether a relative path could climb or step into the prefix from a directory
+/// outside the mount: it has `..` or the prefix's last name as a component. Only
+/// such paths cost a look at where the directory is.
+fn may_reach(rel: &str) -> bool {
+    let last = config().prefix.last().map(String::as_str).unwrap_or("");
+    rel.split('/').any(|c| c == ".." || c == last)
+}
+
+/// The kernel's current directory, or a kernel descriptor's directory.
+fn kernel_dir(dirfd: i32) -> Option<String> {
+    if dirfd == libc::AT_FDCWD {
+        std::env::current_dir().ok()?.to_str().map(str::to_owned)
+    } else {
+        std::fs::read_link(format!("/proc/self/fd/{dirfd}"))
+            .ok()?
+            .to_str()
+            .map(str::to_owned)
+    }
+}
+
+/// Where `path` (a C string, relative to `dirfd` as the `*at` calls take it) leads.
+/// A NULL or non-UTF-8 path outside the mount is the kernel's to judge.
+pub(crate) fn classify(dirfd: i32, path: *const c_char) -> Result<Target, i32> {
+    if path.is_null() {
+        return Ok(Target::Kernel);
+    }
+    // SAFETY: a non-NULL path argument of a libc call is a NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let Ok(s) = std::str::from_utf8(bytes) else {
+        return Ok(Target::Kernel);
+    };
+    classify_str(dirfd, s)
+}
+
+/// [`classify`] of a Rust string.
+pub(crate) fn classify_str(dirfd: i32, s: &str) -> Result<Target, i32> {
+    if s.starts_with('/') {
+        return absolute(s);
+    }
+    if dirfd != libc::AT_FDCWD {
+        if let Some(d) = table::get(dirfd) {
+            return Ok(Target::Easy {
+                dir: Some(d),
+                path: s.to_owned(),
+            });
+        }
+    } else if let Some(c) = cwd() {
+        if s.is_empty() {
+            return Ok(Target::Easy { dir: None, path: c });
+        }
+        let joined = format!("{}{c}/{s}", config().prefix_str);
+        return match absolute(&joined)? {
+            // Climbing out of the mount from a current directory inside it would
+            // need the kernel to see that directory, which it does not.
+            Target::Kernel => Err(libc::EXDEV),
+            t => Ok(t),
+        };
+    }
+    if !s.is_empty() && may_reach(s) {
+        if let Some(base) = kernel_dir(dirfd) {
+            return absolute(&format!("{base}/{s}"));
+        }
+    }
+    Ok(Target::Kernel)
+}
+
+/// The absolute path a program sees for a path of the image (`/x` → `/easyio/x`).
+pub(crate) fn outer(inner: &str) -> String {
+    let p = &config().prefix_str;
+    if inner == "/" || inner.is_empty() {
+        p.clone()
+    } else {
+        format!("{p}{inner}")
+    }
+}

@@ -1,0 +1,117 @@
+//! Processes: before `fork`, `vfork`, `posix_spawn`, `system` and `popen` an idle
+//! process lets the image go (see [`crate::mount::release_if_idle`]); a child of a
+//! process that still holds it gets EBUSY under the prefix (see `mount.rs`); before an
+//! `exec` the image is unmounted cleanly, so that the new program can mount it.
+
+use std::ffi::{c_char, c_int};
+
+use libc::pid_t;
+
+use crate::real::libc_call;
+
+#[no_mangle]
+extern "C" fn fork() -> pid_t {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(fork: fn() -> pid_t,)
+}
+
+/// `vfork` is made a `fork`: a wrapper cannot return twice on one stack, and `fork`
+/// gives the child everything `vfork` promises.
+#[no_mangle]
+extern "C" fn vfork() -> pid_t {
+    fork()
+}
+
+#[no_mangle]
+extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, path, acts, attr, argv, envp)
+}
+
+#[no_mangle]
+extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, file, acts, attr, argv, envp)
+}
+
+/// `system` and `popen` start their child with glibc's internal spawn, which the
+/// wrappers above do not see: the same release first.
+#[no_mangle]
+extern "C" fn system(command: *const c_char) -> c_int {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(system: fn(*const c_char) -> c_int, command)
+}
+
+#[no_mangle]
+extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        crate::mount::release_if_idle();
+    }
+    libc_call!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE, command, mode)
+}
+
+/// Before an `exec`: the new program cannot reach the image through this process's
+/// descriptors (their placeholders close on exec), so the image is unmounted cleanly
+/// first and the new program may mount it itself. If the exec fails, the next call
+/// under the prefix mounts again (descriptors opened before it are gone: EBADF).
+fn before_exec() {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        if !crate::mount::is_forked_child() {
+            let _ = crate::mount::release();
+        }
+    }
+}
+
+type Argv = *const *const c_char;
+
+#[no_mangle]
+extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, envp)
+}
+
+#[no_mangle]
+extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
+    before_exec();
+    libc_call!(execv: fn(*const c_char, Argv) -> c_int, path, argv)
+}
+
+#[no_mangle]
+extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
+    before_exec();
+    libc_call!(execvp: fn(*const c_char, Argv) -> c_int, file, argv)
+}
+
+#[no_mangle]
+extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, envp)
+}
+
+#[no_mangle]
+extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, envp)
+}

@@ -1,0 +1,118 @@
+//! Descriptors: an easyio descriptor is a real kernel descriptor number — a
+//! placeholder of `/dev/null`, opened close-on-exec — mapped here to the open file of
+//! the file system, so its number never collides with the program's other
+//! descriptors. `dup`s share one [`Desc`] (one open file description: one offset),
+//! which closes the file system's descriptor when the last of them goes.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::mount::{is_forked_child, Live};
+use crate::real::real;
+
+/// An open file description of the mount.
+pub(crate) struct Desc {
+    pub live: Arc<Live>,
+    pub fd: fs::Fd,
+    /// The path it was opened by, from the image root (for `fchdir`, `getcwd`).
+    pub path: String,
+    /// `F_GETFL`'s flags: access mode and status flags.
+    pub status: AtomicI32,
+}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // A forked child's copy of the table names the parent's descriptors.
+        if !is_forked_child() {
+            let _ = self.live.fs.close(self.fd);
+        }
+    }
+}
+
+struct Slot {
+    desc: Arc<Desc>,
+    cloexec: bool,
+}
+
+static TABLE: RwLock<BTreeMap<i32, Slot>> = RwLock::new(BTreeMap::new());
+/// Slots in the table: while 0, a descriptor call costs one load.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The description behind kernel descriptor `kfd`, if it is the mount's.
+pub(crate) fn get(kfd: i32) -> Option<Arc<Desc>> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    TABLE.read().get(&kfd).map(|s| s.desc.clone())
+}
+
+/// Whether `kfd` is the mount's.
+pub(crate) fn is_ours(kfd: i32) -> bool {
+    COUNT.load(Ordering::Relaxed) != 0 && TABLE.read().contains_key(&kfd)
+}
+
+/// Makes `kfd` (a placeholder the caller opened) name `desc`.
+pub(crate) fn insert(kfd: i32, desc: Arc<Desc>, cloexec: bool) {
+    if TABLE.write().insert(kfd, Slot { desc, cloexec }).is_none() {
+        COUNT.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets `kfd`; its description closes if it was the last. Returns whether it
+/// was the mount's.
+pub(crate) fn remove(kfd: i32) -> bool {
+    let slot = TABLE.write().remove(&kfd);
+    if slot.is_some() {
+        COUNT.fetch_sub(1, Ordering::Relaxed);
+    }
+    // Dropped outside the lock: closing may wait for the file system.
+    slot.is_some()
+}
+
+/// `FD_CLOEXEC` as the program set it.
+pub(crate) fn cloexec(kfd: i32) -> Option<bool> {
+    TABLE.read().get(&kfd).map(|s| s.cloexec)
+}
+
+/// Sets `FD_CLOEXEC` as the program sees it (the placeholder itself is always
+/// close-on-exec: an exec'd program cannot reach the image through it).
+pub(crate) fn set_cloexec(kfd: i32, on: bool) {
+    if let Some(s) = TABLE.write().get_mut(&kfd) {
+        s.cloexec = on;
+    }
+}
+
+/// Whether nothing of the mount is open.
+pub(crate) fn is_idle() -> bool {
+    COUNT.load(Ordering::Relaxed) == 0
+}
+
+/// Drops every descriptor (before an unmount); their placeholders stay open as
+/// `/dev/null`, so no number is reused behind the program's back.
+pub(crate) fn clear() {
+    let all = std::mem::take(&mut *TABLE.write());
+    COUNT.store(0, Ordering::Relaxed);
+    drop(all);
+}
+
+/// A new placeholder descriptor: the lowest free number, as the kernel would give.
+pub(crate) fn placeholder() -> Result<i32, i32> {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    // SAFETY: a NUL-terminated path and plain flags.
+    let fd = unsafe { open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        Err(crate::real::errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Closes a placeholder with libc's `close`.
+pub(crate) fn close_placeholder(kfd: i32) {
+    let close = real!(close: fn(libc::c_int) -> libc::c_int);
+    // SAFETY: closing a descriptor number is safe whatever it is.
+    unsafe { close(kfd) };
+}

@@ -1,0 +1,81 @@
+//! `tests/c/compare.c`, built with `cc`, runs one sequence of intercepted calls under
+//! the mount and in a tmpfs directory in the same shimmed process, and compares every
+//! return value, errno and the data read back; `tests/c/uthread.c` shows a plain
+//! `pread` in a uthread of the runtime the shim exports yielding while its copy runs.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{fsck_clean, host_file, need, ok, run, World};
+
+#[test]
+fn each_intercepted_call_answers_as_the_kernel_does() {
+    need("cc", "gcc");
+    let w = World::new("ccalls", 32);
+    let exe = build(&w, "compare");
+    let host = host_file(&w.dir, "host.txt", b"0123456789abcdefghij\n");
+    let kernel = w.reference.to_str().unwrap().to_owned();
+    let out = run(&mut w.shim_cmd(
+        exe.to_str().unwrap(),
+        &["{R}", &kernel, host.to_str().unwrap()],
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let compared: usize = stdout
+        .trim()
+        .strip_suffix(" calls compared: same")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(compared > 150, "{stdout}");
+    fsck_clean(&w.img);
+}
+
+/// Builds `tests/c/NAME.c` into the world's directory.
+fn build(w: &World, name: &str) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = w.dir.join(name);
+    ok(Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl"));
+    exe
+}
+
+#[test]
+fn a_plain_read_in_a_uthread_yields_while_its_copy_runs() {
+    need("cc", "gcc");
+    let w = World::new("uthread", 64);
+    let exe = build(&w, "uthread");
+    w.ok(
+        "python3",
+        &[
+            "-c",
+            "import sys; open(sys.argv[1], 'wb').write(bytes([3]) * (8 << 20))",
+            "{R}/big",
+        ],
+    );
+    // async mode copies on the engine, and emulated CXL memory makes the copy last.
+    let mut cmd = w.shim_cmd(exe.to_str().unwrap(), &["{R}/big"]);
+    cmd.env("EASYIO_MODE", "async").env("EASYIO_EMULATE", "cxl");
+    let out = run(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // In cpu mode the caller copies: nothing to yield for, and the program says so.
+    let mut cmd = w.shim_cmd(exe.to_str().unwrap(), &["{R}/big"]);
+    cmd.env("EASYIO_MODE", "cpu");
+    let out = run(&mut cmd);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "yielded 0 of 5\n");
+    fsck_clean(&w.img);
+}

@@ -1,0 +1,290 @@
+//! What the shim's tests share: a fresh image and a tmpfs twin directory in
+//! /dev/shm (removed on drop), the built shim, and runs of unmodified programs under
+//! it with a watchdog.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one program may run before it is killed and the test fails.
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+/// A program the tests need; a missing one fails naming its Debian package.
+pub fn need(program: &str, package: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`{program}` is missing: install the Debian package `{package}` (apt-get install -y {package})"
+    );
+}
+
+/// The shim this test's build made: beside the test binary.
+pub fn shim() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    for d in [dir.to_path_buf(), dir.parent().unwrap().to_path_buf()] {
+        let p = d.join("libeasyio_preload.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libeasyio_preload.so not built beside {}", dir.display());
+}
+
+/// A scratch world: `dir` in /dev/shm holding the image `img` and the twin tmpfs
+/// directory `ref`; `mount` is the prefix the shim serves the image at (a path the
+/// kernel does not have).
+pub struct World {
+    pub dir: PathBuf,
+    pub img: PathBuf,
+    pub reference: PathBuf,
+    pub mount: String,
+}
+
+impl World {
+    /// A fresh world with a formatted image of `mib` MiB.
+    pub fn new(tag: &str, mib: u64) -> World {
+        let pid = std::process::id();
+        let dir = PathBuf::from(format!("/dev/shm/easyio-preload-{tag}-{pid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ref")).unwrap();
+        let img = dir.join("img");
+        let region = pmem::Region::create(&img, mib << 20).unwrap();
+        fs::FileSystem::format(&region, &fs::FormatOptions::default()).unwrap();
+        drop(region);
+        World {
+            reference: dir.join("ref"),
+            img,
+            mount: format!("/easyio-test-{tag}-{pid}"),
+            dir,
+        }
+    }
+
+    /// `program args` under the shim, `{R}` in an argument standing for the mount.
+    pub fn shim_cmd(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
+        c.args(args.iter().map(|a| a.replace("{R}", &self.mount)))
+            .env("LD_PRELOAD", shim())
+            .env("EASYIO_IMAGE", &self.img)
+            .env("EASYIO_MOUNT", &self.mount)
+            .env("LC_ALL", "C")
+            .env("TZ", "UTC");
+        c
+    }
+
+    /// The same program on the tmpfs twin, without the shim.
+    pub fn ref_cmd(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
+        c.args(
+            args.iter()
+                .map(|a| a.replace("{R}", self.reference.to_str().unwrap())),
+        )
+        .env_remove("LD_PRELOAD")
+        .env("LC_ALL", "C")
+        .env("TZ", "UTC");
+        c
+    }
+
+    /// Runs `program args` on both sides; fails unless both exit alike and print
+    /// the same (each side's root written `{R}`). Returns the common stdout.
+    pub fn same(&self, program: &str, args: &[&str]) -> String {
+        self.same_in(program, args, None)
+    }
+
+    /// [`World::same`] from a working directory (`{R}` allowed) of each side.
+    pub fn same_in(&self, program: &str, args: &[&str], cwd: Option<&str>) -> String {
+        let mut a = self.shim_cmd(program, args);
+        let mut b = self.ref_cmd(program, args);
+        if let Some(d) = cwd {
+            a.current_dir(d.replace("{R}", &self.reference_parent_for_shim()));
+            b.current_dir(d.replace("{R}", self.reference.to_str().unwrap()));
+        }
+        let (x, y) = (run(&mut a), run(&mut b));
+        let norm = |o: &Output, root: &str| {
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).replace(root, "{R}"),
+                String::from_utf8_lossy(&o.stderr).replace(root, "{R}"),
+            )
+        };
+        let xs = norm(&x, &self.mount);
+        let ys = norm(&y, self.reference.to_str().unwrap());
+        assert_eq!(
+            (xs.0, &xs.1),
+            (ys.0, &ys.1),
+            "{program} {args:?}: under the shim (left) and on tmpfs (right) differ\nshim stderr: {}\ntmpfs stderr: {}",
+            xs.2,
+            ys.2
+        );
+        xs.1
+    }
+
+    /// [`World::same`] where the order of the lines does not matter (a directory's
+    /// entries come in cookie order on easyio, in creation order on tmpfs).
+    pub fn same_sorted(&self, program: &str, args: &[&str]) {
+        let mut a = self.shim_cmd(program, args);
+        let mut b = self.ref_cmd(program, args);
+        let (x, y) = (run(&mut a), run(&mut b));
+        let lines = |o: &Output, root: &str| {
+            let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .replace(root, "{R}")
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            v.sort();
+            (o.status.code(), v)
+        };
+        assert_eq!(
+            lines(&x, &self.mount),
+            lines(&y, self.reference.to_str().unwrap()),
+            "{program} {args:?}: under the shim (left) and on tmpfs (right) differ\nshim stderr: {}",
+            String::from_utf8_lossy(&x.stderr)
+        );
+    }
+
+    fn reference_parent_for_shim(&self) -> String {
+        self.mount.clone()
+    }
+
+    /// Runs under the shim and fails unless it exits 0; returns stdout.
+    pub fn ok(&self, program: &str, args: &[&str]) -> String {
+        ok(&mut self.shim_cmd(program, args))
+    }
+
+    /// Every file of both trees, with kind, mode, size (files) and contents digest,
+    /// as a shimmed Python sees the mount and a plain one the twin: equal or fail.
+    pub fn same_tree(&self) {
+        let script = r#"
+import hashlib, os, stat, sys
+root = sys.argv[1]
+for d, dirs, files in sorted(os.walk(root)):
+    dirs.sort()
+    for n in sorted(dirs + files):
+        p = os.path.join(d, n)
+        st = os.lstat(p)
+        rel = os.path.relpath(p, root)
+        if stat.S_ISREG(st.st_mode):
+            h = hashlib.sha256(open(p, 'rb').read()).hexdigest()
+            print(rel, oct(st.st_mode), st.st_nlink, st.st_size, h)
+        elif stat.S_ISLNK(st.st_mode):
+            print(rel, 'link', os.readlink(p))
+        else:
+            print(rel, oct(st.st_mode), st.st_nlink)
+"#;
+        self.same("python3", &["-c", script, "{R}"]);
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child killed on drop (a test that panics leaves nothing running).
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `cmd` to completion within [`LIMIT`], or kills it and fails. Output is read
+/// while it runs, so a chatty child never blocks on a full pipe.
+pub fn run(cmd: &mut Command) -> Output {
+    use std::io::Read;
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut child = Running(child);
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.0.stdout.take().unwrap()));
+    let err = drain(Box::new(child.0.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "{what} did not finish in {LIMIT:?}: killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// Runs `cmd`, failing with its output unless it exits with 0; returns its stdout.
+pub fn ok(cmd: &mut Command) -> String {
+    let what = format!("{cmd:?}");
+    let out = run(cmd);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+/// The contents of `path` (from the image root) read with the file system itself,
+/// not through the shim: proof that the programs wrote to the image.
+pub fn read_image(img: &Path, path: &str) -> Vec<u8> {
+    let region = pmem::Region::open(img).unwrap();
+    let (fs, _) =
+        fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
+    let fd = fs.open(path, fs::OpenFlags::RDONLY, 0).unwrap();
+    let size = fs.fstat(fd).unwrap().size as usize;
+    let mut buf = vec![0; size];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), size);
+    fs.close(fd).unwrap();
+    fs.unmount().unwrap();
+    buf
+}
+
+/// Writes a file on the host (input of the programs).
+pub fn host_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Checks the image as `easyio fsck` does: no problems, and cleanly unmounted (every
+/// shimmed program has exited, each unmounting at exit).
+pub fn fsck_clean(img: &Path) {
+    let region = pmem::Region::open_read_only(img).unwrap();
+    let report = fs::fsck::check(&region).unwrap();
+    assert!(report.ok(), "fsck of {}: {report:?}", img.display());
+    assert!(
+        report.clean_unmount,
+        "{} was not cleanly unmounted: {report:?}",
+        img.display()
+    );
+}
