@@ -10,8 +10,8 @@
 //! - A read goes to the engine only if some channel has fewer than `read_queue_depth`
 //!   (2) descriptors queued — EASYIO Listing 2 — otherwise the CPU copies it at once,
 //!   since a read's latency is what the caller waits on. Two more cases go by CPU
-//!   ([`route_read`]): a reader in a uthread whose worker has no other uthread to run
-//!   (handing the copy over would leave its core idle until the engine is done, and
+//!   ([`route_read`]): a reader in a uthread whose worker has no other uthread, running
+//!   or waiting (handing the copy over would leave its core idle until the engine is done, and
 //!   the engine copies no faster than the core would; the CPU's copy also leaves the
 //!   data in the cache of the core that is about to use it), and every read when the
 //!   engine's threads share the application's cores ([`Config::engine_shares_cores`]).
@@ -59,7 +59,9 @@ pub struct ReadCase {
     /// A bandwidth client under the channel manager: its reads are throttled, so they
     /// must go through the engine.
     pub throttled: bool,
-    /// The reader is a uthread whose worker has no other uthread to run.
+    /// The reader is a uthread whose worker has no other uthread at all: none to run,
+    /// and none waiting or sleeping that could become runnable during the copy
+    /// ([`rt::alone`]).
     pub caller_would_idle: bool,
 }
 
@@ -214,7 +216,7 @@ impl Mover for AsyncMover {
             bytes,
             depth,
             throttled: client.is_bulk() && self.qos.is_some(),
-            caller_would_idle: rt::in_uthread() && rt::would_idle(),
+            caller_would_idle: rt::in_uthread() && rt::alone(),
         };
         let route = route_read(
             case,

@@ -173,11 +173,11 @@ fn async_reads_fall_back_to_cpu_when_every_channel_is_busy() {
 }
 
 /// A bulk read from a uthread, on a one-worker runtime: with another uthread ready to
-/// run it goes to the engine (the worker overlaps the copy with that uthread); alone,
-/// its worker would only wait, so the reader copies it itself. Returns (who copied
-/// while another uthread was ready, who copied alone), as the pending copy it got, and
-/// checks the bytes.
-fn read_in_uthread(cfg: Config) -> (Pending, Pending) {
+/// run, or sleeping (it becomes runnable during the copy), it goes to the engine (the
+/// worker overlaps the copy with that uthread); alone, its worker would only wait, so
+/// the reader copies it itself. Returns the pending copy each read got (another ready,
+/// another sleeping, alone) and checks the bytes.
+fn read_in_uthread(cfg: Config) -> (Pending, Pending, Pending) {
     let pm = region();
     let m: Arc<dyn Mover> = Arc::from(build(Mode::Async, pm.clone(), RECORDS, &cfg).unwrap());
     let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 + 3) as u8).collect();
@@ -201,17 +201,33 @@ fn read_in_uthread(cfg: Config) -> (Pending, Pending) {
         let other = rt::spawn(|| ());
         let with_other = read(&*m);
         other.join().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = rt::spawn(move || {
+            tx.send(()).unwrap();
+            rt::sleep(std::time::Duration::from_millis(50));
+        });
+        // Let it start and go to sleep: it is then pending, not queued.
+        while rx.try_recv().is_err() {
+            rt::yield_now();
+        }
+        let with_sleeper = read(&*m);
+        sleeper.join().unwrap();
         let alone = read(&*m);
-        (with_other, alone)
+        (with_other, with_sleeper, alone)
     })
 }
 
 #[test]
 fn a_uthread_alone_on_its_worker_reads_by_cpu_and_one_with_company_by_engine() {
-    let (with_other, alone) = read_in_uthread(Config::default());
+    let (with_other, with_sleeper, alone) = read_in_uthread(Config::default());
     assert!(
         matches!(with_other, Pending::Sn(_)),
         "another uthread was ready: the read should overlap it on the engine, got {with_other:?}"
+    );
+    assert!(
+        matches!(with_sleeper, Pending::Sn(_)),
+        "another uthread sleeps and wakes during the copy: the read should go to the \
+         engine, got {with_sleeper:?}"
     );
     assert_eq!(
         alone,
@@ -226,6 +242,6 @@ fn an_engine_sharing_the_cores_gets_no_reads() {
         engine_shares_cores: true,
         ..Config::default()
     };
-    let (with_other, alone) = read_in_uthread(cfg);
-    assert_eq!((with_other, alone), (Pending::Done, Pending::Done));
+    let got = read_in_uthread(cfg);
+    assert_eq!(got, (Pending::Done, Pending::Done, Pending::Done));
 }
