@@ -85,6 +85,48 @@ impl Workload {
     fn reads(self) -> bool {
         matches!(self, Workload::Drbl | Workload::Drbm | Workload::Cior)
     }
+
+    /// The single-core limit this workload is measured against, taken the way it moves
+    /// its data: every read workload re-reads one block per thread, so its limit
+    /// re-reads one hot block of `io` bytes; writes are copy-on-write into fresh blocks
+    /// with non-temporal stores, so theirs copies into a span larger than any cache.
+    fn limit(self, io: u64) -> Limit {
+        if self.reads() {
+            Limit {
+                read: true,
+                span: io,
+            }
+        } else {
+            Limit {
+                read: false,
+                span: raw::REGION_BYTES,
+            }
+        }
+    }
+}
+
+/// How a single-core limit is measured: the direction and the span of the region its
+/// copies rotate through (`io` bytes: one hot block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Limit {
+    read: bool,
+    span: u64,
+}
+
+impl Limit {
+    /// The limit in words, for the report.
+    fn describe(self, io: u64) -> String {
+        let what = if self.read {
+            "memcpy out of the region"
+        } else {
+            "persistent copy into the region"
+        };
+        if self.span <= io {
+            format!("{what}, one hot block")
+        } else {
+            format!("{what}, a cold {} span", report::size_label(self.span))
+        }
+    }
 }
 
 /// The options of `easyio bench micro`.
@@ -144,6 +186,10 @@ struct Row {
     gib_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    /// The median of one bare copy of `io_size` bytes (persistent non-temporal copy for
+    /// writes, memcpy for reads), timed one by one in the same run as `limit` says:
+    /// what `p50_us` would be if the file system cost nothing but the copy.
+    bare_p50_us: Option<f64>,
     /// CPU-microseconds of the whole process per operation.
     cpu_us_per_op: f64,
     /// CPU-seconds of the whole process per GiB moved (data workloads).
@@ -152,8 +198,11 @@ struct Row {
     /// hardware engine would spend none).
     engine_cpu_s_per_gib: Option<f64>,
     /// Bandwidth as a fraction of the single-core limit (`bench raw`'s persistent copy
-    /// for writes, memcpy for reads) measured in the same run.
+    /// for writes, memcpy for reads) measured in the same run the way the workload
+    /// moves data (see `limit`).
     of_limit: Option<f64>,
+    /// How the limit of `of_limit` was measured.
+    limit: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -616,22 +665,33 @@ fn row(
             && mode.mover().is_some_and(|m| m.uses_engine()))
         .then(|| engine_cpu / gib),
         of_limit: None,
+        limit: None,
+        bare_p50_us: None,
     })
 }
 
-/// The single-core limit for moving `io` bytes: persistent copy (writes) or memcpy
-/// (reads), GiB/s, measured now on a scratch region.
-fn single_core_limit(io: u64, read: bool) -> anyhow::Result<f64> {
+/// The single-core limit for moving `io` bytes the way `limit` says: persistent copy
+/// (writes) or memcpy (reads), measured now on a scratch region: (GiB/s, median µs of
+/// one bare copy).
+fn single_core_limit(io: u64, limit: Limit) -> anyhow::Result<(f64, f64)> {
     let region = Region::create_temp(raw::REGION_BYTES)?;
-    let path = if read {
+    let path = if limit.read {
         raw::Path::Read
     } else {
         raw::Path::PersistentCopy
     };
-    let samples = (0..LIMIT_ROUNDS)
-        .map(|_| raw::measure(&region, io, path, LIMIT_ROUND))
-        .collect();
-    Ok(gib_per_s(io, crate::median(samples)))
+    let (mut bw, mut p50) = (Vec::new(), Vec::new());
+    for _ in 0..LIMIT_ROUNDS {
+        bw.push(raw::measure_span(
+            &region,
+            io,
+            path,
+            LIMIT_ROUND,
+            limit.span,
+        ));
+        p50.push(raw::p50_ns(&region, io, path, LIMIT_ROUND, limit.span));
+    }
+    Ok((gib_per_s(io, crate::median(bw)), crate::median(p50) / 1e3))
 }
 
 /// What the table's note says about the columns.
@@ -639,7 +699,10 @@ const NOTE: &str = "kernel = std::fs on the host tmpfs: its writes are not persi
                     of it engine = CPU-s/GiB of the software copy engine's threads, the \
                     stand-in for a hardware engine that costs no CPU (idle, it naps if its \
                     thread and the workers fit the cores, else spins); \
-                    of limit = fraction of one core's raw copy bandwidth measured in this run";
+                    of limit = fraction of one core's raw copy bandwidth measured in this run \
+                    the way the workload moves data (reads: one hot block re-read, as the \
+                    workloads do; writes: persistent copies into a cold span); \
+                    bare p50 = median µs of one such copy of io bytes alone, timed the same way";
 
 /// `easyio bench micro`: every configuration asked for, then the report.
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {
@@ -707,16 +770,19 @@ fn measure_all(runs: &[RunSpec], region: &Arc<dyn Pmem>, quiet: bool) -> anyhow:
         let mut row = run_one(spec, region)
             .with_context(|| format!("{w:?} in mode {} with {t} thread(s)", m.name()))?;
         if w.moves_data() {
-            let key = (w.reads(), spec.params.io);
-            let limit = match limits.get(&key) {
+            let io = spec.params.io;
+            let how = w.limit(io);
+            let (limit, bare_p50) = match limits.get(&(how, io)) {
                 Some(&l) => l,
                 None => {
-                    let l = single_core_limit(spec.params.io, w.reads())?;
-                    limits.insert(key, l);
+                    let l = single_core_limit(io, how)?;
+                    limits.insert((how, io), l);
                     l
                 }
             };
             row.of_limit = Some(row.gib_per_s / limit);
+            row.bare_p50_us = Some(bare_p50);
+            row.limit = Some(how.describe(io));
         }
         results.push(row);
         progress.inc(1);
@@ -759,6 +825,7 @@ fn table(results: &[Row]) -> String {
                     String::new()
                 },
                 format!("{:.2}", r.p50_us),
+                r.bare_p50_us.map_or(String::new(), |b| format!("{b:.2}")),
                 format!("{:.2}", r.p99_us),
                 format!("{:.2}", r.cpu_us_per_op),
                 r.cpu_s_per_gib.map_or(String::new(), |c| format!("{c:.3}")),
@@ -783,6 +850,7 @@ fn table(results: &[Row]) -> String {
             "ops/s",
             "GiB/s",
             "p50 µs",
+            "bare p50",
             "p99 µs",
             "CPU µs/op",
             "CPU-s/GiB",
@@ -792,4 +860,46 @@ fn table(results: &[Row]) -> String {
         ],
         rows,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Limit, Workload};
+    use crate::raw;
+
+    #[test]
+    fn read_workloads_are_measured_against_a_hot_block() {
+        for w in [Workload::Drbl, Workload::Drbm, Workload::Cior] {
+            assert_eq!(
+                w.limit(64 << 10),
+                Limit {
+                    read: true,
+                    span: 64 << 10
+                },
+                "{w:?}"
+            );
+            assert_eq!(
+                w.limit(4096).describe(4096),
+                "memcpy out of the region, one hot block"
+            );
+        }
+    }
+
+    #[test]
+    fn write_workloads_are_measured_against_a_cold_span() {
+        for w in [
+            Workload::Dwal,
+            Workload::Dwol,
+            Workload::Dwom,
+            Workload::Ciow,
+        ] {
+            let l = w.limit(4096);
+            assert!(!l.read, "{w:?}");
+            assert_eq!(l.span, raw::REGION_BYTES, "{w:?}");
+            assert_eq!(
+                l.describe(4096),
+                "persistent copy into the region, a cold 256 MiB span"
+            );
+        }
+    }
 }

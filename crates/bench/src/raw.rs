@@ -7,7 +7,7 @@
 //! than the last-level cache so that reads do not come from cache.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -170,9 +170,53 @@ pub fn run(args: RawArgs) -> anyhow::Result<()> {
 /// Mean ns per operation of `path` moving `size` bytes for about `budget`, with
 /// destinations (or sources) rotating through the whole region.
 pub fn measure(region: &Region, size: u64, path: Path, budget: Duration) -> f64 {
+    measure_span(region, size, path, budget, region.len())
+}
+
+/// Mean ns per operation of `path` moving `size` bytes for about `budget`, with
+/// destinations (or sources) rotating through the first `span` bytes of the region:
+/// `span == size` moves one hot block again and again (what a workload that re-reads
+/// one block does), a span larger than the last-level cache moves cold data.
+pub fn measure_span(region: &Region, size: u64, path: Path, budget: Duration, span: u64) -> f64 {
     let src: Vec<u8> = (0..size).map(|i| (i * 13) as u8).collect();
     let mut dst = vec![0u8; size as usize];
-    measure_with(region, size, path, budget, &src, &mut dst)
+    measure_span_with(region, size, path, budget, span, &src, &mut dst)
+}
+
+/// The median ns of one operation of `path` moving `size` bytes, each timed on its
+/// own for about `budget` the way `bench micro` times a file operation (the end of
+/// one is the start of the next), with destinations (or sources) rotating through
+/// the first `span` bytes of the region.
+pub fn p50_ns(region: &Region, size: u64, path: Path, budget: Duration, span: u64) -> f64 {
+    let src: Vec<u8> = (0..size).map(|i| (i * 13) as u8).collect();
+    let mut dst = vec![0u8; size as usize];
+    let len = region.len();
+    let mut ns = Vec::new();
+    let begin = Instant::now();
+    let mut now = begin;
+    let mut i = 0u64;
+    while now - begin < budget {
+        let off = slot_offset(i, size, span, len);
+        match path {
+            Path::PersistentCopy => region.copy_persist(off, &src),
+            Path::CNtLoop => peer::c_nt_copy_persist(region, off, &src),
+            Path::Read => region.read(off, &mut dst),
+            Path::CopyFlush => region.write_persist(off, &src),
+        }
+        let t1 = Instant::now();
+        ns.push((t1 - now).as_nanos() as f64);
+        now = t1;
+        i += 1;
+    }
+    std::hint::black_box(&dst);
+    median(ns)
+}
+
+/// The offset of the `i`th copy of `size` bytes rotating through the first `span`
+/// bytes of a region of `len` bytes (at least one slot, and never past the region).
+pub fn slot_offset(i: u64, size: u64, span: u64, len: u64) -> u64 {
+    let n_slots = (span.min(len) / size).max(1);
+    (i % n_slots) * size
 }
 
 fn measure_with(
@@ -183,8 +227,20 @@ fn measure_with(
     s: &[u8],
     dst: &mut [u8],
 ) -> f64 {
-    let n_slots = (region.len() / size).max(1);
-    let off = |i: u64| (i % n_slots) * size;
+    measure_span_with(region, size, path, budget, region.len(), s, dst)
+}
+
+fn measure_span_with(
+    region: &Region,
+    size: u64,
+    path: Path,
+    budget: Duration,
+    span: u64,
+    s: &[u8],
+    dst: &mut [u8],
+) -> f64 {
+    let len = region.len();
+    let off = |i: u64| slot_offset(i, size, span, len);
     let d = &mut dst[..size as usize];
     match path {
         Path::PersistentCopy => time_per_op(budget, |i| region.copy_persist(off(i), s)),
@@ -212,5 +268,25 @@ pub fn open_region(image: Option<&std::path::Path>) -> anyhow::Result<Region> {
             std::fs::remove_file(p)?;
             Ok(Region::create_temp_in(dir, REGION_BYTES)?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_offset;
+
+    #[test]
+    fn a_span_of_one_block_is_one_hot_offset() {
+        assert!((0..100).all(|i| slot_offset(i, 4096, 4096, 1 << 20) == 0));
+    }
+
+    #[test]
+    fn a_span_rotates_through_its_slots_only() {
+        let offs: Vec<u64> = (0..6)
+            .map(|i| slot_offset(i, 4096, 3 * 4096, 1 << 20))
+            .collect();
+        assert_eq!(offs, [0, 4096, 8192, 0, 4096, 8192]);
+        // A span larger than the region is the whole region.
+        assert!((0..1000).all(|i| slot_offset(i, 4096, u64::MAX, 1 << 20) < 1 << 20));
     }
 }

@@ -421,8 +421,15 @@ pub fn engine_cpu_seconds() -> f64 {
 /// since on a machine whose cores are all busy a nap lasts until the scheduler frees
 /// one (measured: DWOM with 2 workers on 2 cores, napping cut `async` to a fifth).
 pub fn engine_nap(workers: usize, channels: usize) -> Option<std::time::Duration> {
+    (!engine_shares_cores(workers, channels)).then_some(engine::DEFAULT_NAP)
+}
+
+/// Whether a software engine's `channels` threads must share the machine's cores with
+/// `workers` application threads ([`mover::Config::engine_shares_cores`]: reads then go
+/// by CPU).
+pub fn engine_shares_cores(workers: usize, channels: usize) -> bool {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (workers + channels <= cores).then_some(engine::DEFAULT_NAP)
+    workers + channels > cores
 }
 
 /// The copy engine of the modes that use one (`--engine`).
@@ -472,7 +479,10 @@ impl Mount {
                 if m.uses_engine() {
                     opts.mover.engine = engine.backend();
                 }
-                opts.mover.engine_nap = engine_nap(workers, opts.mover.channels_needed());
+                let channels = opts.mover.channels_needed();
+                opts.mover.engine_nap = engine_nap(workers, channels);
+                opts.mover.engine_shares_cores = opts.mover.engine == engine::BackendKind::Software
+                    && engine_shares_cores(workers, channels);
                 Mount::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
             }
             None => {

@@ -107,7 +107,15 @@ fn the_demo_prints_its_table_and_writes_its_plot() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     for want in [
-        "snappy", "grep", "cpu", "dma-sync", "delegate", "async", "EMULATED",
+        "snappy",
+        "fileserver",
+        "cpu",
+        "dma-sync",
+        "delegate",
+        "async",
+        "EMULATED Optane",
+        "optane (emulated)",
+        "in short: on emulated optane, async: ",
     ] {
         assert!(text.contains(want), "no {want} in\n{text}");
     }
@@ -131,4 +139,48 @@ fn the_demo_prints_its_table_and_writes_its_plot() {
         .filter(|n| n.starts_with(&format!("easyio-{pid}-")))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The demo's plain-words line says what its own rows say: the range of async's
+/// tasks/s over cpu's on emulated Optane is recomputed here from the JSON rows.
+#[test]
+fn the_demo_line_is_made_of_the_runs_figures() {
+    let (out, _) = run_bounded(
+        Command::new(env!("CARGO_BIN_EXE_easyio")).args(["demo", "--quick", "--json"]),
+        Duration::from_secs(60),
+    );
+    let v = success_json(&out);
+    let rows = v["results"].as_array().unwrap();
+    let tasks = |mode: &str, app: &str, threads: u64| {
+        rows.iter()
+            .find(|r| {
+                r["mode"] == mode
+                    && r["app"] == app
+                    && r["threads"] == threads
+                    && r["slowmem"] == "optane"
+            })
+            .unwrap()["tasks_per_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let mut ratios = Vec::new();
+    for app in ["snappy", "fileserver"] {
+        for threads in [1, 2] {
+            ratios.push(tasks("async", app, threads) / tasks("cpu", app, threads));
+        }
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    let (lo, hi) = (format!("{lo:.2}"), format!("{hi:.2}"));
+    let want = if lo == hi {
+        format!("async: {lo}× cpu's tasks/s")
+    } else {
+        format!("async: {lo}–{hi}× cpu's tasks/s")
+    };
+    let line = v["summary"].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!("on emulated optane, {want}")),
+        "{line} (want {want})"
+    );
+    assert!(line.contains("; on DRAM, "), "{line}");
 }

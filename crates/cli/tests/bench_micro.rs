@@ -38,6 +38,12 @@ fn every_workload_runs_in_every_mode() {
         assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
         let data = !["MWCL", "MWUL", "MWRL"].contains(&r["workload"].as_str().unwrap());
         assert_eq!(r["of_limit"].is_number(), data, "{r}");
+        assert_eq!(r["limit"].is_string(), data, "{r}");
+        assert_eq!(
+            r["bare_p50_us"].as_f64().is_some_and(|b| b > 0.0),
+            data,
+            "{r}"
+        );
         assert_eq!(r["cpu_s_per_gib"].is_number(), data, "{r}");
     }
 }

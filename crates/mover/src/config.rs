@@ -45,6 +45,13 @@ pub struct Config {
     /// only for machines where the engine's threads have cores of their own. `None`
     /// (default): they spin, then park.
     pub engine_nap: Option<std::time::Duration>,
+    /// `async`: the copy engine's threads share the cores of the application's threads
+    /// (a software engine on a machine with no core to spare). A read then goes by CPU:
+    /// the engine's copy would take as much CPU from the application as the CPU copy,
+    /// plus the hand-off, and would land the data in another core's cache. Writes still
+    /// go to the engine (their caller need not wait for them). `false` (default): the
+    /// engine has cores of its own, or is a device.
+    pub engine_shares_cores: bool,
     /// `async`, `dma-sync`: the copy engine's backend: `software` (worker threads, the
     /// default) or `dsa` (the machine's DSA work queues; the region must be a mapping).
     #[serde(serialize_with = "backend_name")]
@@ -69,6 +76,7 @@ impl Default for Config {
             delegation_threads: 2,
             semaphore_k: 2,
             engine_nap: None,
+            engine_shares_cores: false,
             engine: engine::BackendKind::Software,
             qos: None,
         }

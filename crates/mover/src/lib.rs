@@ -46,7 +46,7 @@ pub use config::Config;
 pub use cpu::CpuMover;
 pub use delegate::DelegateMover;
 pub use dma_sync::DmaSyncMover;
-pub use offload::AsyncMover;
+pub use offload::{route_read, AsyncMover, ReadCase, ReadRoute};
 pub use qos::{ChannelManager, Class, Client, QosConfig};
 pub use semaphore::SemaphoreMover;
 

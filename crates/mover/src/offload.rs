@@ -9,7 +9,12 @@
 //!   page-sized pieces and so go by CPU.
 //! - A read goes to the engine only if some channel has fewer than `read_queue_depth`
 //!   (2) descriptors queued — EASYIO Listing 2 — otherwise the CPU copies it at once,
-//!   since a read's latency is what the caller waits on.
+//!   since a read's latency is what the caller waits on. Two more cases go by CPU
+//!   ([`route_read`]): a reader in a uthread whose worker has no other uthread, running
+//!   or waiting (handing the copy over would leave its core idle until the engine is done, and
+//!   the engine copies no faster than the core would; the CPU's copy also leaves the
+//!   data in the cache of the core that is about to use it), and every read when the
+//!   engine's threads share the application's cores ([`Config::engine_shares_cores`]).
 //! - With a channel manager ([`crate::qos`]), copies go to their client's class of
 //!   channels; B copies are split and throttled, and B reads skip admission control
 //!   (shunting them to the CPU would escape the throttle).
@@ -31,7 +36,52 @@ pub struct AsyncMover {
     engine: Arc<Engine>,
     cpu_max: usize,
     read_queue_depth: u64,
+    engine_shares_cores: bool,
     qos: Option<Arc<ChannelManager>>,
+}
+
+/// Who copies a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadRoute {
+    /// The calling thread, at once.
+    Cpu,
+    /// The engine, on the least loaded channel.
+    Engine,
+}
+
+/// What decides who copies a read ([`route_read`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ReadCase {
+    /// Bytes of the read.
+    pub bytes: usize,
+    /// Queue depth of the least loaded channel the client may use.
+    pub depth: u64,
+    /// A bandwidth client under the channel manager: its reads are throttled, so they
+    /// must go through the engine.
+    pub throttled: bool,
+    /// The reader is a uthread whose worker has no other uthread at all: none to run,
+    /// and none waiting or sleeping that could become runnable during the copy
+    /// ([`rt::alone`]).
+    pub caller_would_idle: bool,
+}
+
+/// Who copies a read, for a mover copying up to `cpu_max` bytes by CPU, admitting reads
+/// below `read_queue_depth` (EASYIO Listing 2), and whose engine does or does not
+/// share the application's cores.
+pub fn route_read(
+    case: ReadCase,
+    cpu_max: usize,
+    read_queue_depth: u64,
+    engine_shares_cores: bool,
+) -> ReadRoute {
+    let cpu = case.bytes <= cpu_max
+        || (!case.throttled
+            && (engine_shares_cores || case.caller_would_idle || case.depth >= read_queue_depth));
+    if cpu {
+        ReadRoute::Cpu
+    } else {
+        ReadRoute::Engine
+    }
 }
 
 impl AsyncMover {
@@ -84,6 +134,7 @@ impl AsyncMover {
             engine,
             cpu_max: cfg.cpu_max,
             read_queue_depth: cfg.read_queue_depth,
+            engine_shares_cores: cfg.engine_shares_cores,
             qos,
         })
     }
@@ -155,12 +206,25 @@ impl Mover for AsyncMover {
     }
 
     unsafe fn start_read_for(&self, client: Client, pieces: &mut [ReadPiece<'_>]) -> Pending {
-        if read_bytes(pieces) <= self.cpu_max {
+        let bytes = read_bytes(pieces);
+        if bytes <= self.cpu_max {
             cpu_read(&*self.pm, pieces);
             return Pending::Done;
         }
         let (channel, depth) = self.least_loaded(client);
-        if depth >= self.read_queue_depth && !(client.is_bulk() && self.qos.is_some()) {
+        let case = ReadCase {
+            bytes,
+            depth,
+            throttled: client.is_bulk() && self.qos.is_some(),
+            caller_would_idle: rt::in_uthread() && rt::alone(),
+        };
+        let route = route_read(
+            case,
+            self.cpu_max,
+            self.read_queue_depth,
+            self.engine_shares_cores,
+        );
+        if route == ReadRoute::Cpu {
             cpu_read(&*self.pm, pieces);
             return Pending::Done;
         }
@@ -199,5 +263,71 @@ impl Mover for AsyncMover {
 
     fn qos(&self) -> Option<&Arc<ChannelManager>> {
         self.qos.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{route_read, ReadCase, ReadRoute};
+
+    const BULK: ReadCase = ReadCase {
+        bytes: 64 << 10,
+        depth: 0,
+        throttled: false,
+        caller_would_idle: false,
+    };
+
+    fn route(case: ReadCase, shares: bool) -> ReadRoute {
+        route_read(case, 4096, 2, shares)
+    }
+
+    #[test]
+    fn a_bulk_read_with_other_work_to_overlap_goes_to_the_engine() {
+        assert_eq!(route(BULK, false), ReadRoute::Engine);
+        assert_eq!(
+            route(ReadCase { depth: 1, ..BULK }, false),
+            ReadRoute::Engine
+        );
+    }
+
+    #[test]
+    fn small_reads_and_busy_channels_go_by_cpu() {
+        assert_eq!(
+            route(
+                ReadCase {
+                    bytes: 4096,
+                    ..BULK
+                },
+                false
+            ),
+            ReadRoute::Cpu
+        );
+        assert_eq!(route(ReadCase { depth: 2, ..BULK }, false), ReadRoute::Cpu);
+    }
+
+    #[test]
+    fn a_reader_whose_core_would_idle_copies_itself() {
+        let idle = ReadCase {
+            caller_would_idle: true,
+            ..BULK
+        };
+        assert_eq!(route(idle, false), ReadRoute::Cpu);
+    }
+
+    #[test]
+    fn an_engine_without_a_core_of_its_own_gets_no_reads() {
+        assert_eq!(route(BULK, true), ReadRoute::Cpu);
+    }
+
+    #[test]
+    fn throttled_reads_always_go_to_the_engine_unless_small() {
+        let b = ReadCase {
+            throttled: true,
+            caller_would_idle: true,
+            depth: 9,
+            ..BULK
+        };
+        assert_eq!(route(b, true), ReadRoute::Engine);
+        assert_eq!(route(ReadCase { bytes: 100, ..b }, true), ReadRoute::Cpu);
     }
 }

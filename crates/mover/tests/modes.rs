@@ -171,3 +171,77 @@ fn async_reads_fall_back_to_cpu_when_every_channel_is_busy() {
         m.wait(p).unwrap();
     }
 }
+
+/// A bulk read from a uthread, on a one-worker runtime: with another uthread ready to
+/// run, or sleeping (it becomes runnable during the copy), it goes to the engine (the
+/// worker overlaps the copy with that uthread); alone, its worker would only wait, so
+/// the reader copies it itself. Returns the pending copy each read got (another ready,
+/// another sleeping, alone) and checks the bytes.
+fn read_in_uthread(cfg: Config) -> (Pending, Pending, Pending) {
+    let pm = region();
+    let m: Arc<dyn Mover> = Arc::from(build(Mode::Async, pm.clone(), RECORDS, &cfg).unwrap());
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 + 3) as u8).collect();
+    pm.copy_persist(DATA, &data);
+    let runtime = rt::Runtime::new(1).unwrap();
+    runtime.block_on(move || {
+        let read = |m: &dyn Mover| {
+            let mut out = vec![0u8; data.len()];
+            // SAFETY: `out` outlives the copy, which is waited for right after.
+            let p = unsafe {
+                m.start_read(&mut [ReadPiece {
+                    src: DATA,
+                    dst: &mut out,
+                }])
+            };
+            m.wait(p).unwrap();
+            assert_eq!(out, data);
+            p
+        };
+        // Queued on this worker, not yet run: the worker has something to overlap.
+        let other = rt::spawn(|| ());
+        let with_other = read(&*m);
+        other.join().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = rt::spawn(move || {
+            tx.send(()).unwrap();
+            rt::sleep(std::time::Duration::from_millis(50));
+        });
+        // Let it start and go to sleep: it is then pending, not queued.
+        while rx.try_recv().is_err() {
+            rt::yield_now();
+        }
+        let with_sleeper = read(&*m);
+        sleeper.join().unwrap();
+        let alone = read(&*m);
+        (with_other, with_sleeper, alone)
+    })
+}
+
+#[test]
+fn a_uthread_alone_on_its_worker_reads_by_cpu_and_one_with_company_by_engine() {
+    let (with_other, with_sleeper, alone) = read_in_uthread(Config::default());
+    assert!(
+        matches!(with_other, Pending::Sn(_)),
+        "another uthread was ready: the read should overlap it on the engine, got {with_other:?}"
+    );
+    assert!(
+        matches!(with_sleeper, Pending::Sn(_)),
+        "another uthread sleeps and wakes during the copy: the read should go to the \
+         engine, got {with_sleeper:?}"
+    );
+    assert_eq!(
+        alone,
+        Pending::Done,
+        "nothing else to run: the reader should copy itself"
+    );
+}
+
+#[test]
+fn an_engine_sharing_the_cores_gets_no_reads() {
+    let cfg = Config {
+        engine_shares_cores: true,
+        ..Config::default()
+    };
+    let got = read_in_uthread(cfg);
+    assert_eq!(got, (Pending::Done, Pending::Done, Pending::Done));
+}

@@ -133,8 +133,8 @@ pub use idle::{IDLE_ALONE, IDLE_SPINS, IDLE_WITH_WAITERS, WAIT_NAP, WAIT_YIELDS}
 pub use join::{panic_message, JoinError, JoinHandle};
 pub use runtime::{Builder, Handle, Runtime};
 pub use sched::{
-    current_worker, in_uthread, sleep, spawn, wait, wait_until, would_idle, yield_now, Completion,
-    OUTSIDE_NAP_MAX, OUTSIDE_NAP_MIN, OUTSIDE_SPINS, OUTSIDE_WAIT, OUTSIDE_YIELDS,
+    alone, current_worker, in_uthread, sleep, spawn, wait, wait_until, would_idle, yield_now,
+    Completion, OUTSIDE_NAP_MAX, OUTSIDE_NAP_MIN, OUTSIDE_SPINS, OUTSIDE_WAIT, OUTSIDE_YIELDS,
 };
 pub use sleepers::MAX_WORKERS;
 pub use stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE, STACK_POOL_PER_WORKER};

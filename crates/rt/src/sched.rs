@@ -94,6 +94,20 @@ pub fn would_idle() -> bool {
     }
 }
 
+/// Whether the caller is all the work its core has: true on an ordinary thread, and in a
+/// uthread whose worker has no other uthread queued, waiting or sleeping (and nothing in
+/// the injection queue). Unlike [`would_idle`], which says only that nothing could run
+/// *now*, this says that nothing of this worker's can become runnable while the caller
+/// does some work itself instead of waiting for a device to do it.
+pub fn alone() -> bool {
+    match (context::task(), context::worker()) {
+        (Some(_), Some(local)) => {
+            local.nothing_queued() && local.nothing_pending() && local.shared.injector.is_empty()
+        }
+        _ => true,
+    }
+}
+
 /// Something that finishes without telling anyone: a copy whose completion is a counter in
 /// memory. `is_done` must be cheap (it is polled at scheduling points), must not block, and
 /// once true stays true.

@@ -99,6 +99,12 @@ impl Local {
             && self.shared.inboxes[self.id].is_empty()
     }
 
+    /// Whether no uthread of this worker waits in its wait set or sleeps on a timer.
+    #[inline]
+    pub(crate) fn nothing_pending(&self) -> bool {
+        self.pending.get() == 0
+    }
+
     /// Queues a started uthread of this worker to run again, behind the others.
     fn resume_later(&self, task: TaskRef) {
         self.ready.borrow_mut().push_back(Next::Resume(task));
