@@ -162,7 +162,7 @@ impl Host {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: NUL-terminated path, buffer outlives the call.
         check(unsafe { libc::lstat(self.c(p).as_ptr(), &mut st) })?;
-        Ok(format!("atime {} mtime {}", st.st_atime, st.st_mtime))
+        Ok(crate::times(st.st_atime, st.st_mtime))
     }
 
     fn list(&self, p: &str) -> Outcome {

@@ -154,6 +154,24 @@ fn user(uid: u32, gid: u32, groups: &[u32]) -> Cred {
     }
 }
 
+/// A `Times` outcome. A time within an hour of now reads "now": the kernel's run and
+/// easyio's are a moment apart and may fall either side of a second; the times the
+/// scenarios set are decades away from it.
+fn times(atime: i64, mtime: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let show = |t: i64| {
+        if (t - now).abs() < 3600 {
+            "now".to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    format!("atime {} mtime {}", show(atime), show(mtime))
+}
+
 const RW: i32 = libc::O_RDWR;
 const RO: i32 = libc::O_RDONLY;
 const WO: i32 = libc::O_WRONLY;

@@ -134,10 +134,9 @@ impl Ours {
             Futimens(slot, a, m) => ok(s.futimens(self.fd(*slot), time(*a), time(*m))),
             Times(p) => {
                 let st = s.lstat(p).map_err(|e| e.errno())?;
-                Ok(format!(
-                    "atime {} mtime {}",
+                Ok(crate::times(
                     st.atime_ns.div_euclid(1_000_000_000),
-                    st.mtime_ns.div_euclid(1_000_000_000)
+                    st.mtime_ns.div_euclid(1_000_000_000),
                 ))
             }
             Truncate(p, n) => ok(s.truncate(p, *n)),
