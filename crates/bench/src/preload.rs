@@ -585,3 +585,41 @@ fn table(rows: &[Row]) -> String {
         cells,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fs::OpenFlags;
+
+    /// Writes a file of `len` bytes at `name` (created or truncated).
+    fn put(fs: &FileSystem, name: &str, len: usize) {
+        let flags = OpenFlags::WRONLY | OpenFlags::CREAT | OpenFlags::TRUNC;
+        let fd = fs.open(name, flags, 0o644).unwrap();
+        assert_eq!(fs.write(fd, &vec![7u8; len]).unwrap(), len);
+        fs.close(fd).unwrap();
+    }
+
+    /// The check that catches fio falling through to the host: an image without fio's
+    /// files, or with a file of the wrong size, fails; the right files pass.
+    #[test]
+    fn files_missing_from_the_image_fail_the_run() {
+        let pm: Arc<dyn Pmem> = Arc::new(Region::create_temp(64 << 20).unwrap());
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let job = Job::all()[6 + 1];
+        assert_eq!(job.numjobs, 2);
+        let e = check_image_files(&fs, job, 8192).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("did not go through the shim"),
+            "{e:#}"
+        );
+        for j in 0..2 {
+            let name = format!("/{}.{j}.0", job.fio_name());
+            put(&fs, &name, if j == 0 { 8192 } else { 4096 });
+        }
+        let e = check_image_files(&fs, job, 8192).unwrap_err();
+        assert!(format!("{e:#}").contains("4096 bytes, 8192 asked"), "{e:#}");
+        put(&fs, &format!("/{}.1.0", job.fio_name()), 8192);
+        assert_eq!(check_image_files(&fs, job, 8192).unwrap(), 2);
+    }
+}
