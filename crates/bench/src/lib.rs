@@ -23,6 +23,7 @@ pub mod fuse;
 pub mod micro;
 pub mod output;
 mod plot;
+pub mod preload;
 pub mod progress;
 pub mod qos;
 pub mod raw;

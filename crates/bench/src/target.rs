@@ -392,10 +392,20 @@ impl Drop for GateParty {
 
 /// CPU time (user plus system) this process has used, in seconds.
 pub fn cpu_seconds() -> f64 {
+    rusage_seconds(libc::RUSAGE_SELF)
+}
+
+/// User plus system CPU seconds of this process's children that have been waited for.
+pub fn children_cpu_seconds() -> f64 {
+    rusage_seconds(libc::RUSAGE_CHILDREN)
+}
+
+/// User plus system CPU seconds `getrusage(who)` answers (0 if it fails).
+fn rusage_seconds(who: libc::c_int) -> f64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
     // SAFETY: getrusage fills the struct; we read it only on success.
     let ru = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
+        if libc::getrusage(who, ru.as_mut_ptr()) != 0 {
             return 0.0;
         }
         ru.assume_init()

@@ -103,6 +103,9 @@ enum BenchCommand {
     /// fio-like workloads through a FUSE mount of a fresh image (`easyio mount`),
     /// beside the kernel's tmpfs and the library in the same run.
     Fuse(bench::fuse::FuseArgs),
+    /// fio through the LD_PRELOAD shim (libeasyio_preload.so) on a fresh image, beside
+    /// the same fio on the kernel's tmpfs in the same run.
+    Preload(bench::preload::PreloadArgs),
 }
 
 fn main() {
@@ -184,6 +187,7 @@ fn run_bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Qos(args) => qos::run(args),
         BenchCommand::Startup(args) => startup::run(args),
         BenchCommand::Fuse(args) => bench::fuse::run(args, &std::env::current_exe()?),
+        BenchCommand::Preload(args) => bench::preload::run(args, &std::env::current_exe()?),
     }
 }
 
