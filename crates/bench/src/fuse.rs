@@ -228,10 +228,10 @@ in /dev/shm served by `easyio mount` (a child process); tmpfs = the same calls o
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
-tmpfs's are not persistent. Reads through the mount are buffered as on any file \
-system: the kernel's page cache of a file is dropped when it is opened, then serves \
-repeated reads of a page within the run (1st pass GiB/s: the first pass over the file, \
-whose reads through the mount all reach the server). CPU-s/GiB = CPU of this process (getrusage) \
+tmpfs's are not persistent. The mount serves files without the kernel's page cache \
+(as a DAX file system does; `easyio mount --page-cache` turns it on): every read and \
+write through it reaches the server (1st pass GiB/s: the first pass over the file). \
+CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
 (O_DIRECT), the kernel copies between the caller's buffer and the server's without the \

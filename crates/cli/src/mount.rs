@@ -39,6 +39,11 @@ pub struct MountArgs {
     /// returns is durable.
     #[arg(long)]
     writeback_cache: bool,
+    /// Let the kernel keep file data in its page cache: repeated reads of a page stay
+    /// in the kernel, every write makes one copy more. Off: reads and writes go
+    /// straight to the server, as on a DAX file system.
+    #[arg(long)]
+    page_cache: bool,
     /// Mount read-only: nothing is written to the image.
     #[arg(long)]
     read_only: bool,
@@ -100,6 +105,7 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
             .collect(),
         uthread_workers: if a.mode == Mode::Async { a.threads } else { 0 },
         writeback_cache: a.writeback_cache,
+        page_cache: a.page_cache,
     };
     ServeOptions {
         image: a.image,

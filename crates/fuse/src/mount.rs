@@ -41,9 +41,20 @@ pub struct Options {
     /// is then in the kernel's page cache only, sent to the server (and durable) at
     /// `fsync`, `close` or the kernel's writeback.
     pub writeback_cache: bool,
+    /// Lets the kernel keep file data in its page cache (reads of a cached page never
+    /// reach the server). Off by default, as on a DAX file system: reads and writes
+    /// go straight between the caller's buffer and the server, one copy fewer for a
+    /// write. The writeback cache implies it.
+    pub page_cache: bool,
 }
 
 impl Options {
+    /// Whether file data goes through the kernel's page cache: by
+    /// [`Options::page_cache`], or because the writeback cache needs it.
+    pub fn page_cache(&self) -> bool {
+        self.page_cache || self.writeback_cache()
+    }
+
     /// Whether the kernel's writeback cache is on: by [`Options::writeback_cache`] or
     /// by `-o writeback_cache`.
     pub fn writeback_cache(&self) -> bool {
@@ -63,6 +74,7 @@ impl Default for Options {
             extra: Vec::new(),
             uthread_workers: 0,
             writeback_cache: false,
+            page_cache: false,
         }
     }
 }

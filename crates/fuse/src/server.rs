@@ -66,6 +66,9 @@ pub struct Server {
     lookups: LookupCounts,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
+    /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
+    /// unless the options ask for it.
+    open_flags: FopenFlags,
 }
 
 /// An `fs` error as the errno the kernel passes on.
@@ -90,6 +93,7 @@ impl Server {
             lookups: LookupCounts::default(),
             uthreads: None,
             writeback_cache: false,
+            open_flags: FopenFlags::FOPEN_DIRECT_IO,
         }
     }
 
@@ -104,6 +108,11 @@ impl Server {
         Ok(Server {
             uthreads,
             writeback_cache: opts.writeback_cache(),
+            open_flags: if opts.page_cache() {
+                FopenFlags::empty()
+            } else {
+                FopenFlags::FOPEN_DIRECT_IO
+            },
             ..Server::new(fs)
         })
     }
@@ -247,6 +256,8 @@ impl Filesystem for Server {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // Shared mappings of files opened without the page cache (Linux 6.6+).
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -433,7 +444,7 @@ impl Filesystem for Server {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_as(req, ino.0, flags.0) {
-            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -677,13 +688,7 @@ impl Filesystem for Server {
             Ok((st, fd)) => {
                 self.lookups.add(st.ino);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
-                reply.created(
-                    &ENTRY_TTL,
-                    &a,
-                    g,
-                    FileHandle(fd.0 as u64),
-                    FopenFlags::empty(),
-                );
+                reply.created(&ENTRY_TTL, &a, g, FileHandle(fd.0 as u64), self.open_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }

@@ -283,6 +283,15 @@ fn random_posix_calls_as_on_tmpfs_with_the_writeback_cache() {
     random_calls("writeback", MountOptions::default(), &opts);
 }
 
+#[test]
+fn random_posix_calls_as_on_tmpfs_with_the_page_cache() {
+    let opts = Options {
+        page_cache: true,
+        ..Options::default()
+    };
+    random_calls("page-cache", MountOptions::default(), &opts);
+}
+
 /// The random calls of every seed through a mount of a fresh image, with the file
 /// system's options `fs_opts` and the mount's `opts`, and through tmpfs.
 fn random_calls(tag: &str, fs_opts: MountOptions, opts: &Options) {
