@@ -5,11 +5,11 @@
 //! other call goes to libc unchanged. See `docs/PRELOAD.md`.
 //!
 //! Each exported function has the name and C type of libc's. It passes the call on
-//! to libc ([`real`]) unless it is the mount's: a path under the prefix ([`path`]) or
-//! a descriptor of the mount ([`table`]: a placeholder kernel descriptor stands for
+//! to libc (module `real`) unless it is the mount's: a path under the prefix (module `path`) or
+//! a descriptor of the mount (module `table`: a placeholder kernel descriptor stands for
 //! each, so numbers never collide). The first such call mounts the image
-//! ([`mount`]); the process unmounts it cleanly at exit. A thread inside the shim
-//! never re-enters it ([`guard`]): easyio's own libc calls go straight to libc.
+//! (module `mount`); the process unmounts it cleanly at exit. A thread inside the shim
+//! never re-enters it (module `guard`): easyio's own libc calls go straight to libc.
 //!
 //! Calls of the mount are the `fs` crate's calls with the process's credentials, so a
 //! call made from a uthread of the easyio runtime yields while its copy runs, as the
