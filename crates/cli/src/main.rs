@@ -141,6 +141,13 @@ fn main() {
     // Everything the command held (the mounted image, temporary files) is dropped by
     // now: a signal ends the process only after that clean unwind.
     if let Some(sig) = signals::received().or_else(|| result.as_ref().err().and_then(pipe)) {
+        // An error of its own (not the stop itself) is still said: a signal must not
+        // hide that the command failed on the way out (e.g. the image not saved).
+        if let Some(err) = result.as_ref().err() {
+            if !err.chain().any(|e| e.is::<signals::Interrupted>()) && pipe(err).is_none() {
+                eprintln!("easyio: {}", message(err));
+            }
+        }
         if sig != libc::SIGPIPE {
             eprintln!("easyio: {}", signals::Interrupted(sig));
         }

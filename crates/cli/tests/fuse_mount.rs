@@ -1195,19 +1195,30 @@ fn a_user_who_cannot_open_dev_fuse_is_told_why_in_one_line() {
     let bin = s.0.join("easyio");
     std::fs::copy(EASYIO, &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run(
-        "setpriv",
-        &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            bin.to_str().unwrap(),
-            "mount",
-            image.to_str().unwrap(),
-            mp.to_str().unwrap(),
-        ],
-        Path::new("/"),
-    );
+    // The copy's write descriptor may live on for a moment in a child another test
+    // forked meanwhile (until that child's exec closes it): exec then fails with
+    // ETXTBSY, which is this test's race, not the refusal it checks.
+    let t0 = Instant::now();
+    let out = loop {
+        let out = run(
+            "setpriv",
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                bin.to_str().unwrap(),
+                "mount",
+                image.to_str().unwrap(),
+                mp.to_str().unwrap(),
+            ],
+            Path::new("/"),
+        );
+        let busy = String::from_utf8_lossy(&out.stderr).contains("Text file busy");
+        if !busy || t0.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     one_line_error(
         &out,
         13,

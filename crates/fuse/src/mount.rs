@@ -176,8 +176,15 @@ impl Mount {
     /// Serves requests until the file system is unmounted (`umount`, `fusermount3 -u`,
     /// [`unmount`]); every request read is answered before this returns. The server,
     /// and with it its reference to the `fs` file system, is dropped by then.
+    ///
+    /// A connection the kernel reports aborted (`ECONNABORTED` from `/dev/fuse`) is an
+    /// end like `ENODEV`: it is what a reader may see when the last file open on a
+    /// lazily unmounted mount is closed; no request can arrive after it either way.
     pub fn run(self) -> io::Result<()> {
-        self.session.run()
+        match self.session.run() {
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            other => other,
+        }
     }
 }
 
