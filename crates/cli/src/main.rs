@@ -10,6 +10,7 @@ mod crashtest;
 mod engines;
 mod files;
 mod mount;
+mod serve;
 mod signals;
 
 use bench::{app, calibrate, demo, micro, qos, raw, rt, startup};
@@ -79,6 +80,9 @@ enum Command {
     Mount(mount::MountArgs),
     /// Unmount what `easyio mount` mounted, waiting until the image is saved.
     Umount(mount::UmountArgs),
+    /// Serve an image to client processes on a Unix socket (one server writes the
+    /// image; clients map it read-only). Stops cleanly at SIGINT or SIGTERM.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -180,6 +184,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Calibrate(args) => calibrate::run(args),
         Command::Mount(a) => mount::mount(a),
         Command::Umount(a) => mount::umount(a),
+        Command::Serve(a) => serve::serve(a),
     }
 }
 
@@ -236,6 +241,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .or_else(|| e.downcast_ref::<fs::Error>().map(fs::Error::errno))
                 .or_else(|| e.downcast_ref::<engine::Error>().map(engine::Error::errno))
                 .or_else(|| e.downcast_ref::<easyio_fuse::Error>()?.errno())
+                .or_else(|| e.downcast_ref::<easyio_serve::Error>().map(|e| e.errno()))
                 .or_else(|| {
                     e.downcast_ref::<std::io::Error>()
                         .and_then(std::io::Error::raw_os_error)

@@ -33,7 +33,7 @@ const DOT_COOKIE: u64 = 1;
 const FIRST_NAME_COOKIE: u64 = 3;
 
 /// What `statfs` reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StatFs {
     /// Block size, bytes.
     pub bsize: u64,
@@ -53,7 +53,7 @@ pub struct StatFs {
 
 /// One entry of [`FileSystem::readdir_ino`]: `offset` is where the next call resumes
 /// to list the entries after it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DirEntryAt {
     /// The entry.
     pub entry: DirEntry,

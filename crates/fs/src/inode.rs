@@ -56,7 +56,7 @@ const STATIC_LEN: usize = CSUM_OFF + 4;
 const RDEV_OFF: u64 = crate::layout::INODE_SIZE - 8;
 
 /// What an inode is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
     /// A regular file.

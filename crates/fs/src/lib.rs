@@ -154,7 +154,7 @@ impl MountOptions {
 }
 
 /// What `stat` reports.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Stat {
     /// Inode number.
     pub ino: u64,
@@ -188,7 +188,7 @@ pub struct Stat {
 }
 
 /// One entry of a directory listing (`.` and `..` are not listed).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DirEntry {
     /// The entry's name.
     pub name: String,

@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -116,7 +116,7 @@ pub struct ServeOptions {
 
 /// Mounts the image and serves it until it is unmounted, then unmounts the image.
 pub fn serve(o: &ServeOptions) -> Result<()> {
-    let fs = Arc::new(open_image(o)?);
+    let fs = Arc::new(open_image(&o.image, o.mode, o.read_only, o.slowmem)?);
     let m = crate::Mount::new(fs.clone(), &o.mountpoint, &o.mount)
         .map_err(|e| Error::os(format!("mounting on {}", o.mountpoint.display()), e))?;
     let state = state_file(&o.mountpoint);
@@ -192,36 +192,43 @@ pub fn label(slowmem: Option<Model>) -> String {
         .unwrap_or_default()
 }
 
-/// Opens and mounts the image as `o` says, saying when recovery had work to do.
-fn open_image(o: &ServeOptions) -> Result<FileSystem> {
-    let region = if o.read_only {
-        Region::open_read_only(&o.image)?
+/// Opens and mounts `image` (read-only if asked, through the slow-memory model if
+/// one is given), saying on standard error when recovery had work to do or the
+/// image is damaged (then mounted read-only).
+pub fn open_image(
+    image: &Path,
+    mode: Mode,
+    read_only: bool,
+    slowmem: Option<Model>,
+) -> Result<FileSystem> {
+    let region = if read_only {
+        Region::open_read_only(image)?
     } else {
-        Region::open(&o.image)?
+        Region::open(image)?
     };
-    let pm: Arc<dyn Pmem> = match o.slowmem {
+    let pm: Arc<dyn Pmem> = match slowmem {
         Some(model) => Arc::new(SlowMem::new(Arc::new(region), model)),
         None => Arc::new(region),
     };
     let opts = MountOptions {
-        read_only: o.read_only,
-        ..MountOptions::with_mode(o.mode)
+        read_only,
+        ..MountOptions::with_mode(mode)
     };
     let (fs, report) = FileSystem::mount(pm, opts).map_err(|source| Error::Fs {
-        what: format!("mounting {}", o.image.display()),
+        what: format!("mounting {}", image.display()),
         source,
     })?;
     if !report.damage.is_empty() {
         eprintln!(
             "easyio: warning: {} is damaged ({} problem(s), first: {}); mounted read-only",
-            o.image.display(),
+            image.display(),
             report.damage.len(),
             report.damage[0]
         );
     } else if !report.clean && !report.read_only {
         eprintln!(
             "easyio: {} was not cleanly unmounted; recovered in {} µs",
-            o.image.display(),
+            image.display(),
             report.mount_us
         );
     }

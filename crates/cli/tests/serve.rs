@@ -1,0 +1,693 @@
+//! `easyio serve` with real processes: the server is the built `easyio` binary, each
+//! client is this test program run again in a role (`role_entry`), talking to the
+//! server through `easyio_serve::Client`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use easyio_serve::wire::{self, Answer, Hello, Request, Welcome};
+use easyio_serve::Client;
+
+/// The role a run of this program plays (absent: the tests themselves).
+const ROLE: &str = "EASYIO_SERVE_TEST_ROLE";
+/// The socket a role connects to.
+const SOCKET: &str = "EASYIO_SERVE_TEST_SOCKET";
+/// The role's argument.
+const ARG: &str = "EASYIO_SERVE_TEST_ARG";
+/// Longest a server or a client may take to finish before the test fails.
+const LIMIT: Duration = Duration::from_secs(120);
+/// Blocks of the file readers and writers share.
+const SHARED_BLOCKS: u64 = 16;
+/// Bytes of one block of that file.
+const BLOCK: usize = 4096;
+
+/// A scratch directory, removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("easyio-serve-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `easyio serve` of a fresh image, in the foreground as a child process.
+struct Server {
+    child: Child,
+    image: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Formats an image in `dir` and serves it.
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let image = dir.join("image");
+        let out = easyio(&["mkfs", "--image", image.to_str().unwrap(), "--size", "64M"]);
+        assert!(out.status.success(), "mkfs: {}", stderr(&out));
+        Server::restart(image, dir.join("sock"), extra)
+    }
+
+    /// Serves `image` (formatted) on `socket`; returns once it listens.
+    fn restart(image: PathBuf, socket: PathBuf, extra: &[&str]) -> Server {
+        let log = socket.with_extension(format!("log{}", Instant::now().elapsed().as_nanos()));
+        let mut child = common::easyio()
+            .args([
+                "serve",
+                image.to_str().unwrap(),
+                "--socket",
+                socket.to_str().unwrap(),
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let s = Server {
+            child,
+            image,
+            socket,
+            log,
+        };
+        assert!(
+            line.contains("serving"),
+            "server did not start: {}",
+            s.log_text()
+        );
+        s
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then requires a clean unmount and a clean fsck.
+    fn stop(mut self) -> PathBuf {
+        signal(self.child.id(), libc::SIGTERM);
+        let st = wait_exit(&mut self.child);
+        let log = self.log_text();
+        assert_eq!(st.signal(), Some(libc::SIGTERM), "server: {log}");
+        assert!(log.contains("unmounted cleanly"), "server log: {log}");
+        assert!(!self.socket.exists(), "the socket is left behind");
+        fsck_clean(&self.image);
+        self.image.clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn easyio(args: &[&str]) -> Output {
+    common::run_bounded(common::easyio().args(args), LIMIT).0
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn fsck_clean(image: &Path) {
+    let out = easyio(&["fsck", "--image", image.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child of this test; no memory is touched.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("process {} still running after {LIMIT:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// This program run again as `role` with `arg`, a client of the server on `socket`.
+fn client_process(role: &str, socket: &Path, arg: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "role_entry",
+            "--nocapture",
+            "--test-threads",
+            "1",
+            "-q",
+        ])
+        .env(ROLE, role)
+        .env(SOCKET, socket)
+        .env(ARG, arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a client process; its status and the lines it printed.
+fn finish(mut child: Child) -> (std::process::ExitStatus, Vec<String>, String) {
+    let st = wait_exit(&mut child);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (st, out.lines().map(str::to_string).collect(), err)
+}
+
+/// The contents a worker writes to its `k`-th file.
+fn contents(worker: u32, k: u32) -> Vec<u8> {
+    let len = 1 + (worker as usize * 7919 + k as usize * 104_729) % 70_000;
+    (0..len)
+        .map(|i| (i as u32 ^ worker.wrapping_mul(31) ^ k) as u8)
+        .collect()
+}
+
+/// One 4 KiB block of the shared file as writer `seq` leaves it: the sequence number,
+/// the block number, bytes derived from both, and a CRC-32C of all that before it.
+fn stamped(seq: u64, block: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK];
+    b[..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..16].copy_from_slice(&block.to_le_bytes());
+    for (i, x) in b[16..BLOCK - 4].iter_mut().enumerate() {
+        *x = (seq as usize * 13 + block as usize * 7 + i) as u8;
+    }
+    let crc = crc32c::crc32c(&b[..BLOCK - 4]);
+    b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// The sequence number of an intact block; `None` for a torn one.
+fn intact(b: &[u8], block: u64) -> Option<u64> {
+    let crc = u32::from_le_bytes(b[BLOCK - 4..].try_into().unwrap());
+    let seq = u64::from_le_bytes(b[..8].try_into().unwrap());
+    (crc32c::crc32c(&b[..BLOCK - 4]) == crc && b == stamped(seq, block).as_slice()).then_some(seq)
+}
+
+/// The entry of the client processes: does nothing in the test run itself.
+#[test]
+fn role_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let socket = PathBuf::from(std::env::var(SOCKET).unwrap());
+    let arg = std::env::var(ARG).unwrap();
+    let c = Client::connect(&socket).unwrap();
+    match role.as_str() {
+        "worker" => worker(&c, arg.parse().unwrap()),
+        "rewriter" => rewriter(&c, arg.parse().unwrap()),
+        "reader" => reader(&c, arg.parse().unwrap()),
+        "store" => store(&c),
+        "holder" => holder(&c),
+        other => panic!("unknown role {other}"),
+    }
+    std::io::stdout().flush().unwrap();
+}
+
+/// Creates, writes, renames and unlinks files in a shared and a private directory;
+/// prints `HAS path crc` for each file it leaves and `NOT path` for each it removed.
+fn worker(c: &Client, me: u32) {
+    let private = format!("/p{me}");
+    for dir in ["/shared", private.as_str()] {
+        match c.mkdir(dir, 0o755) {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.errno(), libc::EEXIST, "mkdir {dir}: {e}"),
+        }
+    }
+    let mut state = BTreeMap::new();
+    for k in 0..40u32 {
+        let dir = if k % 2 == 0 {
+            "/shared"
+        } else {
+            private.as_str()
+        };
+        let path = format!("{dir}/w{me}-{k}");
+        let data = contents(me, k);
+        let fd = c
+            .open(&path, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)
+            .unwrap();
+        assert_eq!(c.pwrite(fd, &data, 0).unwrap(), data.len());
+        if k % 5 == 0 {
+            c.fsync(fd).unwrap();
+        }
+        c.close(fd).unwrap();
+        let crc = crc32c::crc32c(&data);
+        match k % 4 {
+            0 => {
+                let new = format!("{dir}/r{me}-{k}");
+                c.rename(&path, &new).unwrap();
+                state.insert(path, None);
+                state.insert(new, Some(crc));
+            }
+            1 => {
+                c.unlink(&path).unwrap();
+                state.insert(path, None);
+            }
+            _ => {
+                state.insert(path, Some(crc));
+            }
+        }
+    }
+    for (path, crc) in state {
+        match crc {
+            Some(crc) => println!("HAS {path} {crc}"),
+            None => println!("NOT {path}"),
+        }
+    }
+}
+
+/// Rewrites every block of `/shared.dat` with ever larger sequence numbers for `ms`.
+fn rewriter(c: &Client, ms: u64) {
+    let fd = c.open("/shared.dat", libc::O_WRONLY, 0).unwrap();
+    let t0 = Instant::now();
+    let mut seq = 1;
+    while t0.elapsed() < Duration::from_millis(ms) {
+        for b in 0..SHARED_BLOCKS {
+            c.pwrite(fd, &stamped(seq, b), b * BLOCK as u64).unwrap();
+        }
+        seq += 1;
+    }
+    println!("WROTE {seq}");
+}
+
+/// Reads `/shared.dat` block by block for `ms`; prints what it saw.
+fn reader(c: &Client, ms: u64) {
+    let fd = c.open("/shared.dat", libc::O_RDONLY, 0).unwrap();
+    let mut last = vec![0u64; SHARED_BLOCKS as usize];
+    let (mut reads, mut torn, mut backwards) = (0u64, 0u64, 0u64);
+    let mut buf = vec![0u8; BLOCK];
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(ms) {
+        for b in 0..SHARED_BLOCKS {
+            assert_eq!(c.pread(fd, &mut buf, b * BLOCK as u64).unwrap(), BLOCK);
+            reads += 1;
+            match intact(&buf, b) {
+                Some(seq) if seq < last[b as usize] => backwards += 1,
+                Some(seq) => last[b as usize] = seq,
+                None => torn += 1,
+            }
+        }
+    }
+    println!("READ {reads} TORN {torn} BACKWARDS {backwards}");
+}
+
+/// Stores into the read-only mapping of the image: the kernel must kill this process.
+fn store(c: &Client) {
+    let region = c.region().expect("root may read the image: it is mapped");
+    let mut magic = [0u8; 8];
+    assert!(region.read_image(0, &mut magic));
+    println!("MAPPED {}", String::from_utf8_lossy(&magic));
+    std::io::stdout().flush().unwrap();
+    let p = region.as_ptr().wrapping_add(region.region_offset()) as *mut u8;
+    // SAFETY: deliberately unsound — a stray store into the region, which the kernel
+    // must refuse (PROT_READ) by SIGSEGV before it lands.
+    unsafe { p.write_volatile(0xAB) };
+    println!("STORED");
+}
+
+/// Opens a 1 MiB file, unlinks it, and waits to be killed.
+fn holder(c: &Client) {
+    let fd = c
+        .open("/held", libc::O_CREAT | libc::O_RDWR, 0o600)
+        .unwrap();
+    c.pwrite(fd, &vec![5u8; 1 << 20], 0).unwrap();
+    c.unlink("/held").unwrap();
+    println!("HOLDING");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(LIMIT);
+}
+
+#[test]
+fn clients_in_several_processes_create_rename_and_unlink_at_once() {
+    let dir = Scratch::new("workers");
+    let server = Server::start(&dir.0, &[]);
+    let kids: Vec<Child> = (0..4)
+        .map(|i| client_process("worker", &server.socket, &i.to_string()))
+        .collect();
+    let mut expect = BTreeMap::new();
+    for kid in kids {
+        let (st, lines, err) = finish(kid);
+        assert!(st.success(), "worker failed: {err}");
+        for l in lines {
+            let w: Vec<&str> = l.split(' ').collect();
+            match w[..] {
+                ["HAS", path, crc] => expect.insert(path.to_string(), Some(crc.to_string())),
+                ["NOT", path] => expect.insert(path.to_string(), None),
+                _ => None,
+            };
+        }
+    }
+    assert_eq!(
+        expect.len(),
+        4 * (40 + 10),
+        "every worker reported its files"
+    );
+    let image = server.stop();
+    // Every acknowledged operation is in the image, read by the library itself.
+    let region = pmem::Region::open(&image).unwrap();
+    let (fs, _) =
+        fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
+    for (path, want) in &expect {
+        match want {
+            Some(crc) => {
+                let fd = fs.open(path, fs::OpenFlags::RDONLY, 0).unwrap();
+                let size = fs.fstat(fd).unwrap().size as usize;
+                let mut buf = vec![0u8; size];
+                assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), size);
+                fs.close(fd).unwrap();
+                assert_eq!(crc32c::crc32c(&buf).to_string(), *crc, "{path}");
+            }
+            None => assert!(fs.stat(path).is_err(), "{path} should be gone"),
+        }
+    }
+    let shared = fs.readdir("/shared").unwrap().len();
+    assert_eq!(
+        shared,
+        expect
+            .iter()
+            .filter(|(p, v)| p.starts_with("/shared/") && v.is_some())
+            .count()
+    );
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_reader_process_never_sees_a_torn_or_older_block_while_another_writes() {
+    let dir = Scratch::new("torn");
+    let server = Server::start(&dir.0, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    let fd = c
+        .open("/shared.dat", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    for b in 0..SHARED_BLOCKS {
+        c.pwrite(fd, &stamped(0, b), b * BLOCK as u64).unwrap();
+    }
+    c.close(fd).unwrap();
+    let writer = client_process("rewriter", &server.socket, "1500");
+    let reader = client_process("reader", &server.socket, "1500");
+    let (wst, wout, werr) = finish(writer);
+    let (rst, rout, rerr) = finish(reader);
+    assert!(
+        wst.success() && rst.success(),
+        "writer: {werr}\nreader: {rerr}"
+    );
+    let wrote: u64 = wout
+        .iter()
+        .find_map(|l| l.strip_prefix("WROTE "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let seen = rout
+        .iter()
+        .find_map(|l| l.strip_prefix("READ "))
+        .unwrap()
+        .to_string();
+    let n: Vec<u64> = seen.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        wrote > 2 && n[0] > SHARED_BLOCKS,
+        "the two overlapped: wrote {wrote}, {seen}"
+    );
+    assert_eq!((n[1], n[2]), (0, 0), "torn and backwards reads: {seen}");
+    drop(c);
+    server.stop();
+}
+
+#[test]
+fn a_client_that_stores_into_the_image_is_killed_and_the_image_is_intact() {
+    let dir = Scratch::new("segv");
+    let server = Server::start(&dir.0, &[]);
+    let (st, lines, err) = finish(client_process("store", &server.socket, ""));
+    assert!(
+        lines.iter().any(|l| l.starts_with("MAPPED ")),
+        "{lines:?} {err}"
+    );
+    assert!(!lines.iter().any(|l| l == "STORED"), "the store landed");
+    assert_eq!(st.signal(), Some(libc::SIGSEGV), "{err}");
+    let c = Client::connect(&server.socket).unwrap();
+    c.mkdir("/still-serving", 0o755).unwrap();
+    drop(c);
+    server.stop();
+}
+
+#[test]
+fn a_killed_client_leaves_nothing_open_and_its_unlinked_file_is_freed() {
+    let dir = Scratch::new("kill-client");
+    let server = Server::start(&dir.0, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    let free = c.statfs().unwrap().bfree;
+    let mut holder = client_process("holder", &server.socket, "");
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HOLDING") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "holder ended early");
+    }
+    let held = c.status().unwrap();
+    assert_eq!((held.clients, held.open_total), (2, 1));
+    assert!(
+        c.statfs().unwrap().bfree + 256 <= free,
+        "the file holds its blocks"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let s = c.status().unwrap();
+        // The 256 blocks of the file are back; the log may keep a block or two for
+        // the entries of the create and the unlink.
+        if s.clients == 1 && s.open_total == 0 && c.statfs().unwrap().bfree + 8 >= free {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still held: {s:?}, free {} of {free}",
+            c.statfs().unwrap().bfree
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(c);
+    server.stop();
+}
+
+#[test]
+fn a_killed_server_fails_calls_at_once_and_a_new_one_recovers_what_it_acknowledged() {
+    let dir = Scratch::new("kill-server");
+    let mut server = Server::start(&dir.0, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    let fd = c
+        .open("/kept", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    let data = contents(9, 9);
+    c.pwrite(fd, &data, 0).unwrap();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let t0 = Instant::now();
+    let e = c.pwrite(fd, b"more", 0).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOTCONN, "{e}");
+    assert_eq!(c.stat("/kept").unwrap_err().errno(), libc::ENOTCONN);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(Client::connect(&server.socket).is_err(), "nobody listens");
+    let (image, socket) = (server.image.clone(), server.socket.clone());
+    drop(server);
+    let server = Server::restart(image, socket, &[]);
+    assert!(
+        server.log_text().contains("recovered"),
+        "{}",
+        server.log_text()
+    );
+    let c = Client::connect(&server.socket).unwrap();
+    let fd = c.open("/kept", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; data.len() + 10];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), data.len());
+    assert_eq!(&buf[..data.len()], &data[..]);
+    drop(c);
+    server.stop();
+}
+
+/// Sends one raw frame of `payload` and returns the raw answer, decoded.
+fn raw_call(s: &mut std::os::unix::net::UnixStream, payload: &[u8]) -> Answer {
+    s.write_all(&(payload.len() as u32).to_le_bytes()).unwrap();
+    s.write_all(payload).unwrap();
+    let bytes = wire::receive(s).unwrap().unwrap();
+    wire::decode(&bytes).unwrap()
+}
+
+#[test]
+fn garbage_and_foreign_descriptors_get_errors_and_harm_nothing() {
+    use rand::{Rng, SeedableRng};
+    let dir = Scratch::new("garbage");
+    let server = Server::start(&dir.0, &[]);
+    let good = Client::connect(&server.socket).unwrap();
+    let fd = good
+        .open("/mine", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    good.pwrite(fd, b"precious", 0).unwrap();
+
+    let mut s = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    wire::send(
+        &mut s,
+        &Hello {
+            version: wire::VERSION,
+            umask: 0o022,
+        },
+    )
+    .unwrap();
+    let w = wire::receive(&mut s).unwrap().unwrap();
+    assert!(matches!(
+        wire::decode::<Welcome>(&w),
+        Some(Welcome::Accepted { .. })
+    ));
+    // Another connection's descriptor, descriptors never opened, offsets past any file.
+    for req in [
+        Request::Pwrite {
+            fd,
+            data: b"stolen".to_vec(),
+            off: 0,
+        },
+        Request::Close { fd },
+        Request::Read {
+            fd: u32::MAX,
+            len: u32::MAX,
+        },
+        Request::Fstat { fd: 7 },
+    ] {
+        assert_eq!(
+            raw_call(&mut s, &wire::frame(&req).unwrap()[4..]),
+            Answer::Error(libc::EBADF)
+        );
+    }
+    let Answer::Fd(mine) = raw_call(
+        &mut s,
+        &wire::frame(&Request::Open {
+            path: "/mine".into(),
+            flags: libc::O_RDWR,
+            mode: 0,
+        })
+        .unwrap()[4..],
+    ) else {
+        panic!("open")
+    };
+    let far = Request::Pwrite {
+        fd: mine,
+        data: vec![1; 10],
+        off: u64::MAX - 5,
+    };
+    assert!(matches!(
+        raw_call(&mut s, &wire::frame(&far).unwrap()[4..]),
+        Answer::Error(_)
+    ));
+    let bad_whence = Request::Lseek {
+        fd: mine,
+        off: 0,
+        whence: 99,
+    };
+    assert_eq!(
+        raw_call(&mut s, &wire::frame(&bad_whence).unwrap()[4..]),
+        Answer::Error(libc::EINVAL)
+    );
+    // Random payloads: each gets an answer (most EBADMSG); none ends the server.
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(21);
+    for _ in 0..2000 {
+        let len = rng.random_range(0..64);
+        let junk: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        let _ = raw_call(&mut s, &junk);
+    }
+    // A frame too long to be one: the server ends that connection, no one else's.
+    s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    assert!(wire::receive(&mut s).map(|a| a.is_none()).unwrap_or(true));
+    let mut buf = [0u8; 8];
+    assert_eq!(good.pread(fd, &mut buf, 0).unwrap(), 8);
+    assert_eq!(&buf, b"precious");
+    // A greeting of another version is refused.
+    let mut old = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    wire::send(
+        &mut old,
+        &Hello {
+            version: 0,
+            umask: 0,
+        },
+    )
+    .unwrap();
+    let w = wire::receive(&mut old).unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Welcome>(&w),
+        Some(Welcome::Refused(libc::EPROTO))
+    );
+    drop((good, s, old));
+    server.stop();
+}
+
+#[test]
+fn a_second_server_on_a_live_socket_or_a_held_image_is_refused() {
+    let dir = Scratch::new("twice");
+    let server = Server::start(&dir.0, &[]);
+    let other = dir.0.join("other-sock");
+    let out = easyio(&[
+        "serve",
+        server.image.to_str().unwrap(),
+        "--socket",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(libc::EBUSY), "{}", stderr(&out));
+    let image2 = dir.0.join("image2");
+    assert!(
+        easyio(&["mkfs", "--image", image2.to_str().unwrap(), "--size", "16M"])
+            .status
+            .success()
+    );
+    let out = easyio(&[
+        "serve",
+        image2.to_str().unwrap(),
+        "--socket",
+        server.socket.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(libc::EADDRINUSE),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("already listens"), "{}", stderr(&out));
+    let plain = dir.0.join("plain");
+    std::fs::write(&plain, b"not a socket").unwrap();
+    let out = easyio(&[
+        "serve",
+        image2.to_str().unwrap(),
+        "--socket",
+        plain.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(libc::EEXIST), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&plain).unwrap(), b"not a socket");
+    server.stop();
+}

@@ -1,0 +1,161 @@
+//! One client's requests, answered with its credentials. The connection owns the
+//! descriptors it opened: a request naming any other is `EBADF`, and when the
+//! connection ends — the client closed it, died, or sent what cannot be framed —
+//! every descriptor it left open is closed, so an unlinked file it held is freed.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use fs::{Cred, Fd, FileSystem, OpenFlags, Whence};
+
+use crate::wire::{self, Answer, Request, Status, MAX_IO};
+
+/// Counts shared by every connection of a server.
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// Connections open.
+    pub clients: AtomicU32,
+    /// Descriptors open over all connections.
+    pub open: AtomicU32,
+}
+
+/// A client's view of the file system.
+pub(crate) struct Conn<'a> {
+    fs: &'a FileSystem,
+    cred: Cred,
+    fds: BTreeSet<u32>,
+    counts: &'a Counts,
+}
+
+impl<'a> Conn<'a> {
+    pub fn new(fs: &'a FileSystem, cred: Cred, counts: &'a Counts) -> Conn<'a> {
+        counts.clients.fetch_add(1, Ordering::SeqCst);
+        Conn {
+            fs,
+            cred,
+            fds: BTreeSet::new(),
+            counts,
+        }
+    }
+
+    /// The answer to one frame's payload: `EBADMSG` if it is not a request.
+    pub fn answer_bytes(&mut self, payload: &[u8]) -> Answer {
+        match wire::decode::<Request>(payload) {
+            Some(req) => self.answer(req),
+            None => Answer::Error(libc::EBADMSG),
+        }
+    }
+
+    /// The answer to `req`.
+    pub fn answer(&mut self, req: Request) -> Answer {
+        self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()))
+    }
+
+    fn call(&mut self, req: Request) -> fs::Result<Answer> {
+        let s = self.fs.as_user(&self.cred);
+        let fs = self.fs;
+        Ok(match req {
+            Request::Open { path, flags, mode } => {
+                let fd = s.open(&path, OpenFlags(flags), mode)?;
+                self.fds.insert(fd.0);
+                self.counts.open.fetch_add(1, Ordering::SeqCst);
+                Answer::Fd(fd.0)
+            }
+            Request::Close { fd } => {
+                let fd = self.own(fd)?;
+                self.fds.remove(&fd.0);
+                self.counts.open.fetch_sub(1, Ordering::SeqCst);
+                fs.close(fd)?;
+                Answer::Done
+            }
+            Request::Read { fd, len } => {
+                let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
+                let n = fs.read(self.own(fd)?, &mut buf)?;
+                buf.truncate(n);
+                Answer::Data(buf)
+            }
+            Request::Pread { fd, len, off } => {
+                let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
+                let n = fs.pread(self.own(fd)?, &mut buf, off)?;
+                buf.truncate(n);
+                Answer::Data(buf)
+            }
+            Request::Write { fd, data } => Answer::Count(fs.write(self.own(fd)?, &data)? as u64),
+            Request::Pwrite { fd, data, off } => {
+                Answer::Count(fs.pwrite(self.own(fd)?, &data, off)? as u64)
+            }
+            Request::Lseek { fd, off, whence } => {
+                Answer::Count(fs.lseek(self.own(fd)?, off, whence_of(whence)?)?)
+            }
+            Request::Fsync { fd } => done(fs.fsync(self.own(fd)?))?,
+            Request::Ftruncate { fd, len } => done(s.ftruncate(self.own(fd)?, len))?,
+            Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?)?),
+            req => self.path_call(req)?,
+        })
+    }
+
+    /// The calls that name paths, not descriptors.
+    fn path_call(&self, req: Request) -> fs::Result<Answer> {
+        let s = self.fs.as_user(&self.cred);
+        Ok(match req {
+            Request::Stat { path } => Answer::Stat(s.stat(&path)?),
+            Request::Lstat { path } => Answer::Stat(s.lstat(&path)?),
+            Request::Mkdir { path, mode } => done(s.mkdir(&path, mode))?,
+            Request::Rmdir { path } => done(s.rmdir(&path))?,
+            Request::Unlink { path } => done(s.unlink(&path))?,
+            Request::Rename { old, new, flags } => {
+                done(s.renameat2(None, &old, None, &new, flags))?
+            }
+            Request::Link { old, new } => done(s.link(&old, &new))?,
+            Request::Symlink { target, path } => done(s.symlink(&target, &path))?,
+            Request::Readlink { path } => Answer::Text(s.readlink(&path)?),
+            Request::Chmod { path, mode } => done(s.chmod(&path, mode))?,
+            Request::Chown { path, uid, gid } => done(s.chown(&path, uid, gid))?,
+            Request::Truncate { path, len } => done(s.truncate(&path, len))?,
+            Request::Readdir { path } => Answer::Entries(s.readdir(&path)?),
+            Request::Statfs => Answer::StatFs(self.fs.statfs()?),
+            Request::Status => Answer::Status(Status {
+                clients: self.counts.clients.load(Ordering::SeqCst),
+                open_here: self.fds.len() as u32,
+                open_total: self.counts.open.load(Ordering::SeqCst),
+            }),
+            _ => unreachable!("descriptor calls are answered by Conn::call"),
+        })
+    }
+
+    /// `fd` if this connection opened it; `EBADF` otherwise.
+    fn own(&self, fd: u32) -> fs::Result<Fd> {
+        if self.fds.contains(&fd) {
+            Ok(Fd(fd))
+        } else {
+            Err(fs::Error::BadFd)
+        }
+    }
+}
+
+impl Drop for Conn<'_> {
+    /// Closes what the client left open.
+    fn drop(&mut self) {
+        for &fd in &self.fds {
+            let _ = self.fs.close(Fd(fd));
+            self.counts.open.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.counts.clients.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn done(r: fs::Result<()>) -> fs::Result<Answer> {
+    r.map(|()| Answer::Done)
+}
+
+/// The [`Whence`] of a `SEEK_*` value.
+fn whence_of(w: i32) -> fs::Result<Whence> {
+    Ok(match w {
+        libc::SEEK_SET => Whence::Set,
+        libc::SEEK_CUR => Whence::Cur,
+        libc::SEEK_END => Whence::End,
+        libc::SEEK_DATA => Whence::Data,
+        libc::SEEK_HOLE => Whence::Hole,
+        _ => return Err(fs::Error::Invalid(format!("whence {w}"))),
+    })
+}

@@ -1,0 +1,30 @@
+//! `easyio serve`: several processes on one image (KucoFS's split, in userspace).
+//!
+//! One server process holds the image — the only one that may write it — and serves
+//! clients over a Unix socket:
+//!
+//! - **Who may write what.** The server alone maps the image writable. A client that
+//!   may read the image file itself receives a read-only descriptor of it
+//!   (`SCM_RIGHTS`) and maps it `PROT_READ`: the kernel refuses any store a client
+//!   makes into it (SIGSEGV), so a stray pointer in a client cannot corrupt the file
+//!   system.
+//! - **Who a client is.** The server takes each client's uid and gid from the socket
+//!   (`SO_PEERCRED`) and its groups from `/proc`, never from what the client says, and
+//!   makes every call with them, checked as Linux checks them.
+//! - **Calls.** Every call is one request and one answer ([`wire`]); descriptors
+//!   belong to the connection that opened them.
+//! - **Crashes.** A client that dies (its socket closes) has its descriptors closed,
+//!   so nothing it held leaks and what it unlinked is freed; what the server
+//!   acknowledged is in the image. A server that dies makes every later call of its
+//!   clients fail with `ENOTCONN`, never hang; the next server recovers the image as
+//!   after any crash.
+
+mod client;
+mod conn;
+mod error;
+mod server;
+pub mod wire;
+
+pub use client::{Client, RegionView};
+pub use error::{Error, Result};
+pub use server::{serve, ServeOptions, Server};

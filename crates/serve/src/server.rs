@@ -1,0 +1,307 @@
+//! The server: holds the image (the only process that may write it), listens on a
+//! Unix socket, and answers each client on a thread of its own with the uid and gid
+//! the kernel gives for the socket's peer (`SO_PEERCRED`).
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fs::{Cred, FileSystem, Mode};
+use pmem::slowmem::Model;
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+
+use crate::conn::{Conn, Counts};
+use crate::error::{Error, Result};
+use crate::wire::{self, Hello, Welcome};
+
+/// How often the accept loop looks at the stop request.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What to serve, where and how.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The image (a region file or a devdax device).
+    pub image: PathBuf,
+    /// The socket clients connect to.
+    pub socket: PathBuf,
+    /// Who moves file data.
+    pub mode: Mode,
+    /// Slow-memory emulation of every copy into or out of the image.
+    pub slowmem: Option<Model>,
+    /// Let every local user connect (each is checked as itself); otherwise the socket
+    /// is the server user's only.
+    pub allow_other: bool,
+    /// Polled while serving: true ends the server cleanly.
+    pub stop_requested: fn() -> bool,
+}
+
+/// Opens the image, serves it until a stop is requested, then unmounts it.
+pub fn serve(o: &ServeOptions) -> Result<()> {
+    let fs = Arc::new(easyio_fuse::open_image(&o.image, o.mode, false, o.slowmem)?);
+    let server = Server::bind(fs, &o.image, &o.socket, o.allow_other)?;
+    eprintln!(
+        "easyio: serving {} on socket {} (mode {}{})",
+        o.image.display(),
+        o.socket.display(),
+        o.mode,
+        easyio_fuse::label(o.slowmem)
+    );
+    println!(
+        "easyio: serving {} on {}",
+        o.image.display(),
+        o.socket.display()
+    );
+    let fs = server.run(o.stop_requested)?;
+    let fs = Arc::try_unwrap(fs).map_err(|_| Error::Image(easyio_fuse::Error::StillHeld))?;
+    fs.unmount().map_err(Error::Unmount)?;
+    eprintln!("easyio: {} unmounted cleanly", o.image.display());
+    Ok(())
+}
+
+/// A bound server.
+pub struct Server {
+    fs: Arc<FileSystem>,
+    listener: UnixListener,
+    socket: PathBuf,
+    image: Arc<Image>,
+    counts: Arc<Counts>,
+}
+
+/// The image as clients may map it.
+struct Image {
+    /// Opened read-only: what a client that may read the image file receives.
+    file: File,
+    /// Owner, group and mode of the image file, to decide who may receive it.
+    meta: std::fs::Metadata,
+    /// Where the region starts in the image.
+    region_offset: u64,
+    /// Bytes of the region.
+    region_len: u64,
+}
+
+/// One client's connection: its socket (shut down to end it) and its thread.
+struct Client {
+    stream: UnixStream,
+    thread: JoinHandle<()>,
+}
+
+impl Server {
+    /// Listens on `socket` for clients of `fs`, the file system of `image`. A stale
+    /// socket left by a server that died is replaced; a live one is `EADDRINUSE`,
+    /// anything else at that path `EEXIST`.
+    pub fn bind(
+        fs: Arc<FileSystem>,
+        image: &Path,
+        socket: &Path,
+        allow_other: bool,
+    ) -> Result<Server> {
+        let file = File::open(image).map_err(|e| Error::os(format!("{}", image.display()), e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::os(format!("{}", image.display()), e))?;
+        let image = Arc::new(Image {
+            file,
+            meta,
+            region_offset: pmem::HEADER_LEN,
+            region_len: fs.pmem().len(),
+        });
+        clear_stale(socket)?;
+        let listener = UnixListener::bind(socket)
+            .map_err(|e| Error::os(format!("socket {}", socket.display()), e))?;
+        let mode = if allow_other { 0o666 } else { 0o600 };
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::os(format!("socket {}", socket.display()), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::os("socket", e))?;
+        Ok(Server {
+            fs,
+            listener,
+            socket: socket.to_path_buf(),
+            image,
+            counts: Arc::default(),
+        })
+    }
+
+    /// Serves clients until `stop_requested` says so, then ends every connection
+    /// (closing what each left open) and returns the file system.
+    pub fn run(self, stop_requested: fn() -> bool) -> Result<Arc<FileSystem>> {
+        let mut clients: Vec<Client> = Vec::new();
+        while !stop_requested() {
+            clients.retain(|c| !c.thread.is_finished());
+            match self.listener.accept() {
+                Ok((stream, _)) => clients.push(self.start(stream)?),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => eprintln!("easyio: accepting a client: {e}"),
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        for c in &clients {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+        for c in clients {
+            let _ = c.thread.join();
+        }
+        Ok(self.fs)
+    }
+
+    /// Starts the thread that answers the client on `stream`.
+    fn start(&self, stream: UnixStream) -> Result<Client> {
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::os("client socket", e))?;
+        let ours = stream
+            .try_clone()
+            .map_err(|e| Error::os("client socket", e))?;
+        let (fs, image, counts) = (self.fs.clone(), self.image.clone(), self.counts.clone());
+        let thread = std::thread::Builder::new()
+            .name("easyio-client".into())
+            .spawn(move || {
+                if let Err(e) = answer_client(&fs, &image, &counts, stream) {
+                    eprintln!("easyio: client ended: {e}");
+                }
+            })
+            .map_err(|e| Error::os("starting a client thread", e))?;
+        Ok(Client {
+            stream: ours,
+            thread,
+        })
+    }
+}
+
+/// Greets the client on `stream`, then answers its requests until it goes.
+fn answer_client(
+    fs: &FileSystem,
+    image: &Image,
+    counts: &Counts,
+    mut stream: UnixStream,
+) -> io::Result<()> {
+    let peer = rustix::net::sockopt::socket_peercred(&stream)?;
+    let Some(hello) = wire::receive(&mut stream)? else {
+        return Ok(());
+    };
+    let hello = match wire::decode::<Hello>(&hello) {
+        Some(h) if h.version == wire::VERSION => h,
+        _ => return wire::send(&mut stream, &Welcome::Refused(libc::EPROTO)),
+    };
+    let cred = Cred {
+        uid: peer.uid.as_raw(),
+        gid: peer.gid.as_raw(),
+        groups: groups(peer.pid.as_raw_nonzero().get() as u32),
+        umask: hello.umask & 0o777,
+    };
+    let mapped = may_read(&image.meta, &cred);
+    welcome(&stream, image, mapped)?;
+    let mut conn = Conn::new(fs, cred, counts);
+    while let Some(payload) = wire::receive(&mut stream)? {
+        let answer = conn.answer_bytes(&payload);
+        wire::send(&mut stream, &answer)?;
+    }
+    Ok(())
+}
+
+/// Sends the welcome, with the image's read-only descriptor if `mapped`.
+fn welcome(stream: &UnixStream, image: &Image, mapped: bool) -> io::Result<()> {
+    let bytes = wire::frame(&Welcome::Accepted {
+        version: wire::VERSION,
+        mapped,
+        region_offset: image.region_offset,
+        region_len: image.region_len,
+        server_pid: std::process::id(),
+    })?;
+    let fds = [image.file.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if mapped && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptor"));
+    }
+    let mut sent = rustix::net::sendmsg(
+        stream,
+        &[IoSlice::new(&bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    while sent < bytes.len() {
+        sent += rustix::net::send(stream, &bytes[sent..], SendFlags::NOSIGNAL)?;
+    }
+    Ok(())
+}
+
+/// Whether `cred` may read the image file itself (so giving it a read-only mapping of
+/// the whole image shows it nothing it could not read anyway).
+fn may_read(meta: &std::fs::Metadata, cred: &Cred) -> bool {
+    let mode = meta.mode();
+    cred.is_root()
+        || if cred.uid == meta.uid() {
+            mode & 0o400 != 0
+        } else if cred.in_group(meta.gid()) {
+            mode & 0o040 != 0
+        } else {
+            mode & 0o004 != 0
+        }
+}
+
+/// The supplementary groups of process `pid` (none if it cannot be read).
+fn groups(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// Removes a socket at `path` that no server answers; refuses a live one or a file
+/// that is not a socket.
+fn clear_stale(path: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let what = || format!("socket {}", path.display());
+    if !meta.file_type().is_socket() {
+        return Err(Error::os(
+            what(),
+            io::Error::from_raw_os_error(libc::EEXIST),
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(Error::os(
+            format!("{}: a server already listens there", what()),
+            io::Error::from_raw_os_error(libc::EADDRINUSE),
+        )),
+        Err(_) => std::fs::remove_file(path).map_err(|e| Error::os(what(), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_may_receive_the_image() {
+        let dir = std::env::temp_dir().join(format!("easyio-serve-perm-{}", std::process::id()));
+        std::fs::write(&dir, b"x").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let owner = Cred::user(meta.uid(), 12345);
+        let group = Cred::user(54321, meta.gid());
+        let other = Cred::user(54321, 12345);
+        assert!(may_read(&meta, &Cred::root()));
+        assert!(may_read(&meta, &owner) || meta.uid() == 0);
+        assert!(may_read(&meta, &group) || meta.gid() == 12345);
+        assert!(!may_read(&meta, &other));
+    }
+}

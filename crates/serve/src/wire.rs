@@ -1,0 +1,250 @@
+//! The protocol between a client and the server: one request, one answer, each a
+//! frame — a little-endian `u32` length, then that many bytes of a `postcard`
+//! encoding of [`Request`] or [`Answer`]. The first exchange is the greeting
+//! ([`Hello`] from the client, [`Welcome`] from the server, which carries the region's
+//! read-only descriptor by `SCM_RIGHTS` when the client may read the image).
+//!
+//! Nothing a client sends is trusted: a frame longer than [`MAX_FRAME`] ends the
+//! connection (the stream cannot be resynchronised), a payload that does not decode
+//! is answered with `EBADMSG`, and every descriptor, path and offset is checked by the
+//! server as any call of the file system is.
+
+use std::io::{self, Read, Write};
+
+use fs::{DirEntry, Stat, StatFs};
+use serde::{Deserialize, Serialize};
+
+/// Version of this protocol: a client and a server of different versions refuse
+/// each other at the greeting.
+pub const VERSION: u32 = 1;
+
+/// The longest frame either side accepts (a write or read of [`MAX_IO`] bytes fits).
+pub const MAX_FRAME: usize = MAX_IO + 4096;
+
+/// The most bytes one read or write request moves; a client splits larger calls.
+pub const MAX_IO: usize = 4 << 20;
+
+/// The client's greeting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`VERSION`] of the client.
+    pub version: u32,
+    /// Bits cleared from the modes of what this client creates (its `umask`).
+    pub umask: u32,
+}
+
+/// The server's answer to [`Hello`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Welcome {
+    /// Accepted. When `mapped`, a read-only descriptor of the image comes with this
+    /// frame: the region's bytes `[region_offset, region_offset + region_len)`.
+    Accepted {
+        /// [`VERSION`] of the server.
+        version: u32,
+        /// Whether a descriptor of the image comes with this frame (only for a client
+        /// whose user may read the image file itself).
+        mapped: bool,
+        /// Where the file system's region starts in the image, bytes.
+        region_offset: u64,
+        /// Bytes of the region.
+        region_len: u64,
+        /// The server's process id.
+        server_pid: u32,
+    },
+    /// Refused, with an errno (e.g. `EPROTO` for another protocol version).
+    Refused(i32),
+}
+
+/// A call of the file system, made with the client's credentials. Descriptors are
+/// those this connection opened; any other is `EBADF`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// `open(path, flags, mode)` → [`Answer::Fd`].
+    Open { path: String, flags: i32, mode: u32 },
+    /// `close(fd)`.
+    Close { fd: u32 },
+    /// `read(fd, len)` at the descriptor's position → [`Answer::Data`].
+    Read { fd: u32, len: u32 },
+    /// `pread(fd, len, off)` → [`Answer::Data`].
+    Pread { fd: u32, len: u32, off: u64 },
+    /// `write(fd, data)` at the descriptor's position → [`Answer::Count`].
+    Write { fd: u32, data: Vec<u8> },
+    /// `pwrite(fd, data, off)` → [`Answer::Count`].
+    Pwrite { fd: u32, data: Vec<u8>, off: u64 },
+    /// `lseek(fd, off, whence)` with the `SEEK_*` values → [`Answer::Count`].
+    Lseek { fd: u32, off: i64, whence: i32 },
+    /// `fsync(fd)`.
+    Fsync { fd: u32 },
+    /// `ftruncate(fd, len)`.
+    Ftruncate { fd: u32, len: u64 },
+    /// `fstat(fd)` → [`Answer::Stat`].
+    Fstat { fd: u32 },
+    /// `stat(path)` → [`Answer::Stat`].
+    Stat { path: String },
+    /// `lstat(path)` → [`Answer::Stat`].
+    Lstat { path: String },
+    /// `mkdir(path, mode)`.
+    Mkdir { path: String, mode: u32 },
+    /// `rmdir(path)`.
+    Rmdir { path: String },
+    /// `unlink(path)`.
+    Unlink { path: String },
+    /// `renameat2(old, new, flags)` (0, `RENAME_NOREPLACE` or `RENAME_EXCHANGE`).
+    Rename {
+        old: String,
+        new: String,
+        flags: u32,
+    },
+    /// `link(old, new)`.
+    Link { old: String, new: String },
+    /// `symlink(target, path)`.
+    Symlink { target: String, path: String },
+    /// `readlink(path)` → [`Answer::Text`].
+    Readlink { path: String },
+    /// `chmod(path, mode)`.
+    Chmod { path: String, mode: u32 },
+    /// `chown(path, uid, gid)`; `None` leaves one as it is.
+    Chown {
+        path: String,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    /// `truncate(path, len)`.
+    Truncate { path: String, len: u64 },
+    /// The names of a directory → [`Answer::Entries`].
+    Readdir { path: String },
+    /// `statfs` → [`Answer::StatFs`].
+    Statfs,
+    /// What the server holds for this connection and in all → [`Answer::Status`].
+    Status,
+}
+
+/// The server's answer to one [`Request`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// Done, nothing to return.
+    Done,
+    /// A new descriptor.
+    Fd(u32),
+    /// Bytes read (fewer than asked at the end of the file).
+    Data(Vec<u8>),
+    /// Bytes written, or a new position.
+    Count(u64),
+    /// Attributes.
+    Stat(Stat),
+    /// A directory's names, sorted.
+    Entries(Vec<DirEntry>),
+    /// A symbolic link's target.
+    Text(String),
+    /// Blocks and inodes.
+    StatFs(StatFs),
+    /// The server's bookkeeping.
+    Status(Status),
+    /// Failed with this errno.
+    Error(i32),
+}
+
+/// What the server holds, as [`Request::Status`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Clients connected now, this one included.
+    pub clients: u32,
+    /// Descriptors this connection has open.
+    pub open_here: u32,
+    /// Descriptors all connections have open.
+    pub open_total: u32,
+}
+
+/// Writes `msg` as one frame.
+pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    w.write_all(&frame(msg)?)
+}
+
+/// `msg` encoded as one frame (length, then payload).
+pub fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4];
+    buf = postcard::to_extend(msg, buf).map_err(|e| io::Error::other(e.to_string()))?;
+    let len = u32::try_from(buf.len() - 4)
+        .ok()
+        .filter(|&n| n as usize <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "message too long"))?;
+    buf[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(buf)
+}
+
+/// Reads one frame's payload; `Ok(None)` at a clean end of the stream (no byte of a
+/// new frame), `InvalidData` for a length above [`MAX_FRAME`].
+pub fn receive(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(payload(r, u32::from_le_bytes(len))?))
+}
+
+/// Reads the `len` bytes of a frame whose length was read.
+pub fn payload(r: &mut impl Read, len: u32) -> io::Result<Vec<u8>> {
+    let len = len as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes, more than {MAX_FRAME}"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// Decodes a payload; a payload that is not exactly one `T` is `None`.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((msg, [])) => Some(msg),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_survives_its_frame() {
+        let req = Request::Pwrite {
+            fd: 3,
+            data: vec![7; 10_000],
+            off: 1 << 40,
+        };
+        let bytes = frame(&req).unwrap();
+        let payload = receive(&mut &bytes[..]).unwrap().unwrap();
+        assert_eq!(decode::<Request>(&payload), Some(req));
+    }
+
+    #[test]
+    fn trailing_bytes_or_a_cut_payload_do_not_decode() {
+        let bytes = frame(&Request::Close { fd: 1 }).unwrap();
+        let mut longer = bytes[4..].to_vec();
+        longer.push(0);
+        assert_eq!(decode::<Request>(&longer), None);
+        assert_eq!(decode::<Request>(&bytes[4..bytes.len() - 1]), None);
+    }
+
+    #[test]
+    fn an_oversized_frame_is_refused_before_it_is_read() {
+        let len = (MAX_FRAME as u32 + 1).to_le_bytes();
+        let err = receive(&mut &len[..]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(receive(&mut &[][..]).unwrap().is_none());
+        assert_eq!(
+            receive(&mut &[1u8, 0][..]).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+}
