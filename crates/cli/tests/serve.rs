@@ -230,6 +230,7 @@ fn role_entry() {
         "reader" => reader(&c, arg.parse().unwrap()),
         "store" => store(&c),
         "holder" => holder(&c),
+        "nobody" => nobody(&c),
         other => panic!("unknown role {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -346,6 +347,143 @@ fn holder(c: &Client) {
     println!("HOLDING");
     std::io::stdout().flush().unwrap();
     std::thread::sleep(LIMIT);
+}
+
+/// What an unprivileged user may and may not do; prints `name errno` (0: done).
+fn nobody(c: &Client) {
+    let say = |what: &str, r: easyio_serve::Result<()>| {
+        println!("{what} {}", r.err().map_or(0, |e| e.errno()));
+    };
+    println!("mapped {}", c.region().is_some());
+    say(
+        "write-roots",
+        c.open("/rootfile", libc::O_WRONLY, 0).map(drop),
+    );
+    say(
+        "read-roots",
+        c.open("/rootfile", libc::O_RDONLY, 0).map(drop),
+    );
+    say("mkdir-in-root", c.mkdir("/mine", 0o755));
+    say(
+        "create-in-pub",
+        c.open("/pub/mine", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .map(drop),
+    );
+    say("give-to-root", c.chown("/pub/mine", Some(0), None));
+    say("unlink-roots", c.unlink("/rootfile"));
+}
+
+/// A copy of this test program that any user may run, wherever the build tree is.
+fn runnable_copy(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("serve-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn each_client_is_checked_as_the_user_the_socket_says() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no arguments and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let dir = Scratch::new("users");
+    let bin = runnable_copy(&dir.0);
+    let image = dir.0.join("image");
+    assert!(
+        easyio(&["mkfs", "--image", image.to_str().unwrap(), "--size", "16M"])
+            .status
+            .success()
+    );
+    std::fs::set_permissions(&image, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = Server::restart(image, dir.0.join("sock"), &["--allow-other"]);
+    let root = Client::connect(&server.socket).unwrap();
+    assert!(
+        root.region().is_some(),
+        "root may read the image: it is mapped"
+    );
+    let fd = root
+        .open("/rootfile", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    root.close(fd).unwrap();
+    root.mkdir("/pub", 0o777).unwrap();
+    root.chmod("/pub", 0o777).unwrap();
+    // The program is copied just now: another test's child may hold the copy's write
+    // descriptor between its fork and exec (ETXTBSY) for a moment.
+    let t0 = Instant::now();
+    let kid = loop {
+        match Command::new(&bin)
+            .args([
+                "--exact",
+                "role_entry",
+                "--nocapture",
+                "--test-threads",
+                "1",
+                "-q",
+            ])
+            .env(ROLE, "nobody")
+            .env(SOCKET, &server.socket)
+            .env(ARG, "")
+            .uid(65534)
+            .gid(65534)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && t0.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => break r.unwrap(),
+        }
+    };
+    let (st, lines, err) = finish(kid);
+    assert!(st.success(), "{err}");
+    let said = |what: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .unwrap_or_else(|| panic!("{what}: {lines:?} {err}"))
+            .to_string()
+    };
+    assert_eq!(
+        said("mapped"),
+        "false",
+        "nobody may not read the image file: no mapping"
+    );
+    assert_eq!(said("write-roots"), libc::EACCES.to_string());
+    assert_eq!(said("read-roots"), "0");
+    assert_eq!(said("mkdir-in-root"), libc::EACCES.to_string());
+    assert_eq!(said("create-in-pub"), "0");
+    assert_eq!(said("give-to-root"), libc::EPERM.to_string());
+    assert_eq!(said("unlink-roots"), libc::EACCES.to_string());
+    let st = root.stat("/pub/mine").unwrap();
+    assert_eq!(
+        (st.uid, st.gid),
+        (65534, 65534),
+        "owned by the socket's user"
+    );
+    drop(root);
+    server.stop();
+}
+
+#[test]
+fn without_allow_other_only_the_servers_user_may_connect() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("private");
+    let server = Server::start(&dir.0, &[]);
+    let mode = std::fs::metadata(&server.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    server.stop();
 }
 
 #[test]
