@@ -159,3 +159,112 @@ fn whence_of(w: i32) -> fs::Result<Whence> {
         _ => return Err(fs::Error::Invalid(format!("whence {w}"))),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fs::{FormatOptions, MountOptions};
+    use pmem::{MemPmem, Pmem};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Requests a client could send, valid or not: paths from a few names, any
+    /// descriptor, offsets and lengths up to the largest.
+    fn request() -> impl Strategy<Value = Request> {
+        let path =
+            prop::sample::select(vec!["/a", "/b", "/d", "/d/a", "/a/x", "", "/", "//d/../b"])
+                .prop_map(String::from);
+        let fd = prop_oneof![8 => 0u32..3, 1 => any::<u32>()];
+        let off = prop_oneof![0u64..100_000, any::<u64>()];
+        prop_oneof![
+            1 => (path.clone(), any::<i32>(), any::<u32>())
+                .prop_map(|(path, flags, mode)| Request::Open { path, flags, mode }),
+            4 => (path.clone(), 0..4i32).prop_map(|(path, f)| Request::Open {
+                path,
+                flags: [
+                    libc::O_RDWR | libc::O_CREAT,
+                    libc::O_RDONLY,
+                    libc::O_WRONLY | libc::O_TRUNC,
+                    libc::O_DIRECTORY
+                ][f as usize],
+                mode: 0o644
+            }),
+            1 => fd.clone().prop_map(|fd| Request::Close { fd }),
+            1 => (fd.clone(), any::<u32>(), off.clone()).prop_map(|(fd, len, off)| Request::Pread {
+                fd,
+                len,
+                off
+            }),
+            3 => (
+                fd.clone(),
+                prop::collection::vec(any::<u8>(), 0..9000),
+                off.clone()
+            )
+                .prop_map(|(fd, data, off)| Request::Pwrite { fd, data, off }),
+            1 => (fd.clone(), any::<i64>(), any::<i32>()).prop_map(|(fd, off, whence)| Request::Lseek {
+                fd,
+                off,
+                whence
+            }),
+            1 => (fd.clone(), off.clone()).prop_map(|(fd, len)| Request::Ftruncate { fd, len }),
+            1 => fd.prop_map(|fd| Request::Fsync { fd }),
+            1 => (path.clone(), any::<u32>()).prop_map(|(path, mode)| Request::Mkdir { path, mode }),
+            1 => path.clone().prop_map(|path| Request::Unlink { path }),
+            1 => path.clone().prop_map(|path| Request::Rmdir { path }),
+            1 => (path.clone(), path.clone(), 0..3u32).prop_map(|(old, new, flags)| Request::Rename {
+                old,
+                new,
+                flags
+            }),
+            1 => (path.clone(), path.clone()).prop_map(|(old, new)| Request::Link { old, new }),
+            1 => (path.clone(), off).prop_map(|(path, len)| Request::Truncate { path, len }),
+            1 => path.prop_map(|path| Request::Readdir { path }),
+        ]
+    }
+
+    /// A payload: a request, a request with bytes flipped or cut, or noise.
+    fn payload() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            6 => request().prop_map(|r| wire::frame(&r).unwrap()[4..].to_vec()),
+            1 => (request(), any::<usize>(), any::<u8>()).prop_map(|(r, at, x)| {
+                let mut b = wire::frame(&r).unwrap()[4..].to_vec();
+                let at = at % b.len();
+                b[at] ^= x | 1;
+                b
+            }),
+            1 => (request(), any::<usize>()).prop_map(|(r, cut)| {
+                let b = wire::frame(&r).unwrap()[4..].to_vec();
+                b[..cut % b.len()].to_vec()
+            }),
+            1 => prop::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever a client sends, it gets answers, the server does not panic, and
+        /// the image is consistent once the connection ends and the image is unmounted.
+        #[test]
+        fn any_payloads_leave_the_image_consistent(payloads in prop::collection::vec(payload(), 1..120)) {
+            let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(32 << 20));
+            FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+            let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+            let counts = Counts::default();
+            {
+                let mut conn = Conn::new(&fs, Cred::root(), &counts);
+                for p in &payloads {
+                    let a = conn.answer_bytes(p);
+                    prop_assert!(wire::frame(&a).is_ok(), "an answer too long to send");
+                }
+            }
+            prop_assert_eq!(counts.open.load(Ordering::SeqCst), 0);
+            prop_assert_eq!(counts.clients.load(Ordering::SeqCst), 0);
+            fs.unmount().unwrap();
+            let report = fs::fsck::check(&*pm).unwrap();
+            prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
+        }
+    }
+}
