@@ -320,7 +320,8 @@ fn reader(c: &Client, ms: u64) {
             }
         }
     }
-    println!("READ {reads} TORN {torn} BACKWARDS {backwards}");
+    let (direct, fetched) = c.direct_stats().expect("root reads directly");
+    println!("READ {reads} TORN {torn} BACKWARDS {backwards} DIRECT {direct} FETCHED {fetched}");
 }
 
 /// Stores into the read-only mapping of the image: the kernel must kill this process.
@@ -551,7 +552,10 @@ fn a_reader_process_never_sees_a_torn_or_older_block_while_another_writes() {
     for b in 0..SHARED_BLOCKS {
         c.pwrite(fd, &stamped(0, b), b * BLOCK as u64).unwrap();
     }
-    c.close(fd).unwrap();
+    // A map of the file cached here before the writes: a later read must not use it.
+    let mut buf = vec![0u8; BLOCK];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), BLOCK);
+    assert_eq!(intact(&buf, 0), Some(0));
     let writer = client_process("rewriter", &server.socket, "1500");
     let reader = client_process("reader", &server.socket, "1500");
     let (wst, wout, werr) = finish(writer);
@@ -577,6 +581,17 @@ fn a_reader_process_never_sees_a_torn_or_older_block_while_another_writes() {
         "the two overlapped: wrote {wrote}, {seen}"
     );
     assert_eq!((n[1], n[2]), (0, 0), "torn and backwards reads: {seen}");
+    assert_eq!(n[3], n[0], "every read was direct: {seen}");
+    eprintln!("{seen}");
+    for b in 0..SHARED_BLOCKS {
+        assert_eq!(c.pread(fd, &mut buf, b * BLOCK as u64).unwrap(), BLOCK);
+        // The writer's last pass wrote sequence number `wrote - 1` everywhere.
+        assert_eq!(
+            intact(&buf, b),
+            Some(wrote - 1),
+            "block {b}: not the last write"
+        );
+    }
     drop(c);
     server.stop();
 }

@@ -20,11 +20,22 @@ const COLLECT_EVERY: usize = 64;
 #[derive(Default)]
 struct Counters([AtomicU64; 2]);
 
+/// Readers outside this process — clients of a server that copy file data straight
+/// from a read-only mapping of the region — taking part in reclamation: each
+/// registers in the epoch last published, then looks blocks up.
+pub trait ExternalReaders: Send + Sync {
+    /// Whether one of them registered in an epoch before `e` and still reads.
+    fn pinned_before(&self, e: u64) -> bool;
+    /// The epoch reached `e`: readers may register in it from now on.
+    fn publish(&self, e: u64);
+}
+
 /// The reclamation domain of one mounted file system.
 pub struct Epoch {
     global: AtomicU64,
     active: Vec<Counters>,
     limbo: Mutex<Vec<(u64, Extent)>>,
+    external: Mutex<Option<std::sync::Arc<dyn ExternalReaders>>>,
 }
 
 /// A reader's registration; the blocks it looked up stay allocated until it drops.
@@ -41,7 +52,15 @@ impl Epoch {
             global: AtomicU64::new(2),
             active: (0..SHARDS).map(|_| Counters::default()).collect(),
             limbo: Mutex::new(Vec::new()),
+            external: Mutex::new(None),
         }
+    }
+
+    /// Makes `readers` take part: the epoch does not advance past one of them, and
+    /// each advance is published to them.
+    pub fn set_external(&self, readers: std::sync::Arc<dyn ExternalReaders>) {
+        readers.publish(self.global.load(Ordering::SeqCst));
+        *self.external.lock() = Some(readers);
     }
 
     /// Registers a reader in the current epoch.
@@ -79,19 +98,24 @@ impl Epoch {
     /// Advances the epoch as far as readers allow and frees what became safe. Returns
     /// the number of extents freed.
     pub fn collect(&self, mut free: impl FnMut(Extent)) -> usize {
+        let external = self.external.lock().clone();
         for _ in 0..2 {
             let e = self.global.load(Ordering::SeqCst);
             let old = ((e + 1) & 1) as usize;
             let busy = self
                 .active
                 .iter()
-                .any(|c| c.0[old].load(Ordering::SeqCst) != 0);
+                .any(|c| c.0[old].load(Ordering::SeqCst) != 0)
+                || external.as_ref().is_some_and(|x| x.pinned_before(e));
             if busy {
                 break;
             }
-            let _ = self
-                .global
-                .compare_exchange(e, e + 1, Ordering::SeqCst, Ordering::SeqCst);
+            let advanced =
+                self.global
+                    .compare_exchange(e, e + 1, Ordering::SeqCst, Ordering::SeqCst);
+            if let (Ok(_), Some(x)) = (advanced, &external) {
+                x.publish(e + 1);
+            }
         }
         let now = self.global.load(Ordering::SeqCst);
         let ready: Vec<Extent> = {

@@ -18,6 +18,9 @@ use crate::{now_ns, FileSystem, MAX_FILE_SIZE};
 use mover::{Client, Pending, ReadPiece, WritePiece};
 use parking_lot::RwLockWriteGuard;
 
+/// Bytes of a file in one place: (length, region offset or `None` for a hole).
+pub type Segment = (usize, Option<u64>);
+
 /// An open file descriptor of a mounted file system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fd(pub u32);
@@ -615,24 +618,7 @@ impl FileSystem {
                 return Ok((0, Pending::Done, self.epoch.pin()));
             }
             let n = (st.size - off).min(buf.len() as u64) as usize;
-            // (length, region offset or None for a hole), in buffer order.
-            let mut segs: Vec<(usize, Option<u64>)> = Vec::new();
-            let mut pos = off;
-            let end = off + n as u64;
-            while pos < end {
-                let pg = pos / BLOCK_SIZE;
-                let in_page = pos % BLOCK_SIZE;
-                let len = (BLOCK_SIZE - in_page).min(end - pos);
-                let src = st.pages.get(pg).map(|b| b * BLOCK_SIZE + in_page);
-                match (segs.last_mut(), src) {
-                    (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => {
-                        *l += len as usize
-                    }
-                    (Some((l, None)), None) => *l += len as usize,
-                    _ => segs.push((len as usize, src)),
-                }
-                pos += len;
-            }
+            let segs = segments(&st.pages, off, n as u64);
             break (n, segs, self.epoch.pin());
         };
         let mut pieces = Vec::with_capacity(segs.len());
@@ -648,6 +634,34 @@ impl FileSystem {
         // SAFETY: forwarded from our caller.
         let pending = unsafe { self.mover.start_read_for(client, &mut pieces) };
         Ok((n, pending, guard))
+    }
+
+    /// Where bytes `[off, off + len)` of open file `fd` lie in the region, for a
+    /// reader in another process that copies them from its own read-only mapping:
+    /// the file's size, then (length, region offset or `None` for a hole) pieces in
+    /// file order, clipped to the size. Waits for the latest write's copy first, as a
+    /// read does. The blocks stay the file's data only while a registration of that
+    /// reader in the epoch (see [`FileSystem::set_external_readers`]) taken before
+    /// this call covers them.
+    pub fn read_map(&self, fd: Fd, off: u64, len: u64) -> Result<(u64, Vec<Segment>)> {
+        let f = self.file(fd)?;
+        if !f.readable {
+            return Err(Error::BadFd);
+        }
+        loop {
+            let st = f.inode.state.read();
+            if st.kind == FileKind::Dir {
+                return Err(Error::IsDir);
+            }
+            if !self.mover.is_done(st.last_write) {
+                let p = st.last_write;
+                drop(st);
+                self.mover.wait(p)?;
+                continue;
+            }
+            let n = st.size.saturating_sub(off).min(len);
+            return Ok((st.size, segments(&st.pages, off, n)));
+        }
     }
 
     pub(crate) fn truncate_inode(&self, inode: &Arc<Inode>, len: u64) -> Result<()> {
@@ -794,4 +808,25 @@ fn write_pieces<'a>(
         p = q;
     }
     pieces
+}
+
+/// Where bytes `[off, off + n)` of a file lie: (length, region offset or `None` for a
+/// hole) pieces in file order, contiguous blocks merged.
+fn segments(pages: &crate::index::PageIndex, off: u64, n: u64) -> Vec<Segment> {
+    let mut segs: Vec<Segment> = Vec::new();
+    let mut pos = off;
+    let end = off + n;
+    while pos < end {
+        let pg = pos / BLOCK_SIZE;
+        let in_page = pos % BLOCK_SIZE;
+        let len = (BLOCK_SIZE - in_page).min(end - pos);
+        let src = pages.get(pg).map(|b| b * BLOCK_SIZE + in_page);
+        match (segs.last_mut(), src) {
+            (Some((l, Some(prev))), Some(s)) if *prev + *l as u64 == s => *l += len as usize,
+            (Some((l, None)), None) => *l += len as usize,
+            _ => segs.push((len as usize, src)),
+        }
+        pos += len;
+    }
+    segs
 }

@@ -55,7 +55,7 @@ pub use aio::{BorrowedToken, ReadToken, WriteToken};
 pub use attr::{SetAttr, Time};
 pub use cred::Cred;
 pub use error::{Error, Result};
-pub use file::{Fd, OpenFlags, Whence};
+pub use file::{Fd, OpenFlags, Segment, Whence};
 pub use handle::{
     DirEntryAt, Session, StatFs, AT_EMPTY_PATH, AT_REMOVEDIR, AT_SYMLINK_FOLLOW,
     AT_SYMLINK_NOFOLLOW,
@@ -70,6 +70,7 @@ pub use xattr::{XATTR_CREATE, XATTR_REPLACE};
 
 use alloc::InoAlloc;
 use epoch::Epoch;
+pub use epoch::ExternalReaders;
 use file::OpenFile;
 use inode::Inode;
 
@@ -345,6 +346,12 @@ impl FileSystem {
     /// The channel manager, when the mount asked for one ([`MoverConfig::qos`]).
     pub fn qos(&self) -> Option<&Arc<mover::ChannelManager>> {
         self.mover.qos()
+    }
+
+    /// Makes readers in other processes take part in reclaiming freed blocks (see
+    /// [`ExternalReaders`]): a block one of them may still copy from is not reused.
+    pub fn set_external_readers(&self, readers: Arc<dyn ExternalReaders>) {
+        self.epoch.set_external(readers);
     }
 
     /// Blocks and inodes in use. Hands back first whatever freed blocks no reader can

@@ -1,11 +1,13 @@
 //! A client of `easyio serve`: connects, maps the image read-only when the server
 //! sends it, and makes file system calls as requests.
 
+use std::collections::HashMap;
 use std::io::{self, IoSliceMut, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use fs::{DirEntry, Stat, StatFs};
 use parking_lot::Mutex;
@@ -13,7 +15,11 @@ use rustix::mm::{MapFlags, ProtFlags};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 use crate::error::{Error, Result};
-use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
+use crate::shm::{Words, EPOCH, INODE0, TRUNCATES};
+use crate::wire::{self, Answer, FileMap, Hello, Request, Status, Welcome, MAX_IO};
+
+/// Bytes of a file a map fetched for a direct read covers at least.
+const MAP_WINDOW: u64 = 1 << 20;
 
 /// A connection to a server. Calls may come from several threads; they are made
 /// one at a time.
@@ -21,7 +27,61 @@ pub struct Client {
     /// `None` once the server is gone: every call then fails at once.
     stream: Mutex<Option<UnixStream>>,
     region: Option<RegionView>,
+    direct: Option<Direct>,
     server_pid: u32,
+}
+
+/// A client's half of direct reads (see the server's `direct` module).
+struct Direct {
+    /// The version table, read-only.
+    table: Words,
+    /// This client's epoch slot.
+    slot: Words,
+    /// The last map fetched of each descriptor. Its lock also makes direct reads run
+    /// one at a time: the client has one epoch slot.
+    maps: Mutex<HashMap<u32, FileMap>>,
+    reads: AtomicU64,
+    fetches: AtomicU64,
+}
+
+/// The registration of a direct read in the epoch, dropped when it is done.
+struct Pinned<'a>(&'a Words);
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        self.0.at(0).store(0, Ordering::SeqCst);
+    }
+}
+
+impl Direct {
+    /// Registers in the epoch the server published last.
+    fn pin(&self) -> Pinned<'_> {
+        let published = self.table.at(EPOCH);
+        loop {
+            let e = published.load(Ordering::SeqCst);
+            self.slot.at(0).store(e, Ordering::SeqCst);
+            if published.load(Ordering::SeqCst) == e {
+                return Pinned(&self.slot);
+            }
+        }
+    }
+
+    /// Whether `m` is still the file's map: its versions are even and unchanged.
+    fn current(&self, m: &FileMap) -> bool {
+        let word = |i: usize| self.table.get(i).map(|w| w.load(Ordering::SeqCst));
+        m.version.is_multiple_of(2)
+            && m.truncates.is_multiple_of(2)
+            && usize::try_from(m.ino)
+                .ok()
+                .and_then(|i| word(INODE0.checked_add(i)?))
+                == Some(m.version)
+            && word(TRUNCATES) == Some(m.truncates)
+    }
+}
+
+/// Bytes from `m.off` the pieces of `m` cover.
+fn covered(m: &FileMap) -> u64 {
+    m.pieces.iter().map(|p| p.0).sum()
 }
 
 /// The image as this client sees it: mapped `PROT_READ`, so any store into it faults.
@@ -49,23 +109,46 @@ impl Client {
             umask: process_umask(),
         };
         wire::send(&mut stream, &hello).map_err(Error::Disconnected)?;
-        let (welcome, fd) = receive_welcome(&stream)?;
+        let (welcome, fds) = receive_welcome(&stream)?;
         match welcome {
             Welcome::Accepted {
                 mapped,
+                direct,
+                table_words,
                 region_offset,
                 region_len,
                 server_pid,
                 ..
             } => {
-                let region = match (mapped, fd) {
-                    (true, Some(fd)) => Some(RegionView::map(&fd, region_offset, region_len)?),
-                    (true, None) => return Err(Error::Protocol("the image was not sent".into())),
-                    (false, _) => None,
+                let mut fds = fds.into_iter();
+                let mut next = || {
+                    fds.next()
+                        .ok_or_else(|| Error::Protocol("a descriptor was not sent".into()))
+                };
+                let region = match mapped {
+                    true => Some(RegionView::map(&next()?, region_offset, region_len)?),
+                    false => None,
+                };
+                let direct = match direct && mapped {
+                    true => {
+                        let words = usize::try_from(table_words).unwrap_or(usize::MAX);
+                        let table = Words::map(&next()?, words, false);
+                        let slot = Words::map(&next()?, 1, true);
+                        let shared = |e| Error::os("mapping the version table", e);
+                        Some(Direct {
+                            table: table.map_err(shared)?,
+                            slot: slot.map_err(shared)?,
+                            maps: Mutex::new(HashMap::new()),
+                            reads: AtomicU64::new(0),
+                            fetches: AtomicU64::new(0),
+                        })
+                    }
+                    false => None,
                 };
                 Ok(Client {
                     stream: Mutex::new(Some(stream)),
                     region,
+                    direct,
                     server_pid,
                 })
             }
@@ -123,11 +206,69 @@ impl Client {
 
     /// `close(fd)`.
     pub fn close(&self, fd: u32) -> Result<()> {
+        if let Some(d) = &self.direct {
+            d.maps.lock().remove(&fd);
+        }
         self.done(Request::Close { fd })
     }
 
+    /// Direct reads made (data copied from the mapping, no request) and maps fetched
+    /// for them; `None` when this client reads through requests only.
+    pub fn direct_stats(&self) -> Option<(u64, u64)> {
+        let d = self.direct.as_ref()?;
+        Some((
+            d.reads.load(Ordering::Relaxed),
+            d.fetches.load(Ordering::Relaxed),
+        ))
+    }
+
     /// `pread`: fills `buf` from `off` up to the end of the file; the bytes read.
+    /// Copied straight from the mapping when the server allows direct reads (a
+    /// request only when the file changed since its map was fetched).
     pub fn pread(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
+        match (&self.direct, &self.region) {
+            (Some(d), Some(r)) => self.pread_direct(d, r, fd, buf, off),
+            _ => self.pread_requested(fd, buf, off),
+        }
+    }
+
+    /// A direct read: registered in the epoch, with a map still current (fetched
+    /// again if the file changed), the bytes are copied from the mapping.
+    fn pread_direct(
+        &self,
+        d: &Direct,
+        r: &RegionView,
+        fd: u32,
+        buf: &mut [u8],
+        off: u64,
+    ) -> Result<usize> {
+        let mut maps = d.maps.lock();
+        let _pinned = d.pin();
+        let end = off.saturating_add(buf.len() as u64);
+        let usable = |m: &FileMap| {
+            d.current(m)
+                && (off >= m.size || (m.off <= off && end.min(m.size) <= m.off + covered(m)))
+        };
+        let fetched;
+        let m = match maps.get(&fd).filter(|m| usable(m)) {
+            Some(m) => m,
+            None => {
+                let len = (buf.len() as u64).max(MAP_WINDOW);
+                fetched = match self.call(&Request::Map { fd, off, len })? {
+                    Answer::Map(m) if m.off == off => m,
+                    other => return Err(unexpected(other)),
+                };
+                d.fetches.fetch_add(1, Ordering::Relaxed);
+                maps.insert(fd, fetched.clone());
+                &fetched
+            }
+        };
+        let n = copy_mapped(r, m, off, buf)?;
+        d.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
         let mut done = 0;
         while done < buf.len() {
             let len = (buf.len() - done).min(MAX_IO) as u32;
@@ -341,10 +482,37 @@ fn process_umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-/// Reads the server's welcome frame and the descriptor that may come with it.
-fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Option<OwnedFd>)> {
+/// Copies bytes `[off, off + buf.len())` of the file `m` maps, up to its size, from
+/// the mapping into `buf`; the bytes copied.
+fn copy_mapped(r: &RegionView, m: &FileMap, off: u64, buf: &mut [u8]) -> Result<usize> {
+    let n = m.size.saturating_sub(off).min(buf.len() as u64) as usize;
+    let mut at = m.off;
+    let mut done = 0;
+    for &(len, src) in &m.pieces {
+        if done == n {
+            break;
+        }
+        let piece_end = at + len;
+        if piece_end > off + done as u64 {
+            let skip = off + done as u64 - at;
+            let take = ((len - skip) as usize).min(n - done);
+            let dst = &mut buf[done..done + take];
+            match src {
+                Some(src) if r.read_region(src + skip, dst) => {}
+                Some(_) => return Err(Error::Protocol("a map past the region".into())),
+                None => dst.fill(0),
+            }
+            done += take;
+        }
+        at = piece_end;
+    }
+    Ok(done)
+}
+
+/// Reads the server's welcome frame and the descriptors that may come with it.
+fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
     let mut len = [0u8; 4];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let got = rustix::net::recvmsg(
         stream,
@@ -354,10 +522,10 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Option<OwnedFd>)> {
     )
     .map_err(|e| Error::Disconnected(e.into()))?
     .bytes;
-    let mut fd = None;
+    let mut fds = Vec::new();
     for msg in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = msg {
-            fd = fds.into_iter().next();
+        if let RecvAncillaryMessage::ScmRights(sent) = msg {
+            fds.extend(sent);
         }
     }
     if got == 0 {
@@ -368,7 +536,7 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Option<OwnedFd>)> {
     let payload = wire::payload(&mut s, u32::from_le_bytes(len)).map_err(Error::Disconnected)?;
     let welcome = wire::decode::<Welcome>(&payload)
         .ok_or_else(|| Error::Protocol("a welcome that does not decode".into()))?;
-    Ok((welcome, fd))
+    Ok((welcome, fds))
 }
 
 impl RegionView {
@@ -431,6 +599,32 @@ impl RegionView {
             // load because the server may store there at any time.
             *b = unsafe { self.map.add(off + i).read_volatile() };
         }
+        true
+    }
+}
+
+impl RegionView {
+    /// Copies region bytes `[off, off + buf.len())` (offsets in the file system's
+    /// region) into `buf`; false, and nothing copied, if that is past the end.
+    pub fn read_region(&self, off: u64, buf: &mut [u8]) -> bool {
+        let Some(start) = usize::try_from(off)
+            .ok()
+            .and_then(|o| o.checked_add(self.region_offset))
+        else {
+            return false;
+        };
+        if start
+            .checked_add(buf.len())
+            .is_none_or(|end| end > self.map_len)
+        {
+            return false;
+        }
+        // SAFETY: [start, start + len) lies inside the live read-only mapping (checked
+        // above) and `buf` is a distinct, writable buffer. The server never stores into
+        // a block a registered direct read copies from (writes go to new blocks, and
+        // freed blocks wait for the epoch); elsewhere it may, and a byte copy of
+        // memory another process changes is still just bytes, possibly stale.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.add(start), buf.as_mut_ptr(), buf.len()) };
         true
     }
 }

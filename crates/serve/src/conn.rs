@@ -3,12 +3,13 @@
 //! connection ends — the client closed it, died, or sent what cannot be framed —
 //! every descriptor it left open is closed, so an unlinked file it held is freed.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use fs::{Cred, Fd, FileSystem, OpenFlags, Whence};
 
-use crate::wire::{self, Answer, Request, Status, MAX_IO};
+use crate::direct::Direct;
+use crate::wire::{self, Answer, FileMap, Request, Status, MAX_IO};
 
 /// Counts shared by every connection of a server.
 #[derive(Default)]
@@ -23,18 +24,28 @@ pub(crate) struct Counts {
 pub(crate) struct Conn<'a> {
     fs: &'a FileSystem,
     cred: Cred,
-    fds: BTreeSet<u32>,
+    /// Descriptors this connection opened, with their inode numbers.
+    fds: BTreeMap<u32, u64>,
     counts: &'a Counts,
+    /// The version table, when clients read directly: every change of a file's data
+    /// is bracketed by bumps of its version.
+    direct: Option<&'a Direct>,
 }
 
 impl<'a> Conn<'a> {
-    pub fn new(fs: &'a FileSystem, cred: Cred, counts: &'a Counts) -> Conn<'a> {
+    pub fn new(
+        fs: &'a FileSystem,
+        cred: Cred,
+        counts: &'a Counts,
+        direct: Option<&'a Direct>,
+    ) -> Conn<'a> {
         counts.clients.fetch_add(1, Ordering::SeqCst);
         Conn {
             fs,
             cred,
-            fds: BTreeSet::new(),
+            fds: BTreeMap::new(),
             counts,
+            direct,
         }
     }
 
@@ -56,13 +67,24 @@ impl<'a> Conn<'a> {
         let fs = self.fs;
         Ok(match req {
             Request::Open { path, flags, mode } => {
-                let fd = s.open(&path, OpenFlags(flags), mode)?;
-                self.fds.insert(fd.0);
+                let open = || s.open(&path, OpenFlags(flags), mode);
+                let fd = match self.direct {
+                    Some(d) if flags & libc::O_TRUNC != 0 => d.truncating(open)?,
+                    _ => open()?,
+                };
+                let ino = match fs.fstat(fd) {
+                    Ok(st) => st.ino,
+                    Err(e) => {
+                        let _ = fs.close(fd);
+                        return Err(e);
+                    }
+                };
+                self.fds.insert(fd.0, ino);
                 self.counts.open.fetch_add(1, Ordering::SeqCst);
                 Answer::Fd(fd.0)
             }
             Request::Close { fd } => {
-                let fd = self.own(fd)?;
+                let (fd, _) = self.own(fd)?;
                 self.fds.remove(&fd.0);
                 self.counts.open.fetch_sub(1, Ordering::SeqCst);
                 fs.close(fd)?;
@@ -70,28 +92,67 @@ impl<'a> Conn<'a> {
             }
             Request::Read { fd, len } => {
                 let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
-                let n = fs.read(self.own(fd)?, &mut buf)?;
+                let n = fs.read(self.own(fd)?.0, &mut buf)?;
                 buf.truncate(n);
                 Answer::Data(buf)
             }
             Request::Pread { fd, len, off } => {
                 let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
-                let n = fs.pread(self.own(fd)?, &mut buf, off)?;
+                let n = fs.pread(self.own(fd)?.0, &mut buf, off)?;
                 buf.truncate(n);
                 Answer::Data(buf)
             }
-            Request::Write { fd, data } => Answer::Count(fs.write(self.own(fd)?, &data)? as u64),
+            Request::Write { fd, data } => {
+                let (fd, ino) = self.own(fd)?;
+                Answer::Count(self.changing(ino, || fs.write(fd, &data))? as u64)
+            }
             Request::Pwrite { fd, data, off } => {
-                Answer::Count(fs.pwrite(self.own(fd)?, &data, off)? as u64)
+                let (fd, ino) = self.own(fd)?;
+                Answer::Count(self.changing(ino, || fs.pwrite(fd, &data, off))? as u64)
             }
+            Request::Ftruncate { fd, len } => {
+                let (fd, ino) = self.own(fd)?;
+                done(self.changing(ino, || s.ftruncate(fd, len)))?
+            }
+            Request::Truncate { path, len } => match self.direct {
+                Some(d) => done(d.truncating(|| s.truncate(&path, len)))?,
+                None => done(s.truncate(&path, len))?,
+            },
             Request::Lseek { fd, off, whence } => {
-                Answer::Count(fs.lseek(self.own(fd)?, off, whence_of(whence)?)?)
+                Answer::Count(fs.lseek(self.own(fd)?.0, off, whence_of(whence)?)?)
             }
-            Request::Fsync { fd } => done(fs.fsync(self.own(fd)?))?,
-            Request::Ftruncate { fd, len } => done(s.ftruncate(self.own(fd)?, len))?,
-            Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?)?),
+            Request::Fsync { fd } => done(fs.fsync(self.own(fd)?.0))?,
+            Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?.0)?),
+            Request::Map { fd, off, len } => self.map(fd, off, len)?,
             req => self.path_call(req)?,
         })
+    }
+
+    /// Runs `f`, a change of inode `ino`'s data or size, between bumps of its version
+    /// when clients read directly.
+    fn changing<R>(&self, ino: u64, f: impl FnOnce() -> R) -> R {
+        match self.direct {
+            Some(d) => d.changing(ino, f),
+            None => f(),
+        }
+    }
+
+    /// Where bytes of open file `fd` lie, for a direct read.
+    fn map(&self, fd: u32, off: u64, len: u64) -> fs::Result<Answer> {
+        let (fd, ino) = self.own(fd)?;
+        let Some(d) = self.direct else {
+            return Err(fs::Error::NotSupported("direct reads are off"));
+        };
+        let (version, truncates) = d.versions(ino);
+        let (size, segs) = self.fs.read_map(fd, off, len.min(MAX_IO as u64))?;
+        Ok(Answer::Map(FileMap {
+            ino,
+            version,
+            truncates,
+            size,
+            off,
+            pieces: segs.into_iter().map(|(l, at)| (l as u64, at)).collect(),
+        }))
     }
 
     /// The calls that name paths, not descriptors.
@@ -111,7 +172,6 @@ impl<'a> Conn<'a> {
             Request::Readlink { path } => Answer::Text(s.readlink(&path)?),
             Request::Chmod { path, mode } => done(s.chmod(&path, mode))?,
             Request::Chown { path, uid, gid } => done(s.chown(&path, uid, gid))?,
-            Request::Truncate { path, len } => done(s.truncate(&path, len))?,
             Request::Readdir { path } => Answer::Entries(s.readdir(&path)?),
             Request::Statfs => Answer::StatFs(self.fs.statfs()?),
             Request::Status => Answer::Status(Status {
@@ -123,20 +183,19 @@ impl<'a> Conn<'a> {
         })
     }
 
-    /// `fd` if this connection opened it; `EBADF` otherwise.
-    fn own(&self, fd: u32) -> fs::Result<Fd> {
-        if self.fds.contains(&fd) {
-            Ok(Fd(fd))
-        } else {
-            Err(fs::Error::BadFd)
-        }
+    /// `fd` and its inode number if this connection opened it; `EBADF` otherwise.
+    fn own(&self, fd: u32) -> fs::Result<(Fd, u64)> {
+        self.fds
+            .get(&fd)
+            .map(|&ino| (Fd(fd), ino))
+            .ok_or(fs::Error::BadFd)
     }
 }
 
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
-        for &fd in &self.fds {
+        for &fd in self.fds.keys() {
             let _ = self.fs.close(Fd(fd));
             self.counts.open.fetch_sub(1, Ordering::SeqCst);
         }
@@ -209,6 +268,7 @@ mod tests {
                 whence
             }),
             1 => (fd.clone(), off.clone()).prop_map(|(fd, len)| Request::Ftruncate { fd, len }),
+            2 => (fd.clone(), off.clone(), any::<u64>()).prop_map(|(fd, off, len)| Request::Map { fd, off, len }),
             1 => fd.prop_map(|fd| Request::Fsync { fd }),
             1 => (path.clone(), any::<u32>()).prop_map(|(path, mode)| Request::Mkdir { path, mode }),
             1 => path.clone().prop_map(|path| Request::Unlink { path }),
@@ -221,6 +281,7 @@ mod tests {
             1 => (path.clone(), path.clone()).prop_map(|(old, new)| Request::Link { old, new }),
             1 => (path.clone(), off).prop_map(|(path, len)| Request::Truncate { path, len }),
             1 => path.prop_map(|path| Request::Readdir { path }),
+
         ]
     }
 
@@ -248,13 +309,17 @@ mod tests {
         /// Whatever a client sends, it gets answers, the server does not panic, and
         /// the image is consistent once the connection ends and the image is unmounted.
         #[test]
-        fn any_payloads_leave_the_image_consistent(payloads in prop::collection::vec(payload(), 1..120)) {
+        fn any_payloads_leave_the_image_consistent(
+            payloads in prop::collection::vec(payload(), 1..120),
+            with_direct in any::<bool>(),
+        ) {
             let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(32 << 20));
             FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
             let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
             let counts = Counts::default();
+            let direct = with_direct.then(|| Direct::new(fs.geometry().inodes).unwrap());
             {
-                let mut conn = Conn::new(&fs, Cred::root(), &counts);
+                let mut conn = Conn::new(&fs, Cred::root(), &counts, direct.as_ref());
                 for p in &payloads {
                     let a = conn.answer_bytes(p);
                     prop_assert!(wire::frame(&a).is_ok(), "an answer too long to send");

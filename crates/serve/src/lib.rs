@@ -21,8 +21,10 @@
 
 mod client;
 mod conn;
+mod direct;
 mod error;
 mod server;
+pub mod shm;
 pub mod wire;
 
 pub use client::{Client, RegionView};

@@ -18,7 +18,9 @@ use pmem::slowmem::Model;
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use crate::conn::{Conn, Counts};
+use crate::direct::Direct;
 use crate::error::{Error, Result};
+use crate::shm::Words;
 use crate::wire::{self, Hello, Welcome};
 
 /// How often the accept loop looks at the stop request.
@@ -45,7 +47,9 @@ pub struct ServeOptions {
 /// Opens the image, serves it until a stop is requested, then unmounts it.
 pub fn serve(o: &ServeOptions) -> Result<()> {
     let fs = Arc::new(easyio_fuse::open_image(&o.image, o.mode, false, o.slowmem)?);
-    let server = Server::bind(fs, &o.image, &o.socket, o.allow_other)?;
+    // Clients read directly unless every read must pay for emulated slow memory.
+    let direct = o.slowmem.is_none();
+    let server = Server::bind(fs, &o.image, &o.socket, o.allow_other, direct)?;
     eprintln!(
         "easyio: serving {} on socket {} (mode {}{})",
         o.image.display(),
@@ -72,6 +76,7 @@ pub struct Server {
     socket: PathBuf,
     image: Arc<Image>,
     counts: Arc<Counts>,
+    direct: Option<Arc<Direct>>,
 }
 
 /// The image as clients may map it.
@@ -93,14 +98,16 @@ struct Client {
 }
 
 impl Server {
-    /// Listens on `socket` for clients of `fs`, the file system of `image`. A stale
-    /// socket left by a server that died is replaced; a live one is `EADDRINUSE`,
-    /// anything else at that path `EEXIST`.
+    /// Listens on `socket` for clients of `fs`, the file system of `image`; with
+    /// `direct`, clients that may read the image read file data from their mapping
+    /// with no request. A stale socket left by a server that died is replaced; a
+    /// live one is `EADDRINUSE`, anything else at that path `EEXIST`.
     pub fn bind(
         fs: Arc<FileSystem>,
         image: &Path,
         socket: &Path,
         allow_other: bool,
+        direct: bool,
     ) -> Result<Server> {
         let file = File::open(image).map_err(|e| Error::os(format!("{}", image.display()), e))?;
         let meta = file
@@ -112,6 +119,15 @@ impl Server {
             region_offset: pmem::HEADER_LEN,
             region_len: fs.pmem().len(),
         });
+        let direct = if direct {
+            let d = Arc::new(
+                Direct::new(fs.geometry().inodes).map_err(|e| Error::os("version table", e))?,
+            );
+            fs.set_external_readers(d.clone());
+            Some(d)
+        } else {
+            None
+        };
         clear_stale(socket)?;
         let listener = UnixListener::bind(socket)
             .map_err(|e| Error::os(format!("socket {}", socket.display()), e))?;
@@ -127,6 +143,7 @@ impl Server {
             socket: socket.to_path_buf(),
             image,
             counts: Arc::default(),
+            direct,
         })
     }
 
@@ -162,10 +179,17 @@ impl Server {
             .try_clone()
             .map_err(|e| Error::os("client socket", e))?;
         let (fs, image, counts) = (self.fs.clone(), self.image.clone(), self.counts.clone());
+        let direct = self.direct.clone();
         let thread = std::thread::Builder::new()
             .name("easyio-client".into())
             .spawn(move || {
-                if let Err(e) = answer_client(&fs, &image, &counts, stream) {
+                let shared = Shared {
+                    fs: &fs,
+                    image: &image,
+                    counts: &counts,
+                    direct: direct.as_deref(),
+                };
+                if let Err(e) = answer_client(&shared, stream) {
                     eprintln!("easyio: client ended: {e}");
                 }
             })
@@ -177,13 +201,25 @@ impl Server {
     }
 }
 
+/// What every connection of a server uses.
+struct Shared<'a> {
+    fs: &'a FileSystem,
+    image: &'a Image,
+    counts: &'a Counts,
+    direct: Option<&'a Direct>,
+}
+
+/// A client's epoch slot, dropped from reclamation when the connection ends.
+struct Slot<'a>(&'a Direct, Arc<Words>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.remove_slot(&self.1);
+    }
+}
+
 /// Greets the client on `stream`, then answers its requests until it goes.
-fn answer_client(
-    fs: &FileSystem,
-    image: &Image,
-    counts: &Counts,
-    mut stream: UnixStream,
-) -> io::Result<()> {
+fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     let peer = rustix::net::sockopt::socket_peercred(&stream)?;
     let Some(hello) = wire::receive(&mut stream)? else {
         return Ok(());
@@ -198,9 +234,13 @@ fn answer_client(
         groups: groups(peer.pid.as_raw_nonzero().get() as u32),
         umask: hello.umask & 0o777,
     };
-    let mapped = may_read(&image.meta, &cred);
-    welcome(&stream, image, mapped)?;
-    let mut conn = Conn::new(fs, cred, counts);
+    let mapped = may_read(&sh.image.meta, &cred);
+    let slot = match sh.direct {
+        Some(d) if mapped => Some(Slot(d, d.add_slot()?)),
+        _ => None,
+    };
+    welcome(&stream, sh, mapped, slot.as_ref())?;
+    let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
     while let Some(payload) = wire::receive(&mut stream)? {
         let answer = conn.answer_bytes(&payload);
         wire::send(&mut stream, &answer)?;
@@ -208,20 +248,36 @@ fn answer_client(
     Ok(())
 }
 
-/// Sends the welcome, with the image's read-only descriptor if `mapped`.
-fn welcome(stream: &UnixStream, image: &Image, mapped: bool) -> io::Result<()> {
+/// Sends the welcome, with the image's read-only descriptor if `mapped`, and the
+/// version table and the client's epoch slot if it reads directly.
+fn welcome(
+    stream: &UnixStream,
+    sh: &Shared<'_>,
+    mapped: bool,
+    slot: Option<&Slot<'_>>,
+) -> io::Result<()> {
+    let table = slot.and(sh.direct).map(|d| d.table());
     let bytes = wire::frame(&Welcome::Accepted {
         version: wire::VERSION,
         mapped,
-        region_offset: image.region_offset,
-        region_len: image.region_len,
+        direct: slot.is_some(),
+        table_words: table.map_or(0, |t| t.len() as u64),
+        region_offset: sh.image.region_offset,
+        region_len: sh.image.region_len,
         server_pid: std::process::id(),
     })?;
-    let fds = [image.file.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut fds = Vec::new();
+    if mapped {
+        fds.push(sh.image.file.as_fd());
+    }
+    if let (Some(t), Some(s)) = (table, slot) {
+        fds.extend(t.fd().map(|f| f.as_fd()));
+        fds.extend(s.1.fd().map(|f| f.as_fd()));
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if mapped && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("no room for the descriptor"));
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptors"));
     }
     let mut sent = rustix::net::sendmsg(
         stream,

@@ -1,0 +1,115 @@
+//! Shared memory the server and its clients both map: the version table (the
+//! published epoch and one version word per inode, written by the server, read by
+//! clients) and each client's epoch slot (written by the client, read and cleared by
+//! the server).
+//!
+//! Table layout, in 64-bit words: word [`EPOCH`] the epoch readers register in,
+//! word [`TRUNCATES`] a count bumped before and after each truncation named by path
+//! or by `O_TRUNC`, and word [`INODE0`] + `ino` the version of inode `ino`: bumped
+//! before and after every change of its data or size (odd while one is under way).
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+
+use rustix::mm::{MapFlags, ProtFlags};
+
+/// Word of the published epoch.
+pub const EPOCH: usize = 0;
+/// Word counting path truncations (odd while one is under way).
+pub const TRUNCATES: usize = 1;
+/// Word of inode 0's version; inode `ino`'s is `INODE0 + ino`.
+pub const INODE0: usize = 2;
+
+/// A mapping of shared 64-bit words.
+pub struct Words {
+    ptr: *mut AtomicU64,
+    words: usize,
+    fd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping is accessed only through atomics, from any thread.
+unsafe impl Send for Words {}
+// SAFETY: as above.
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// A new zeroed segment of `words` words (a memfd named `name`), mapped
+    /// read-write; its descriptor stays open to be sent to clients.
+    pub fn create(name: &str, words: usize) -> io::Result<Words> {
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, (words * 8) as u64)?;
+        let mut w = Words::map(&fd, words, true)?;
+        w.fd = Some(fd);
+        Ok(w)
+    }
+
+    /// Maps `words` words of the segment `fd`, writable or not.
+    pub fn map(fd: &impl AsFd, words: usize, writable: bool) -> io::Result<Words> {
+        let st = rustix::fs::fstat(fd)?;
+        if (st.st_size as u64) < (words * 8) as u64 || words == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shared segment too short",
+            ));
+        }
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: a fresh shared mapping of a segment at least `words * 8` bytes long
+        // (checked above); no Rust object aliases it, and it is unmapped only by Drop.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                words * 8,
+                prot,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }?;
+        Ok(Words {
+            ptr: ptr.cast(),
+            words,
+            fd: None,
+        })
+    }
+
+    /// Word `i`; `None` past the end.
+    pub fn get(&self, i: usize) -> Option<&AtomicU64> {
+        // SAFETY: i < words: inside the live mapping, 8-aligned (page-aligned start);
+        // every access to the mapping is atomic. A read-only mapping is only loaded
+        // from: a store would fault, which is the point of mapping it so.
+        (i < self.words).then(|| unsafe { &*self.ptr.add(i) })
+    }
+
+    /// Words of the segment.
+    pub fn len(&self) -> usize {
+        self.words
+    }
+
+    /// Whether the segment has no words (never: mapping refuses that).
+    pub fn is_empty(&self) -> bool {
+        self.words == 0
+    }
+
+    /// Word `i`, which must exist.
+    pub fn at(&self, i: usize) -> &AtomicU64 {
+        self.get(i).expect("word inside the segment")
+    }
+
+    /// The segment's descriptor (segments made by [`Words::create`] only).
+    pub fn fd(&self) -> Option<&OwnedFd> {
+        self.fd.as_ref()
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; references handed out by
+        // `get` borrow `self`, so none outlives it.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.words * 8) };
+    }
+}
