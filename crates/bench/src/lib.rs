@@ -29,6 +29,7 @@ pub mod qos;
 pub mod raw;
 pub mod report;
 pub mod rt;
+pub mod shared;
 pub mod signals;
 pub mod startup;
 pub mod stdin;

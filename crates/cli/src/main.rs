@@ -110,6 +110,9 @@ enum BenchCommand {
     /// fio through the LD_PRELOAD shim (libeasyio_preload.so) on a fresh image, beside
     /// the same fio on the kernel's tmpfs in the same run.
     Preload(bench::preload::PreloadArgs),
+    /// Client processes of `easyio serve` beside the library in-process: read, write
+    /// and create latency, a reader beside writers, create throughput of two clients.
+    Shared(bench::shared::SharedArgs),
 }
 
 fn main() {
@@ -200,6 +203,7 @@ fn run_bench(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Startup(args) => startup::run(args),
         BenchCommand::Fuse(args) => bench::fuse::run(args, &std::env::current_exe()?),
         BenchCommand::Preload(args) => bench::preload::run(args, &std::env::current_exe()?),
+        BenchCommand::Shared(args) => bench::shared::run(args, &std::env::current_exe()?),
     }
 }
 

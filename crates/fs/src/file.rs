@@ -636,20 +636,17 @@ impl FileSystem {
         Ok((n, pending, guard))
     }
 
-    /// Where bytes `[off, off + len)` of open file `fd` lie in the region, for a
-    /// reader in another process that copies them from its own read-only mapping:
-    /// the file's size, then (length, region offset or `None` for a hole) pieces in
-    /// file order, clipped to the size. Waits for the latest write's copy first, as a
-    /// read does. The blocks stay the file's data only while a registration of that
-    /// reader in the epoch (see [`FileSystem::set_external_readers`]) taken before
-    /// this call covers them.
-    pub fn read_map(&self, fd: Fd, off: u64, len: u64) -> Result<(u64, Vec<Segment>)> {
-        let f = self.file(fd)?;
-        if !f.readable {
-            return Err(Error::BadFd);
-        }
+    /// Where bytes `[off, off + len)` of file `ino` lie in the region, for a reader
+    /// in another process that copies them from its own read-only mapping: the
+    /// file's size, then (length, region offset or `None` for a hole) pieces in file
+    /// order, clipped to the size. Waits for the latest write's copy first, as a read
+    /// does. Trusted (no permission check). The blocks stay the file's data only
+    /// while a registration of that reader in the epoch (see
+    /// [`FileSystem::set_external_readers`]) made before this call covers them.
+    pub fn map_inode(&self, ino: u64, off: u64, len: u64) -> Result<(u64, Vec<Segment>)> {
+        let inode = self.inode(ino)?;
         loop {
-            let st = f.inode.state.read();
+            let st = inode.state.read();
             if st.kind == FileKind::Dir {
                 return Err(Error::IsDir);
             }

@@ -8,18 +8,17 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use fs::{DirEntry, Stat, StatFs};
 use parking_lot::Mutex;
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
+use crate::direct::{ASK, HOLE, PAGE0, SIZE, TABLE_PAGES, UNKNOWN};
 use crate::error::{Error, Result};
-use crate::shm::{Words, EPOCH, INODE0, TRUNCATES};
-use crate::wire::{self, Answer, FileMap, Hello, Request, Status, Welcome, MAX_IO};
-
-/// Bytes of a file a map fetched for a direct read covers at least.
-const MAP_WINDOW: u64 = 1 << 20;
+use crate::shm::Words;
+use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
 /// A connection to a server. Calls may come from several threads; they are made
 /// one at a time.
@@ -29,59 +28,6 @@ pub struct Client {
     region: Option<RegionView>,
     direct: Option<Direct>,
     server_pid: u32,
-}
-
-/// A client's half of direct reads (see the server's `direct` module).
-struct Direct {
-    /// The version table, read-only.
-    table: Words,
-    /// This client's epoch slot.
-    slot: Words,
-    /// The last map fetched of each descriptor. Its lock also makes direct reads run
-    /// one at a time: the client has one epoch slot.
-    maps: Mutex<HashMap<u32, FileMap>>,
-    reads: AtomicU64,
-    fetches: AtomicU64,
-}
-
-/// The registration of a direct read in the epoch, dropped when it is done.
-struct Pinned<'a>(&'a Words);
-
-impl Drop for Pinned<'_> {
-    fn drop(&mut self) {
-        self.0.at(0).store(0, Ordering::SeqCst);
-    }
-}
-
-impl Direct {
-    /// Registers in the epoch the server published last.
-    fn pin(&self) -> Pinned<'_> {
-        let published = self.table.at(EPOCH);
-        loop {
-            let e = published.load(Ordering::SeqCst);
-            self.slot.at(0).store(e, Ordering::SeqCst);
-            if published.load(Ordering::SeqCst) == e {
-                return Pinned(&self.slot);
-            }
-        }
-    }
-
-    /// Whether `m` is still the file's map: its versions are even and unchanged.
-    fn current(&self, m: &FileMap) -> bool {
-        let word = |i: usize| self.table.get(i).map(|w| w.load(Ordering::SeqCst));
-        m.version.is_multiple_of(2)
-            && m.truncates.is_multiple_of(2)
-            && usize::try_from(m.ino)
-                .ok()
-                .and_then(|i| word(INODE0.checked_add(i)?))
-                == Some(m.version)
-            && word(TRUNCATES) == Some(m.truncates)
-    }
-}
-
-/// Bytes from `m.off` the pieces of `m` cover.
-fn covered(m: &FileMap) -> u64 {
-    m.pieces.iter().map(|p| p.0).sum()
 }
 
 /// The image as this client sees it: mapped `PROT_READ`, so any store into it faults.
@@ -96,6 +42,77 @@ pub struct RegionView {
 unsafe impl Send for RegionView {}
 // SAFETY: as above: nothing is written through the view.
 unsafe impl Sync for RegionView {}
+
+/// A client's half of direct reads (see the server's `direct` module).
+struct Direct {
+    /// The epoch the server published, read-only.
+    epoch: Words,
+    /// This client's epoch slot.
+    slot: Words,
+    /// The page table of each descriptor (`None`: it has none, e.g. write-only). The
+    /// lock also makes direct reads run one at a time: the client has one slot.
+    tables: Mutex<HashMap<u32, Option<Arc<Words>>>>,
+    /// Reads copied from the mapping.
+    reads: AtomicU64,
+    /// Reads that found a page being changed and asked the server instead.
+    asked: AtomicU64,
+}
+
+/// The registration of a direct read in the epoch, dropped when it is done.
+struct Pinned<'a>(&'a Words);
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        self.0.at(0).store(0, Ordering::SeqCst);
+    }
+}
+
+impl Direct {
+    /// Registers in the epoch the server published last.
+    fn pin(&self) -> Pinned<'_> {
+        let published = self.epoch.at(0);
+        loop {
+            let e = published.load(Ordering::SeqCst);
+            self.slot.at(0).store(e, Ordering::SeqCst);
+            if published.load(Ordering::SeqCst) == e {
+                return Pinned(&self.slot);
+            }
+        }
+    }
+}
+
+/// Copies bytes `[off, off + buf.len())` of the file page table `t` publishes, up to
+/// its size, from the mapping into `buf`; `None` if a page or the size is being
+/// changed (then ask the server). Call registered in the epoch.
+fn copy_published(r: &RegionView, t: &Words, off: u64, buf: &mut [u8]) -> Option<usize> {
+    let size = t.get(SIZE)?.load(Ordering::SeqCst);
+    if size == UNKNOWN {
+        return None;
+    }
+    let n = size.saturating_sub(off).min(buf.len() as u64) as usize;
+    let block = fs::BLOCK_SIZE;
+    let mut done = 0;
+    while done < n {
+        let pos = off + done as u64;
+        let (pg, in_page) = (pos / block, pos % block);
+        let take = ((block - in_page) as usize).min(n - done);
+        let dst = &mut buf[done..done + take];
+        if pg >= TABLE_PAGES {
+            return None;
+        }
+        match t.get(PAGE0 + pg as usize)?.load(Ordering::SeqCst) {
+            ASK => return None,
+            HOLE => dst.fill(0),
+            b => {
+                if !r.read_region(b.checked_mul(block)? + in_page, dst) {
+                    return None;
+                }
+            }
+        }
+        done += take;
+    }
+    Some(n)
+}
 
 impl Client {
     /// Connects to the server listening on `socket`, as this process's user, creating
@@ -114,7 +131,6 @@ impl Client {
             Welcome::Accepted {
                 mapped,
                 direct,
-                table_words,
                 region_offset,
                 region_len,
                 server_pid,
@@ -131,16 +147,13 @@ impl Client {
                 };
                 let direct = match direct && mapped {
                     true => {
-                        let words = usize::try_from(table_words).unwrap_or(usize::MAX);
-                        let table = Words::map(&next()?, words, false);
-                        let slot = Words::map(&next()?, 1, true);
-                        let shared = |e| Error::os("mapping the version table", e);
+                        let shared = |e| Error::os("mapping the shared epoch", e);
                         Some(Direct {
-                            table: table.map_err(shared)?,
-                            slot: slot.map_err(shared)?,
-                            maps: Mutex::new(HashMap::new()),
+                            epoch: Words::map(&next()?, 1, false).map_err(shared)?,
+                            slot: Words::map(&next()?, 1, true).map_err(shared)?,
+                            tables: Mutex::new(HashMap::new()),
                             reads: AtomicU64::new(0),
-                            fetches: AtomicU64::new(0),
+                            asked: AtomicU64::new(0),
                         })
                     }
                     false => None,
@@ -187,6 +200,24 @@ impl Client {
         }
     }
 
+    /// Makes one call whose answer may carry descriptors.
+    fn call_with_fds(&self, req: &Request) -> Result<(Answer, Vec<OwnedFd>)> {
+        let mut guard = self.stream.lock();
+        let Some(stream) = guard.as_mut() else {
+            return Err(Error::Disconnected(io::ErrorKind::NotConnected.into()));
+        };
+        let answer = wire::send(stream, req).and_then(|()| receive_with_fds(stream));
+        match answer {
+            Ok((bytes, fds)) => wire::decode::<Answer>(&bytes)
+                .map(|a| (a, fds))
+                .ok_or_else(|| Error::Protocol("an answer that does not decode".into())),
+            Err(e) => {
+                *guard = None;
+                Err(Error::Disconnected(e))
+            }
+        }
+    }
+
     /// Makes one call whose answer is [`Answer::Done`].
     fn done(&self, req: Request) -> Result<()> {
         match self.call(&req)? {
@@ -207,18 +238,19 @@ impl Client {
     /// `close(fd)`.
     pub fn close(&self, fd: u32) -> Result<()> {
         if let Some(d) = &self.direct {
-            d.maps.lock().remove(&fd);
+            d.tables.lock().remove(&fd);
         }
         self.done(Request::Close { fd })
     }
 
-    /// Direct reads made (data copied from the mapping, no request) and maps fetched
-    /// for them; `None` when this client reads through requests only.
+    /// Reads copied from the mapping with no request, and reads that found a page
+    /// being changed and asked the server; `None` when this client reads through
+    /// requests only.
     pub fn direct_stats(&self) -> Option<(u64, u64)> {
         let d = self.direct.as_ref()?;
         Some((
             d.reads.load(Ordering::Relaxed),
-            d.fetches.load(Ordering::Relaxed),
+            d.asked.load(Ordering::Relaxed),
         ))
     }
 
@@ -232,8 +264,9 @@ impl Client {
         }
     }
 
-    /// A direct read: registered in the epoch, with a map still current (fetched
-    /// again if the file changed), the bytes are copied from the mapping.
+    /// A direct read: registered in the epoch, the bytes are copied from the mapping
+    /// where the file's page table shows them; from the server where a page is being
+    /// changed.
     fn pread_direct(
         &self,
         d: &Direct,
@@ -242,30 +275,48 @@ impl Client {
         buf: &mut [u8],
         off: u64,
     ) -> Result<usize> {
-        let mut maps = d.maps.lock();
-        let _pinned = d.pin();
-        let end = off.saturating_add(buf.len() as u64);
-        let usable = |m: &FileMap| {
-            d.current(m)
-                && (off >= m.size || (m.off <= off && end.min(m.size) <= m.off + covered(m)))
-        };
-        let fetched;
-        let m = match maps.get(&fd).filter(|m| usable(m)) {
-            Some(m) => m,
+        let mut tables = d.tables.lock();
+        let table = match tables.get(&fd) {
+            Some(t) => t.clone(),
             None => {
-                let len = (buf.len() as u64).max(MAP_WINDOW);
-                fetched = match self.call(&Request::Map { fd, off, len })? {
-                    Answer::Map(m) if m.off == off => m,
-                    other => return Err(unexpected(other)),
-                };
-                d.fetches.fetch_add(1, Ordering::Relaxed);
-                maps.insert(fd, fetched.clone());
-                &fetched
+                let t = self.fetch_table(fd)?;
+                tables.insert(fd, t.clone());
+                t
             }
         };
-        let n = copy_mapped(r, m, off, buf)?;
-        d.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(n)
+        let copied = table.and_then(|t| {
+            let _pinned = d.pin();
+            copy_published(r, &t, off, buf)
+        });
+        drop(tables);
+        match copied {
+            Some(n) => {
+                d.reads.fetch_add(1, Ordering::Relaxed);
+                Ok(n)
+            }
+            None => {
+                d.asked.fetch_add(1, Ordering::Relaxed);
+                self.pread_requested(fd, buf, off)
+            }
+        }
+    }
+
+    /// The page table of descriptor `fd`; `None` if the server gives none for it.
+    fn fetch_table(&self, fd: u32) -> Result<Option<Arc<Words>>> {
+        let (answer, fds) = self.call_with_fds(&Request::Table { fd })?;
+        match answer {
+            Answer::Table { pages, .. } if pages <= TABLE_PAGES => {
+                let Some(t) = fds.into_iter().next() else {
+                    return Err(Error::Protocol("a page table was not sent".into()));
+                };
+                let words = PAGE0 + pages as usize;
+                let t = Words::map(&t, words, false)
+                    .map_err(|e| Error::os("mapping a page table", e))?;
+                Ok(Some(Arc::new(t)))
+            }
+            Answer::Error(libc::EBADF | libc::EOPNOTSUPP | libc::EISDIR) => Ok(None),
+            other => Err(unexpected(other)),
+        }
     }
 
     fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
@@ -482,35 +533,16 @@ fn process_umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-/// Copies bytes `[off, off + buf.len())` of the file `m` maps, up to its size, from
-/// the mapping into `buf`; the bytes copied.
-fn copy_mapped(r: &RegionView, m: &FileMap, off: u64, buf: &mut [u8]) -> Result<usize> {
-    let n = m.size.saturating_sub(off).min(buf.len() as u64) as usize;
-    let mut at = m.off;
-    let mut done = 0;
-    for &(len, src) in &m.pieces {
-        if done == n {
-            break;
-        }
-        let piece_end = at + len;
-        if piece_end > off + done as u64 {
-            let skip = off + done as u64 - at;
-            let take = ((len - skip) as usize).min(n - done);
-            let dst = &mut buf[done..done + take];
-            match src {
-                Some(src) if r.read_region(src + skip, dst) => {}
-                Some(_) => return Err(Error::Protocol("a map past the region".into())),
-                None => dst.fill(0),
-            }
-            done += take;
-        }
-        at = piece_end;
-    }
-    Ok(done)
-}
-
 /// Reads the server's welcome frame and the descriptors that may come with it.
 fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
+    let (payload, fds) = receive_with_fds(stream).map_err(Error::Disconnected)?;
+    let welcome = wire::decode::<Welcome>(&payload)
+        .ok_or_else(|| Error::Protocol("a welcome that does not decode".into()))?;
+    Ok((welcome, fds))
+}
+
+/// Reads one frame and the descriptors attached to its first byte.
+fn receive_with_fds(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut len = [0u8; 4];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -519,8 +551,7 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
         &mut [IoSliceMut::new(&mut len)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
-    )
-    .map_err(|e| Error::Disconnected(e.into()))?
+    )?
     .bytes;
     let mut fds = Vec::new();
     for msg in control.drain() {
@@ -529,14 +560,11 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
         }
     }
     if got == 0 {
-        return Err(Error::Disconnected(io::ErrorKind::UnexpectedEof.into()));
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
     let mut s = stream;
-    s.read_exact(&mut len[got..]).map_err(Error::Disconnected)?;
-    let payload = wire::payload(&mut s, u32::from_le_bytes(len)).map_err(Error::Disconnected)?;
-    let welcome = wire::decode::<Welcome>(&payload)
-        .ok_or_else(|| Error::Protocol("a welcome that does not decode".into()))?;
-    Ok((welcome, fds))
+    s.read_exact(&mut len[got..])?;
+    Ok((wire::payload(&mut s, u32::from_le_bytes(len))?, fds))
 }
 
 impl RegionView {
@@ -634,5 +662,33 @@ impl Drop for RegionView {
         // SAFETY: the mapping made in `map`, unmapped once; nothing borrows it past
         // `self`.
         let _ = unsafe { rustix::mm::munmap(self.map.cast(), self.map_len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_direct_read_registers_in_the_published_epoch_until_it_is_done() {
+        let epoch = Words::create("test-epoch", 1).unwrap();
+        let slot = Words::create("test-slot", 1).unwrap();
+        epoch.at(0).store(7, Ordering::SeqCst);
+        let d = Direct {
+            epoch: Words::map(epoch.fd().unwrap(), 1, false).unwrap(),
+            slot: Words::map(slot.fd().unwrap(), 1, true).unwrap(),
+            tables: Mutex::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
+        };
+        {
+            let _pinned = d.pin();
+            assert_eq!(
+                slot.at(0).load(Ordering::SeqCst),
+                7,
+                "the server sees the registration"
+            );
+        }
+        assert_eq!(slot.at(0).load(Ordering::SeqCst), 0, "cleared when done");
     }
 }

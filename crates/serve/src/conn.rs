@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
-use fs::{Cred, Fd, FileSystem, OpenFlags, Whence};
+use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, SetAttr, Whence};
 
-use crate::direct::Direct;
-use crate::wire::{self, Answer, FileMap, Request, Status, MAX_IO};
+use crate::direct::{Direct, PageTable, TABLE_PAGES};
+use crate::wire::{self, Answer, Request, Status, MAX_IO};
 
 /// Counts shared by every connection of a server.
 #[derive(Default)]
@@ -20,15 +21,25 @@ pub(crate) struct Counts {
     pub open: AtomicU32,
 }
 
+/// A descriptor a connection opened.
+#[derive(Clone, Copy)]
+struct Open {
+    ino: u64,
+    readable: bool,
+    append: bool,
+    /// Whether the client was given the file's page table (released at close).
+    table: bool,
+}
+
 /// A client's view of the file system.
 pub(crate) struct Conn<'a> {
     fs: &'a FileSystem,
     cred: Cred,
-    /// Descriptors this connection opened, with their inode numbers.
-    fds: BTreeMap<u32, u64>,
+    /// Descriptors this connection opened.
+    fds: BTreeMap<u32, Open>,
     counts: &'a Counts,
-    /// The version table, when clients read directly: every change of a file's data
-    /// is bracketed by bumps of its version.
+    /// Page tables and epochs, when clients read directly: every change of a file's
+    /// data goes through it.
     direct: Option<&'a Direct>,
 }
 
@@ -49,11 +60,22 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// The answer to one frame's payload: `EBADMSG` if it is not a request.
-    pub fn answer_bytes(&mut self, payload: &[u8]) -> Answer {
+    /// The answer to one frame's payload (`EBADMSG` if it is not a request), and the
+    /// page table to send with it.
+    pub fn answer_bytes(&mut self, payload: &[u8]) -> (Answer, Option<Arc<PageTable>>) {
         match wire::decode::<Request>(payload) {
-            Some(req) => self.answer(req),
-            None => Answer::Error(libc::EBADMSG),
+            Some(Request::Table { fd }) => match self.table(fd) {
+                Ok((ino, t)) => (
+                    Answer::Table {
+                        ino,
+                        pages: TABLE_PAGES,
+                    },
+                    Some(t),
+                ),
+                Err(errno) => (Answer::Error(errno), None),
+            },
+            Some(req) => (self.answer(req), None),
+            None => (Answer::Error(libc::EBADMSG), None),
         }
     }
 
@@ -66,27 +88,10 @@ impl<'a> Conn<'a> {
         let s = self.fs.as_user(&self.cred);
         let fs = self.fs;
         Ok(match req {
-            Request::Open { path, flags, mode } => {
-                let open = || s.open(&path, OpenFlags(flags), mode);
-                let fd = match self.direct {
-                    Some(d) if flags & libc::O_TRUNC != 0 => d.truncating(open)?,
-                    _ => open()?,
-                };
-                let ino = match fs.fstat(fd) {
-                    Ok(st) => st.ino,
-                    Err(e) => {
-                        let _ = fs.close(fd);
-                        return Err(e);
-                    }
-                };
-                self.fds.insert(fd.0, ino);
-                self.counts.open.fetch_add(1, Ordering::SeqCst);
-                Answer::Fd(fd.0)
-            }
+            Request::Open { path, flags, mode } => Answer::Fd(self.open(&path, flags, mode)?),
             Request::Close { fd } => {
-                let (fd, _) = self.own(fd)?;
-                self.fds.remove(&fd.0);
-                self.counts.open.fetch_sub(1, Ordering::SeqCst);
+                let (fd, o) = self.own(fd)?;
+                self.forget(fd.0, o);
                 fs.close(fd)?;
                 Answer::Done
             }
@@ -103,56 +108,133 @@ impl<'a> Conn<'a> {
                 Answer::Data(buf)
             }
             Request::Write { fd, data } => {
-                let (fd, ino) = self.own(fd)?;
-                Answer::Count(self.changing(ino, || fs.write(fd, &data))? as u64)
+                let (fd, o) = self.own(fd)?;
+                let off = match o.append {
+                    true => fs.fstat(fd)?.size,
+                    false => fs.lseek(fd, 0, Whence::Cur)?,
+                };
+                let n = self.writing(o.ino, off, data.len(), || fs.write(fd, &data))?;
+                Answer::Count(n as u64)
             }
             Request::Pwrite { fd, data, off } => {
-                let (fd, ino) = self.own(fd)?;
-                Answer::Count(self.changing(ino, || fs.pwrite(fd, &data, off))? as u64)
+                let (fd, o) = self.own(fd)?;
+                let n = self.writing(o.ino, off, data.len(), || fs.pwrite(fd, &data, off))?;
+                Answer::Count(n as u64)
             }
             Request::Ftruncate { fd, len } => {
-                let (fd, ino) = self.own(fd)?;
-                done(self.changing(ino, || s.ftruncate(fd, len)))?
+                let (fd, o) = self.own(fd)?;
+                done(self.truncating(o.ino, len, || s.ftruncate(fd, len)))?
             }
-            Request::Truncate { path, len } => match self.direct {
-                Some(d) => done(d.truncating(|| s.truncate(&path, len)))?,
-                None => done(s.truncate(&path, len))?,
-            },
+            Request::Truncate { path, len } if self.direct.is_some() => {
+                let ino = s.stat(&path)?.ino;
+                let what = SetAttr {
+                    size: Some(len),
+                    ..SetAttr::default()
+                };
+                done(self.truncating(ino, len, || s.setattr(ino, &what).map(drop)))?
+            }
+            Request::Truncate { path, len } => done(s.truncate(&path, len))?,
             Request::Lseek { fd, off, whence } => {
                 Answer::Count(fs.lseek(self.own(fd)?.0, off, whence_of(whence)?)?)
             }
             Request::Fsync { fd } => done(fs.fsync(self.own(fd)?.0))?,
             Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?.0)?),
-            Request::Map { fd, off, len } => self.map(fd, off, len)?,
             req => self.path_call(req)?,
         })
     }
 
-    /// Runs `f`, a change of inode `ino`'s data or size, between bumps of its version
-    /// when clients read directly.
-    fn changing<R>(&self, ino: u64, f: impl FnOnce() -> R) -> R {
+    /// `open`. With direct reads, `O_TRUNC` of a regular file is a truncation of the
+    /// file opened (checked as `truncate` is: write permission), so that its page
+    /// table is kept honest.
+    fn open(&mut self, path: &str, flags: i32, mode: u32) -> fs::Result<u32> {
+        let s = self.fs.as_user(&self.cred);
+        let trunc = flags & libc::O_TRUNC != 0 && self.direct.is_some();
+        let fd = s.open(
+            path,
+            OpenFlags(flags & !if trunc { libc::O_TRUNC } else { 0 }),
+            mode,
+        )?;
+        let opened = (|| {
+            let st = self.fs.fstat(fd)?;
+            if trunc {
+                match st.kind {
+                    FileKind::Dir => return Err(fs::Error::IsDir),
+                    FileKind::File => {
+                        let what = SetAttr {
+                            size: Some(0),
+                            ..SetAttr::default()
+                        };
+                        self.truncating(st.ino, 0, || s.setattr(st.ino, &what))?;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(st.ino)
+        })();
+        let ino = match opened {
+            Ok(ino) => ino,
+            Err(e) => {
+                let _ = self.fs.close(fd);
+                return Err(e);
+            }
+        };
+        let access = flags & libc::O_ACCMODE;
+        self.fds.insert(
+            fd.0,
+            Open {
+                ino,
+                readable: flags & libc::O_PATH == 0 && access != libc::O_WRONLY,
+                append: flags & libc::O_APPEND != 0,
+                table: false,
+            },
+        );
+        self.counts.open.fetch_add(1, Ordering::SeqCst);
+        Ok(fd.0)
+    }
+
+    /// Runs `f`, a write of `len` bytes at `off` of file `ino`, through the page
+    /// tables when clients read directly.
+    fn writing<R>(&self, ino: u64, off: u64, len: usize, f: impl FnOnce() -> R) -> R {
         match self.direct {
-            Some(d) => d.changing(ino, f),
+            Some(d) => d.write(self.fs, ino, off, len as u64, f),
             None => f(),
         }
     }
 
-    /// Where bytes of open file `fd` lie, for a direct read.
-    fn map(&self, fd: u32, off: u64, len: u64) -> fs::Result<Answer> {
-        let (fd, ino) = self.own(fd)?;
+    /// Runs `f`, which sets file `ino`'s size to `len`, through the page tables when
+    /// clients read directly.
+    fn truncating<R>(&self, ino: u64, len: u64, f: impl FnOnce() -> R) -> R {
+        match self.direct {
+            Some(d) => d.truncate(self.fs, ino, len, f),
+            None => f(),
+        }
+    }
+
+    /// The page table of open file `fd`, for direct reads; an errno if it cannot be.
+    fn table(&mut self, fd: u32) -> Result<(u64, Arc<PageTable>), i32> {
+        let (_, o) = self.own(fd).map_err(|e| e.errno())?;
         let Some(d) = self.direct else {
-            return Err(fs::Error::NotSupported("direct reads are off"));
+            return Err(libc::EOPNOTSUPP);
         };
-        let (version, truncates) = d.versions(ino);
-        let (size, segs) = self.fs.read_map(fd, off, len.min(MAX_IO as u64))?;
-        Ok(Answer::Map(FileMap {
-            ino,
-            version,
-            truncates,
-            size,
-            off,
-            pieces: segs.into_iter().map(|(l, at)| (l as u64, at)).collect(),
-        }))
+        if !o.readable {
+            return Err(libc::EBADF);
+        }
+        let t = d.table(self.fs, o.ino)?;
+        if o.table {
+            // The descriptor holds a table already: one user per descriptor.
+            d.release(o.ino);
+        }
+        self.fds.insert(fd, Open { table: true, ..o });
+        Ok((o.ino, t))
+    }
+
+    /// Drops what this connection holds for descriptor `fd`.
+    fn forget(&mut self, fd: u32, o: Open) {
+        self.fds.remove(&fd);
+        self.counts.open.fetch_sub(1, Ordering::SeqCst);
+        if let (true, Some(d)) = (o.table, self.direct) {
+            d.release(o.ino);
+        }
     }
 
     /// The calls that name paths, not descriptors.
@@ -183,11 +265,11 @@ impl<'a> Conn<'a> {
         })
     }
 
-    /// `fd` and its inode number if this connection opened it; `EBADF` otherwise.
-    fn own(&self, fd: u32) -> fs::Result<(Fd, u64)> {
+    /// `fd` and what is known of it if this connection opened it; `EBADF` otherwise.
+    fn own(&self, fd: u32) -> fs::Result<(Fd, Open)> {
         self.fds
             .get(&fd)
-            .map(|&ino| (Fd(fd), ino))
+            .map(|&o| (Fd(fd), o))
             .ok_or(fs::Error::BadFd)
     }
 }
@@ -195,9 +277,9 @@ impl<'a> Conn<'a> {
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
-        for &fd in self.fds.keys() {
+        for (fd, o) in std::mem::take(&mut self.fds) {
+            self.forget(fd, o);
             let _ = self.fs.close(Fd(fd));
-            self.counts.open.fetch_sub(1, Ordering::SeqCst);
         }
         self.counts.clients.fetch_sub(1, Ordering::SeqCst);
     }
@@ -268,7 +350,7 @@ mod tests {
                 whence
             }),
             1 => (fd.clone(), off.clone()).prop_map(|(fd, len)| Request::Ftruncate { fd, len }),
-            2 => (fd.clone(), off.clone(), any::<u64>()).prop_map(|(fd, off, len)| Request::Map { fd, off, len }),
+            2 => fd.clone().prop_map(|fd| Request::Table { fd }),
             1 => fd.prop_map(|fd| Request::Fsync { fd }),
             1 => (path.clone(), any::<u32>()).prop_map(|(path, mode)| Request::Mkdir { path, mode }),
             1 => path.clone().prop_map(|path| Request::Unlink { path }),
@@ -317,15 +399,16 @@ mod tests {
             FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
             let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
             let counts = Counts::default();
-            let direct = with_direct.then(|| Direct::new(fs.geometry().inodes).unwrap());
+            let direct = with_direct.then(|| Direct::new().unwrap());
             {
                 let mut conn = Conn::new(&fs, Cred::root(), &counts, direct.as_ref());
                 for p in &payloads {
-                    let a = conn.answer_bytes(p);
+                    let (a, _) = conn.answer_bytes(p);
                     prop_assert!(wire::frame(&a).is_ok(), "an answer too long to send");
                 }
             }
             prop_assert_eq!(counts.open.load(Ordering::SeqCst), 0);
+            prop_assert_eq!(direct.as_ref().map_or(0, Direct::tables_published), 0);
             prop_assert_eq!(counts.clients.load(Ordering::SeqCst), 0);
             fs.unmount().unwrap();
             let report = fs::fsck::check(&*pm).unwrap();

@@ -1,94 +1,219 @@
 //! The server's half of direct reads: clients copy file data straight from their
-//! read-only mapping of the image, with no request, as long as
+//! read-only mapping of the image, with no request (KucoFS's versioned read, with a
+//! page table the server publishes instead of an index clients walk in the image).
 //!
-//! 1. the blocks they copy from are not reused under them — each client registers in
-//!    the file system's epoch through a slot of shared memory before it looks blocks
-//!    up ([`fs::ExternalReaders`]), and a client that goes has its slot dropped;
-//! 2. the map of a file they cached is still the file's — every change of a file's
-//!    data or size made for a client is bracketed by two bumps of the file's version
-//!    word (odd while under way; changes of one file are serialised here), and a
-//!    truncation named by path or by `O_TRUNC`, whose file is not known in advance,
-//!    by two bumps of one word for all files.
+//! - **Page tables.** For each file a client reads directly, the server publishes in
+//!   shared memory (read-only to clients) the file's size and, per page, the block
+//!   holding it ([`HOLE`], or [`ASK`]: ask the server). Every change of the file made
+//!   for a client first sets what it will change to [`ASK`] (the size to
+//!   [`UNKNOWN`] if it may change), then changes the file, then publishes the new
+//!   blocks and size. Changes of one file are serialised here.
+//! - **Epochs.** Each client registers in the file system's epoch through a slot of
+//!   shared memory before it reads a page table entry, and clears it after its copy
+//!   ([`fs::ExternalReaders`]); a client that goes has its slot dropped.
 //!
-//! A client whose cached versions are unchanged (and even) after it registered may
-//! use its map: any change that could free a block of it starts later, so frees that
-//! block in a later epoch than the client's registration.
+//! Why a copy is sound: a block is retired only by a change that set its entry to
+//! [`ASK`] before. A client that read the block's number after registering therefore
+//! read it before that change began, so the block is retired in the client's epoch or
+//! later, and not reused until the client has cleared its slot.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use fs::{FileSystem, BLOCK_SIZE};
 use parking_lot::Mutex;
 
-use crate::shm::{Words, EPOCH, INODE0, TRUNCATES};
+use crate::shm::Words;
 
+/// Word of a page table holding the file's size.
+pub const SIZE: usize = 0;
+/// Word of a page table holding page 0's entry; page `pg`'s is `PAGE0 + pg`.
+pub const PAGE0: usize = 1;
+/// Size word: changing, ask the server.
+pub const UNKNOWN: u64 = u64::MAX;
+/// Entry: ask the server (not published, or being changed).
+pub const ASK: u64 = 0;
+/// Entry: a hole, reads as zeros.
+pub const HOLE: u64 = u64::MAX;
+/// Pages a page table covers (64 GiB of file; the memory is used only where written).
+pub const TABLE_PAGES: u64 = 1 << 24;
 /// Locks serialising the changes of files (by inode number).
 const STRIPES: usize = 256;
 
-/// The version table and the clients' epoch slots.
+/// One file's published size and page → block entries.
+pub(crate) struct PageTable {
+    words: Words,
+}
+
+impl PageTable {
+    /// The shared words, to send to clients.
+    pub fn words(&self) -> &Words {
+        &self.words
+    }
+
+    fn set(&self, pg: u64, v: u64) {
+        if pg < TABLE_PAGES {
+            self.words
+                .at(PAGE0 + pg as usize)
+                .store(v, Ordering::SeqCst);
+        }
+    }
+
+    /// Sets pages `[first, end)` to [`ASK`].
+    fn forget(&self, first: u64, end: u64) {
+        for pg in first..end.min(TABLE_PAGES) {
+            self.set(pg, ASK);
+        }
+    }
+
+    /// Publishes the blocks of pages `[first, end)` of file `ino` and its size.
+    fn publish(&self, fs: &FileSystem, ino: u64, first: u64, end: u64) -> fs::Result<()> {
+        let end = end.min(TABLE_PAGES);
+        let (size, segs) = fs.map_inode(
+            ino,
+            first * BLOCK_SIZE,
+            (end.saturating_sub(first)) * BLOCK_SIZE,
+        )?;
+        let mut pg = first;
+        for (len, src) in segs {
+            for k in 0..(len as u64).div_ceil(BLOCK_SIZE) {
+                self.set(pg, src.map_or(HOLE, |s| s / BLOCK_SIZE + k));
+                pg += 1;
+            }
+        }
+        self.words.at(SIZE).store(size, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.words.at(SIZE).load(Ordering::SeqCst)
+    }
+}
+
+/// The published epoch, the page tables and the clients' epoch slots.
 pub(crate) struct Direct {
-    table: Words,
+    epoch: Words,
     stripes: Vec<Mutex<()>>,
-    truncates: Mutex<()>,
+    /// Page tables by inode, with how many descriptors use each.
+    tables: Mutex<HashMap<u64, (Arc<PageTable>, usize)>>,
     slots: Mutex<Vec<Arc<Words>>>,
 }
 
 impl Direct {
-    /// A table for inode numbers below `inodes`.
-    pub fn new(inodes: u64) -> io::Result<Direct> {
+    pub fn new() -> io::Result<Direct> {
         Ok(Direct {
-            table: Words::create("easyio-versions", INODE0 + inodes as usize)?,
+            epoch: Words::create("easyio-epoch", 1)?,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            truncates: Mutex::new(()),
+            tables: Mutex::new(HashMap::new()),
             slots: Mutex::new(Vec::new()),
         })
     }
 
-    /// The table, to send to clients.
-    pub fn table(&self) -> &Words {
-        &self.table
+    /// The word of the published epoch, to send to clients.
+    pub fn epoch(&self) -> &Words {
+        &self.epoch
     }
 
-    /// Runs `f`, a change of inode `ino`'s data or size, between two bumps of its
-    /// version. An inode number past the table (never handed out) bumps nothing.
-    pub fn changing<R>(&self, ino: u64, f: impl FnOnce() -> R) -> R {
-        let Some(word) = usize::try_from(ino)
-            .ok()
-            .and_then(|i| self.table.get(INODE0 + i))
-        else {
+    fn stripe(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {
+        self.stripes[(ino % STRIPES as u64) as usize].lock()
+    }
+
+    /// The page table of file `ino`, published on first use; one more user of it.
+    /// Fails with an errno.
+    pub fn table(&self, fs: &FileSystem, ino: u64) -> Result<Arc<PageTable>, i32> {
+        let _one_change_at_a_time = self.stripe(ino);
+        if let Some((t, users)) = self.tables.lock().get_mut(&ino) {
+            *users += 1;
+            return Ok(t.clone());
+        }
+        let size = fs.map_inode(ino, 0, 0).map_err(|e| e.errno())?.0;
+        let words = Words::create("easyio-pages", PAGE0 + TABLE_PAGES as usize)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+        let t = Arc::new(PageTable { words });
+        t.publish(fs, ino, 0, size.div_ceil(BLOCK_SIZE))
+            .map_err(|e| e.errno())?;
+        self.tables.lock().insert(ino, (t.clone(), 1));
+        Ok(t)
+    }
+
+    /// One user fewer of file `ino`'s page table; the last drops it.
+    pub fn release(&self, ino: u64) {
+        let mut tables = self.tables.lock();
+        if let Some((_, users)) = tables.get_mut(&ino) {
+            *users -= 1;
+            if *users == 0 {
+                tables.remove(&ino);
+            }
+        }
+    }
+
+    /// Files with a page table.
+    #[cfg(test)]
+    pub fn tables_published(&self) -> usize {
+        self.tables.lock().len()
+    }
+
+    fn published(&self, ino: u64) -> Option<Arc<PageTable>> {
+        self.tables.lock().get(&ino).map(|(t, _)| t.clone())
+    }
+
+    /// Runs `f`, a write of `len` bytes at `off` of file `ino`, keeping its page table
+    /// (if it has one) honest.
+    pub fn write<R>(
+        &self,
+        fs: &FileSystem,
+        ino: u64,
+        off: u64,
+        len: u64,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        let _one_change_at_a_time = self.stripe(ino);
+        let Some(t) = self.published(ino) else {
             return f();
         };
-        let _one_at_a_time = self.stripes[ino as usize % STRIPES].lock();
-        word.fetch_add(1, Ordering::SeqCst);
+        let (first, end) = (
+            off / BLOCK_SIZE,
+            off.saturating_add(len).div_ceil(BLOCK_SIZE),
+        );
+        t.forget(first, end);
+        if off.saturating_add(len) > t.size() {
+            t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+        }
         let r = f();
-        word.fetch_add(1, Ordering::SeqCst);
+        self.republish(fs, &t, ino, first, end);
         r
     }
 
-    /// Runs `f`, which may truncate a file not known in advance, between two bumps of
-    /// the word all cached maps depend on.
-    pub fn truncating<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _one_at_a_time = self.truncates.lock();
-        let word = self.table.at(TRUNCATES);
-        word.fetch_add(1, Ordering::SeqCst);
+    /// Runs `f`, which sets file `ino`'s size to `len`, keeping its page table honest.
+    pub fn truncate<R>(&self, fs: &FileSystem, ino: u64, len: u64, f: impl FnOnce() -> R) -> R {
+        let _one_change_at_a_time = self.stripe(ino);
+        let Some(t) = self.published(ino) else {
+            return f();
+        };
+        let old = t.size();
+        t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+        // Pages past the new end, and the new last page (its tail is zeroed), stop
+        // being the file's: readers ask for them from now on.
+        t.forget(len / BLOCK_SIZE, old.div_ceil(BLOCK_SIZE));
         let r = f();
-        word.fetch_add(1, Ordering::SeqCst);
+        self.republish(fs, &t, ino, 0, 0);
         r
     }
 
-    /// The versions a map of inode `ino` computed from now on depends on.
-    pub fn versions(&self, ino: u64) -> (u64, u64) {
-        let truncates = self.table.at(TRUNCATES).load(Ordering::SeqCst);
-        let own = usize::try_from(ino)
-            .ok()
-            .and_then(|i| self.table.get(INODE0 + i))
-            .map_or(1, |w| w.load(Ordering::SeqCst));
-        (own, truncates)
+    /// Publishes pages `[first, end)` and the size again after a change; a file that
+    /// cannot be mapped stays [`ASK`] and [`UNKNOWN`]: its readers ask the server.
+    fn republish(&self, fs: &FileSystem, t: &PageTable, ino: u64, first: u64, end: u64) {
+        if t.publish(fs, ino, first, end).is_err() {
+            t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+        }
     }
 
     /// A new client's epoch slot.
     pub fn add_slot(&self) -> io::Result<Arc<Words>> {
-        let slot = Arc::new(Words::create("easyio-epoch-slot", 8)?);
+        let slot = Arc::new(Words::create("easyio-epoch-slot", 1)?);
         self.slots.lock().push(slot.clone());
         Ok(slot)
     }
@@ -109,41 +234,46 @@ impl fs::ExternalReaders for Direct {
     }
 
     fn publish(&self, e: u64) {
-        self.table.at(EPOCH).fetch_max(e, Ordering::SeqCst);
+        self.epoch.at(0).fetch_max(e, Ordering::SeqCst);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
+    use fs::{FormatOptions, MountOptions, OpenFlags};
     use pmem::{MemPmem, Pmem};
 
     use super::*;
+
+    fn entry(t: &PageTable, pg: usize) -> u64 {
+        t.words().at(PAGE0 + pg).load(Ordering::SeqCst)
+    }
 
     #[test]
     fn a_registered_client_holds_back_the_reuse_of_blocks_it_may_read() {
         let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
         FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
         let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-        let direct = Arc::new(Direct::new(fs.geometry().inodes).unwrap());
+        let direct = Arc::new(Direct::new().unwrap());
         fs.set_external_readers(direct.clone());
         let slot = direct.add_slot().unwrap();
         let fd = fs
             .open("/f", OpenFlags::CREAT | OpenFlags::RDWR, 0o644)
             .unwrap();
         fs.pwrite(fd, &[1; 4096], 0).unwrap();
-        // A client registers, then looks the block up, as a direct read does.
+        let ino = fs.fstat(fd).unwrap().ino;
+        let t = direct.table(&fs, ino).unwrap();
+        // A client registers, then reads the entry, as a direct read does.
         slot.at(0).store(
-            direct.table().at(EPOCH).load(Ordering::SeqCst),
+            direct.epoch().at(0).load(Ordering::SeqCst),
             Ordering::SeqCst,
         );
-        let (_, segs) = fs.read_map(fd, 0, 4096).unwrap();
-        let block = segs[0].1.unwrap();
-        let ino = fs.fstat(fd).unwrap().ino;
+        let block = entry(&t, 0);
+        assert_eq!(t.size(), 4096);
         for i in 0..1000u32 {
-            direct.changing(ino, || {
-                fs.pwrite(fd, &[(i % 200) as u8 + 2; 4096], 0).unwrap()
-            });
+            let data = [(i % 200) as u8 + 2; 4096];
+            direct.write(&fs, ino, 0, 4096, || fs.pwrite(fd, &data, 0).unwrap());
+            assert_ne!(entry(&t, 0), ASK, "published again after the write");
         }
         let held = fs.usage().reclaiming_blocks;
         assert!(
@@ -151,11 +281,71 @@ mod tests {
             "only {held} blocks held back for the registered client"
         );
         let mut data = [0u8; 4096];
-        pm.read(block, &mut data);
+        pm.read(block * BLOCK_SIZE, &mut data);
         assert_eq!(data, [1; 4096], "the block the client may read was reused");
         direct.remove_slot(&slot);
         let after = fs.usage().reclaiming_blocks;
         assert!(after < 64, "{after} blocks still held once the client went");
+        fs.close(fd).unwrap();
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn the_table_follows_writes_holes_and_truncations() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+        let direct = Direct::new().unwrap();
+        let fd = fs
+            .open("/f", OpenFlags::CREAT | OpenFlags::RDWR, 0o644)
+            .unwrap();
+        let ino = fs.fstat(fd).unwrap().ino;
+        let t = direct.table(&fs, ino).unwrap();
+        assert_eq!((t.size(), entry(&t, 0)), (0, ASK));
+        direct.write(&fs, ino, 3 * 4096, 100, || {
+            fs.pwrite(fd, &[9; 100], 3 * 4096).unwrap()
+        });
+        assert_eq!(t.size(), 3 * 4096 + 100);
+        let b = entry(&t, 3);
+        assert!(b != ASK && b != HOLE);
+        let mut data = [0u8; 100];
+        pm.read(b * BLOCK_SIZE, &mut data);
+        assert_eq!(data, [9; 100]);
+        // Pages 0..3 are a hole the write did not publish: readers ask.
+        assert_eq!(entry(&t, 0), ASK);
+        // While a change runs (its old blocks already retired), readers see ASK and
+        // UNKNOWN where it changes things, never the old blocks.
+        direct.write(&fs, ino, 4096, 4096, || {
+            fs.pwrite(fd, &[0; 4096], 4096).unwrap();
+            assert_eq!(entry(&t, 1), ASK);
+            assert_eq!(
+                t.size(),
+                3 * 4096 + 100,
+                "an overwrite keeps the size known"
+            );
+        });
+        assert!(![ASK, HOLE].contains(&entry(&t, 1)));
+        direct.write(&fs, ino, 3 * 4096, 8192, || {
+            fs.pwrite(fd, &[1; 8192], 3 * 4096).unwrap();
+            assert_eq!((entry(&t, 3), entry(&t, 4), t.size()), (ASK, ASK, UNKNOWN));
+        });
+        assert_eq!(t.size(), 5 * 4096);
+        direct.truncate(&fs, ino, 4096, || {
+            fs.ftruncate(fd, 4096).unwrap();
+            assert_eq!(t.size(), UNKNOWN);
+            assert!(
+                (1..5).all(|pg| entry(&t, pg) == ASK),
+                "pages past the new end"
+            );
+        });
+        assert_eq!((t.size(), entry(&t, 3)), (4096, ASK));
+        // A second user shares the table; the last release drops it.
+        let again = direct.table(&fs, ino).unwrap();
+        assert!(Arc::ptr_eq(&t, &again));
+        direct.release(ino);
+        assert!(direct.published(ino).is_some());
+        direct.release(ino);
+        assert!(direct.published(ino).is_none());
         fs.close(fd).unwrap();
         fs.unmount().unwrap();
     }

@@ -21,7 +21,7 @@
 
 mod client;
 mod conn;
-mod direct;
+pub mod direct;
 mod error;
 mod server;
 pub mod shm;

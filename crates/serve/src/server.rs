@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -120,9 +120,7 @@ impl Server {
             region_len: fs.pmem().len(),
         });
         let direct = if direct {
-            let d = Arc::new(
-                Direct::new(fs.geometry().inodes).map_err(|e| Error::os("version table", e))?,
-            );
+            let d = Arc::new(Direct::new().map_err(|e| Error::os("shared memory", e))?);
             fs.set_external_readers(d.clone());
             Some(d)
         } else {
@@ -242,26 +240,28 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     welcome(&stream, sh, mapped, slot.as_ref())?;
     let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
     while let Some(payload) = wire::receive(&mut stream)? {
-        let answer = conn.answer_bytes(&payload);
-        wire::send(&mut stream, &answer)?;
+        let (answer, table) = conn.answer_bytes(&payload);
+        let bytes = wire::frame(&answer)?;
+        match table.as_ref().and_then(|t| t.words().fd()) {
+            Some(fd) => send_with(&stream, &bytes, &[fd.as_fd()])?,
+            None => io::Write::write_all(&mut stream, &bytes)?,
+        }
     }
     Ok(())
 }
 
 /// Sends the welcome, with the image's read-only descriptor if `mapped`, and the
-/// version table and the client's epoch slot if it reads directly.
+/// published epoch and the client's epoch slot if it reads directly.
 fn welcome(
     stream: &UnixStream,
     sh: &Shared<'_>,
     mapped: bool,
     slot: Option<&Slot<'_>>,
 ) -> io::Result<()> {
-    let table = slot.and(sh.direct).map(|d| d.table());
     let bytes = wire::frame(&Welcome::Accepted {
         version: wire::VERSION,
         mapped,
         direct: slot.is_some(),
-        table_words: table.map_or(0, |t| t.len() as u64),
         region_offset: sh.image.region_offset,
         region_len: sh.image.region_len,
         server_pid: std::process::id(),
@@ -270,18 +270,23 @@ fn welcome(
     if mapped {
         fds.push(sh.image.file.as_fd());
     }
-    if let (Some(t), Some(s)) = (table, slot) {
-        fds.extend(t.fd().map(|f| f.as_fd()));
+    if let Some(s) = slot {
+        fds.extend(s.0.epoch().fd().map(|f| f.as_fd()));
         fds.extend(s.1.fd().map(|f| f.as_fd()));
     }
+    send_with(stream, &bytes, &fds)
+}
+
+/// Sends a frame with descriptors attached to its first byte.
+fn send_with(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("no room for the descriptors"));
     }
     let mut sent = rustix::net::sendmsg(
         stream,
-        &[IoSlice::new(&bytes)],
+        &[IoSlice::new(bytes)],
         &mut control,
         SendFlags::NOSIGNAL,
     )?;

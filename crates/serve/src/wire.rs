@@ -45,12 +45,11 @@ pub enum Welcome {
         /// whose user may read the image file itself).
         mapped: bool,
         /// Whether the client may read file data from its mapping directly: then the
-        /// version table (read-only) and the client's epoch slot (read-write) follow
-        /// the image's descriptor. Off when the server emulates slow memory (every
-        /// read must pay for it) or the client gets no mapping.
+        /// published epoch (one word, read-only) and the client's epoch slot (one
+        /// word, read-write) follow the image's descriptor. Off when the server
+        /// emulates slow memory (every read must pay for it) or the client gets no
+        /// mapping.
         direct: bool,
-        /// 64-bit words of the version table.
-        table_words: u64,
         /// Where the file system's region starts in the image, bytes.
         region_offset: u64,
         /// Bytes of the region.
@@ -124,9 +123,10 @@ pub enum Request {
     Statfs,
     /// What the server holds for this connection and in all → [`Answer::Status`].
     Status,
-    /// Where bytes `[off, off + len)` of open file `fd` lie in the image, for a direct
-    /// read → [`Answer::Map`] (`EOPNOTSUPP` when direct reads are off).
-    Map { fd: u32, off: u64, len: u64 },
+    /// The page table of open file `fd`, for direct reads → [`Answer::Table`] with
+    /// the table's descriptor (`EOPNOTSUPP` when direct reads are off, `EBADF` for a
+    /// descriptor not open for reading).
+    Table { fd: u32 },
 }
 
 /// The server's answer to one [`Request`].
@@ -150,29 +150,11 @@ pub enum Answer {
     StatFs(StatFs),
     /// The server's bookkeeping.
     Status(Status),
-    /// Where a file's bytes lie.
-    Map(FileMap),
+    /// A page table comes with this frame: the file's size, then one entry per page
+    /// (see the server's `direct` module), `pages` of them.
+    Table { ino: u64, pages: u64 },
     /// Failed with this errno.
     Error(i32),
-}
-
-/// Where bytes of a file lie in the region, as [`Request::Map`] asks: valid while the
-/// file's version word and the truncation word of the version table still hold
-/// `version` and `truncates` (both even) and the reader's epoch slot was set before.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileMap {
-    /// The file's inode number (its version word is `INODE0 + ino`).
-    pub ino: u64,
-    /// The file's version word, read before the map was made.
-    pub version: u64,
-    /// The truncation word, read before the map was made.
-    pub truncates: u64,
-    /// The file's size.
-    pub size: u64,
-    /// Where the map starts in the file.
-    pub off: u64,
-    /// From `off` on, up to the size: (length, region offset or `None` for a hole).
-    pub pieces: Vec<(u64, Option<u64>)>,
 }
 
 /// What the server holds, as [`Request::Status`] reports it.
