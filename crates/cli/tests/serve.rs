@@ -714,6 +714,7 @@ fn garbage_and_foreign_descriptors_get_errors_and_harm_nothing() {
         &Hello {
             version: wire::VERSION,
             umask: 0o022,
+            mailbox: false,
         },
     )
     .unwrap();
@@ -726,7 +727,7 @@ fn garbage_and_foreign_descriptors_get_errors_and_harm_nothing() {
     for req in [
         Request::Pwrite {
             fd,
-            data: b"stolen".to_vec(),
+            data: b"stolen".to_vec().into(),
             off: 0,
         },
         Request::Close { fd },
@@ -754,7 +755,7 @@ fn garbage_and_foreign_descriptors_get_errors_and_harm_nothing() {
     };
     let far = Request::Pwrite {
         fd: mine,
-        data: vec![1; 10],
+        data: vec![1; 10].into(),
         off: u64::MAX - 5,
     };
     assert!(matches!(
@@ -790,6 +791,7 @@ fn garbage_and_foreign_descriptors_get_errors_and_harm_nothing() {
         &Hello {
             version: 0,
             umask: 0,
+            mailbox: false,
         },
     )
     .unwrap();

@@ -17,6 +17,16 @@ use crate::layout::{put64, seal_log_word, LogWord, BLOCK_SIZE};
 use crate::log::{attr, trailer, Entry, LogState, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
 use crate::FileSystem;
 
+thread_local! {
+    /// Blocks retired on this thread inside [`FileSystem::holding_retired`].
+    static HELD: std::cell::RefCell<Option<Vec<Extent>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Blocks whose retirement [`FileSystem::holding_retired`] held back.
+#[must_use = "held blocks stay allocated until handed to retire_held"]
+#[derive(Debug, Default)]
+pub struct Held(Vec<Extent>);
+
 /// Offset inside the trailer of the count of entry slots used in a page the log has
 /// moved past (the rest of such a page is padding).
 pub const TRAILER_USED_OFF: u64 = TRAILER_OFF + 24;
@@ -191,10 +201,37 @@ impl FileSystem {
     }
 
     /// Retires displaced data blocks: freed once no reader can still copy from them.
+    /// Inside [`FileSystem::holding_retired`] on this thread, they are held instead.
     pub(crate) fn retire(&self, displaced: Vec<Extent>) {
+        let displaced = HELD.with(|held| match held.borrow_mut().as_mut() {
+            Some(held) => {
+                held.extend(displaced);
+                Vec::new()
+            }
+            None => displaced,
+        });
         for ext in displaced {
             self.epoch.retire(ext, |e| self.blocks.free(e));
         }
+    }
+
+    /// Runs `f` (calls on this file system), holding back the retirement of the blocks
+    /// its writes displace: for a server whose clients copy from blocks it published
+    /// (see [`crate::ExternalReaders`]), which must stop naming a block before the
+    /// block can be retired. Hand what it returns to [`FileSystem::retire_held`] once
+    /// nothing names those blocks; blocks never handed back stay allocated until the
+    /// next mount's recovery.
+    pub fn holding_retired<R>(&self, f: impl FnOnce() -> R) -> (R, Held) {
+        let outer = HELD.with(|h| h.borrow_mut().replace(Vec::new()));
+        assert!(outer.is_none(), "holding_retired does not nest");
+        let r = f();
+        let held = HELD.with(|h| h.borrow_mut().take()).unwrap_or_default();
+        (r, Held(held))
+    }
+
+    /// Retires blocks [`FileSystem::holding_retired`] held back.
+    pub fn retire_held(&self, held: Held) {
+        self.retire(held.0);
     }
 
     /// Retires the blocks of freed inodes whose last copy has finished since.

@@ -53,6 +53,7 @@ use serde::Serialize;
 
 pub use aio::{BorrowedToken, ReadToken, WriteToken};
 pub use attr::{SetAttr, Time};
+pub use commit::Held;
 pub use cred::Cred;
 pub use error::{Error, Result};
 pub use file::{Fd, OpenFlags, Segment, Whence};

@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fs::{DirEntry, Stat, StatFs};
 use parking_lot::Mutex;
@@ -17,6 +18,7 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 use crate::direct::{ASK, HOLE, PAGE0, SIZE, TABLE_PAGES, UNKNOWN};
 use crate::error::{Error, Result};
+use crate::mailbox::{self, Mailbox, Side};
 use crate::shm::Words;
 use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
@@ -24,7 +26,7 @@ use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 /// one at a time.
 pub struct Client {
     /// `None` once the server is gone: every call then fails at once.
-    stream: Mutex<Option<UnixStream>>,
+    channel: Mutex<Option<Channel>>,
     region: Option<RegionView>,
     direct: Option<Direct>,
     server_pid: u32,
@@ -42,6 +44,40 @@ pub struct RegionView {
 unsafe impl Send for RegionView {}
 // SAFETY: as above: nothing is written through the view.
 unsafe impl Sync for RegionView {}
+
+/// How calls travel: frames on the socket, or the mailbox (the socket then rings).
+struct Channel {
+    stream: UnixStream,
+    mailbox: Option<Mailbox>,
+    /// Descriptors that came over the socket and were not yet taken by an answer.
+    fds: Vec<OwnedFd>,
+}
+
+/// How long a client spins for an answer before it sleeps.
+const CLIENT_SPIN: Duration = Duration::from_micros(50);
+
+impl Channel {
+    /// Sends `req`, returns the answer's payload and the descriptors sent with it.
+    fn exchange(&mut self, req: &Request) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+        let Some(m) = &self.mailbox else {
+            wire::send(&mut self.stream, req)?;
+            return receive_with_fds(&self.stream);
+        };
+        m.post(req, &self.stream)?;
+        m.wait(mailbox::ANSWERED, CLIENT_SPIN, &self.stream, &mut self.fds)?;
+        let payload = m
+            .take()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "an answer too long"))?;
+        m.set(mailbox::IDLE);
+        // Descriptors sent with the answer are on the socket before it. The end of
+        // the stream here is the next call's to report: this one was answered.
+        match mailbox::listen(&self.stream, &mut self.fds, false) {
+            Err(e) if e.kind() != io::ErrorKind::UnexpectedEof => return Err(e),
+            _ => {}
+        }
+        Ok((payload, std::mem::take(&mut self.fds)))
+    }
+}
 
 /// A client's half of direct reads (see the server's `direct` module).
 struct Direct {
@@ -116,14 +152,20 @@ fn copy_published(r: &RegionView, t: &Words, off: u64, buf: &mut [u8]) -> Option
 
 impl Client {
     /// Connects to the server listening on `socket`, as this process's user, creating
-    /// with the process's umask.
+    /// with the process's umask; calls go through a mailbox of shared memory.
     pub fn connect(socket: impl AsRef<Path>) -> Result<Client> {
+        Client::connect_with(socket, true)
+    }
+
+    /// [`Client::connect`], with calls through the mailbox or as frames on the socket.
+    pub fn connect_with(socket: impl AsRef<Path>, mailbox: bool) -> Result<Client> {
         let socket = socket.as_ref();
         let mut stream = UnixStream::connect(socket)
             .map_err(|e| Error::os(format!("connecting to {}", socket.display()), e))?;
         let hello = Hello {
             version: wire::VERSION,
             umask: process_umask(),
+            mailbox,
         };
         wire::send(&mut stream, &hello).map_err(Error::Disconnected)?;
         let (welcome, fds) = receive_welcome(&stream)?;
@@ -131,6 +173,7 @@ impl Client {
             Welcome::Accepted {
                 mapped,
                 direct,
+                mailbox,
                 region_offset,
                 region_len,
                 server_pid,
@@ -158,8 +201,19 @@ impl Client {
                     }
                     false => None,
                 };
+                let mailbox = match mailbox {
+                    true => Some(
+                        Mailbox::map(next()?, Side::Client)
+                            .map_err(|e| Error::os("mapping the mailbox", e))?,
+                    ),
+                    false => None,
+                };
                 Ok(Client {
-                    stream: Mutex::new(Some(stream)),
+                    channel: Mutex::new(Some(Channel {
+                        stream,
+                        mailbox,
+                        fds: Vec::new(),
+                    })),
                     region,
                     direct,
                     server_pid,
@@ -183,31 +237,16 @@ impl Client {
     /// Makes one call. A server that is gone fails this call and every later one
     /// with [`Error::Disconnected`].
     pub fn call(&self, req: &Request) -> Result<Answer> {
-        let mut guard = self.stream.lock();
-        let Some(stream) = guard.as_mut() else {
-            return Err(Error::Disconnected(io::ErrorKind::NotConnected.into()));
-        };
-        let answer = wire::send(stream, req).and_then(|()| {
-            wire::receive(stream)?.ok_or_else(|| io::ErrorKind::UnexpectedEof.into())
-        });
-        match answer {
-            Ok(bytes) => wire::decode::<Answer>(&bytes)
-                .ok_or_else(|| Error::Protocol("an answer that does not decode".into())),
-            Err(e) => {
-                *guard = None;
-                Err(Error::Disconnected(e))
-            }
-        }
+        self.call_with_fds(req).map(|(a, _)| a)
     }
 
     /// Makes one call whose answer may carry descriptors.
     fn call_with_fds(&self, req: &Request) -> Result<(Answer, Vec<OwnedFd>)> {
-        let mut guard = self.stream.lock();
-        let Some(stream) = guard.as_mut() else {
+        let mut guard = self.channel.lock();
+        let Some(channel) = guard.as_mut() else {
             return Err(Error::Disconnected(io::ErrorKind::NotConnected.into()));
         };
-        let answer = wire::send(stream, req).and_then(|()| receive_with_fds(stream));
-        match answer {
+        match channel.exchange(req) {
             Ok((bytes, fds)) => wire::decode::<Answer>(&bytes)
                 .map(|a| (a, fds))
                 .ok_or_else(|| Error::Protocol("an answer that does not decode".into())),
@@ -356,7 +395,7 @@ impl Client {
             let off = off + done as u64;
             done += self.count(Request::Pwrite {
                 fd,
-                data: piece.to_vec(),
+                data: piece.into(),
                 off,
             })? as usize;
         }
@@ -365,7 +404,7 @@ impl Client {
 
     /// `write` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn write(&self, fd: u32, buf: &[u8]) -> Result<usize> {
-        let data = buf[..buf.len().min(MAX_IO)].to_vec();
+        let data = buf[..buf.len().min(MAX_IO)].into();
         Ok(self.count(Request::Write { fd, data })? as usize)
     }
 

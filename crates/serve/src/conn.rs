@@ -313,7 +313,7 @@ mod tests {
 
     /// Requests a client could send, valid or not: paths from a few names, any
     /// descriptor, offsets and lengths up to the largest.
-    fn request() -> impl Strategy<Value = Request> {
+    fn request() -> impl Strategy<Value = Request<'static>> {
         let path =
             prop::sample::select(vec!["/a", "/b", "/d", "/d/a", "/a/x", "", "/", "//d/../b"])
                 .prop_map(String::from);
@@ -343,7 +343,7 @@ mod tests {
                 prop::collection::vec(any::<u8>(), 0..9000),
                 off.clone()
             )
-                .prop_map(|(fd, data, off)| Request::Pwrite { fd, data, off }),
+                .prop_map(|(fd, data, off)| Request::Pwrite { fd, data: data.into(), off }),
             1 => (fd.clone(), any::<i64>(), any::<i32>()).prop_map(|(fd, off, whence)| Request::Lseek {
                 fd,
                 off,

@@ -4,18 +4,19 @@
 //!
 //! - **Page tables.** For each file a client reads directly, the server publishes in
 //!   shared memory (read-only to clients) the file's size and, per page, the block
-//!   holding it ([`HOLE`], or [`ASK`]: ask the server). Every change of the file made
-//!   for a client first sets what it will change to [`ASK`] (the size to
-//!   [`UNKNOWN`] if it may change), then changes the file, then publishes the new
-//!   blocks and size. Changes of one file are serialised here.
+//!   holding it ([`HOLE`], or [`ASK`]: ask the server). A write publishes the new
+//!   blocks and the size after the file system committed it, and only then retires
+//!   the blocks it displaced (held back meanwhile: [`fs::FileSystem::holding_retired`]),
+//!   so readers never wait for writers. A truncation first sets what it removes to
+//!   [`ASK`] and the size to [`UNKNOWN`]. Changes of one file are serialised here.
 //! - **Epochs.** Each client registers in the file system's epoch through a slot of
 //!   shared memory before it reads a page table entry, and clears it after its copy
 //!   ([`fs::ExternalReaders`]); a client that goes has its slot dropped.
 //!
-//! Why a copy is sound: a block is retired only by a change that set its entry to
-//! [`ASK`] before. A client that read the block's number after registering therefore
-//! read it before that change began, so the block is retired in the client's epoch or
-//! later, and not reused until the client has cleared its slot.
+//! Why a copy is sound: a block is retired only after its entry stopped naming it. A
+//! client that read the block's number after registering therefore read it before
+//! the retirement, so the block is retired in the client's epoch or later, and not
+//! reused until the client has cleared its slot.
 
 use std::collections::HashMap;
 use std::io;
@@ -160,8 +161,10 @@ impl Direct {
         self.tables.lock().get(&ino).map(|(t, _)| t.clone())
     }
 
-    /// Runs `f`, a write of `len` bytes at `off` of file `ino`, keeping its page table
-    /// (if it has one) honest.
+    /// Runs `f`, a write of `len` bytes at `off` of file `ino` on `fs`, keeping its
+    /// page table (if it has one) honest. The blocks the write displaces are held
+    /// back until the table names the new ones: readers keep copying the old blocks
+    /// meanwhile, never asking the server.
     pub fn write<R>(
         &self,
         fs: &FileSystem,
@@ -178,12 +181,11 @@ impl Direct {
             off / BLOCK_SIZE,
             off.saturating_add(len).div_ceil(BLOCK_SIZE),
         );
-        t.forget(first, end);
-        if off.saturating_add(len) > t.size() {
-            t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
-        }
-        let r = f();
+        let (r, held) = fs.holding_retired(f);
+        // Entries first, then the size: a reader that sees the new size sees the
+        // pages that make it.
         self.republish(fs, &t, ino, first, end);
+        fs.retire_held(held);
         r
     }
 
@@ -282,7 +284,10 @@ mod tests {
         );
         let mut data = [0u8; 4096];
         pm.read(block * BLOCK_SIZE, &mut data);
-        assert_eq!(data, [1; 4096], "the block the client may read was reused");
+        assert!(
+            data == [1; 4096],
+            "the block the client may read was reused"
+        );
         direct.remove_slot(&slot);
         let after = fs.usage().reclaiming_blocks;
         assert!(after < 64, "{after} blocks still held once the client went");
@@ -313,23 +318,38 @@ mod tests {
         assert_eq!(data, [9; 100]);
         // Pages 0..3 are a hole the write did not publish: readers ask.
         assert_eq!(entry(&t, 0), ASK);
-        // While a change runs (its old blocks already retired), readers see ASK and
-        // UNKNOWN where it changes things, never the old blocks.
+        // While a write runs, readers keep the old block, which is not retired until
+        // the new one is published.
         direct.write(&fs, ino, 4096, 4096, || {
-            fs.pwrite(fd, &[0; 4096], 4096).unwrap();
-            assert_eq!(entry(&t, 1), ASK);
+            fs.pwrite(fd, &[0; 4096], 4096).unwrap()
+        });
+        let old = entry(&t, 1);
+        assert!(![ASK, HOLE].contains(&old));
+        let free = fs.usage().free_blocks;
+        direct.write(&fs, ino, 4096, 4096, || {
+            fs.pwrite(fd, &[7; 4096], 4096).unwrap();
+            assert_eq!(entry(&t, 1), old, "the old block stays published");
+            assert_eq!(fs.usage().free_blocks, free - 1, "and is not retired yet");
+            let mut data = [1u8; 4096];
+            pm.read(old * BLOCK_SIZE, &mut data);
+            assert!(data == [0; 4096], "the old block holds the old data");
+        });
+        assert!(![ASK, HOLE, old].contains(&entry(&t, 1)));
+        assert_eq!(
+            fs.usage().free_blocks,
+            free,
+            "retired once the new block is published"
+        );
+        direct.write(&fs, ino, 3 * 4096, 8192, || {
+            fs.pwrite(fd, &[1; 8192], 3 * 4096).unwrap();
             assert_eq!(
                 t.size(),
                 3 * 4096 + 100,
-                "an overwrite keeps the size known"
+                "the size moves once the pages are there"
             );
         });
-        assert!(![ASK, HOLE].contains(&entry(&t, 1)));
-        direct.write(&fs, ino, 3 * 4096, 8192, || {
-            fs.pwrite(fd, &[1; 8192], 3 * 4096).unwrap();
-            assert_eq!((entry(&t, 3), entry(&t, 4), t.size()), (ASK, ASK, UNKNOWN));
-        });
         assert_eq!(t.size(), 5 * 4096);
+        assert!((3..5).all(|pg| ![ASK, HOLE].contains(&entry(&t, pg))));
         direct.truncate(&fs, ino, 4096, || {
             fs.ftruncate(fd, 4096).unwrap();
             assert_eq!(t.size(), UNKNOWN);

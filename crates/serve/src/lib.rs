@@ -23,6 +23,7 @@ mod client;
 mod conn;
 pub mod direct;
 mod error;
+mod mailbox;
 mod server;
 pub mod shm;
 pub mod wire;

@@ -20,11 +20,14 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use crate::conn::{Conn, Counts};
 use crate::direct::Direct;
 use crate::error::{Error, Result};
+use crate::mailbox::{self, Mailbox};
 use crate::shm::Words;
 use crate::wire::{self, Hello, Welcome};
 
 /// How often the accept loop looks at the stop request.
 const POLL: Duration = Duration::from_millis(50);
+/// How long a client's thread spins for its next call before it sleeps.
+const SERVER_SPIN: Duration = Duration::from_micros(50);
 
 /// What to serve, where and how.
 #[derive(Clone, Debug)]
@@ -237,8 +240,15 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
         Some(d) if mapped => Some(Slot(d, d.add_slot()?)),
         _ => None,
     };
-    welcome(&stream, sh, mapped, slot.as_ref())?;
+    let mailbox = match hello.mailbox {
+        true => Some(Mailbox::create()?),
+        false => None,
+    };
+    welcome(&stream, sh, mapped, slot.as_ref(), mailbox.as_ref())?;
     let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
+    if let Some(m) = mailbox {
+        return answer_mailbox(&mut conn, &m, &stream);
+    }
     while let Some(payload) = wire::receive(&mut stream)? {
         let (answer, table) = conn.answer_bytes(&payload);
         let bytes = wire::frame(&answer)?;
@@ -250,18 +260,42 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends the welcome, with the image's read-only descriptor if `mapped`, and the
-/// published epoch and the client's epoch slot if it reads directly.
+/// Answers the calls a client posts in its mailbox until it goes (its socket ends).
+fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Result<()> {
+    let mut ignored = Vec::new();
+    loop {
+        match m.wait(mailbox::POSTED, SERVER_SPIN, bell, &mut ignored) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            r => r?,
+        }
+        ignored.clear();
+        let (answer, table) = match m.take() {
+            Some(payload) => conn.answer_bytes(&payload),
+            None => (wire::Answer::Error(libc::EMSGSIZE), None),
+        };
+        if let Some(fd) = table.as_ref().and_then(|t| t.words().fd()) {
+            mailbox::send_fds(bell, &[fd.as_fd()])?;
+        }
+        let bytes = wire::frame(&answer)?;
+        m.put(&bytes[4..], mailbox::ANSWERED, bell)?;
+    }
+}
+
+/// Sends the welcome, with the image's read-only descriptor if `mapped`, the
+/// published epoch and the client's epoch slot if it reads directly, and its
+/// mailbox if it asked for one.
 fn welcome(
     stream: &UnixStream,
     sh: &Shared<'_>,
     mapped: bool,
     slot: Option<&Slot<'_>>,
+    mailbox: Option<&Mailbox>,
 ) -> io::Result<()> {
     let bytes = wire::frame(&Welcome::Accepted {
         version: wire::VERSION,
         mapped,
         direct: slot.is_some(),
+        mailbox: mailbox.is_some(),
         region_offset: sh.image.region_offset,
         region_len: sh.image.region_len,
         server_pid: std::process::id(),
@@ -274,12 +308,13 @@ fn welcome(
         fds.extend(s.0.epoch().fd().map(|f| f.as_fd()));
         fds.extend(s.1.fd().map(|f| f.as_fd()));
     }
+    fds.extend(mailbox.map(|m| m.fd().as_fd()));
     send_with(stream, &bytes, &fds)
 }
 
 /// Sends a frame with descriptors attached to its first byte.
 fn send_with(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("no room for the descriptors"));

@@ -9,6 +9,7 @@
 //! is answered with `EBADMSG`, and every descriptor, path and offset is checked by the
 //! server as any call of the file system is.
 
+use std::borrow::Cow;
 use std::io::{self, Read, Write};
 
 use fs::{DirEntry, Stat, StatFs};
@@ -31,6 +32,9 @@ pub struct Hello {
     pub version: u32,
     /// Bits cleared from the modes of what this client creates (its `umask`).
     pub umask: u32,
+    /// Make calls through a mailbox of shared memory (see the `mailbox` module)
+    /// instead of frames on the socket.
+    pub mailbox: bool,
 }
 
 /// The server's answer to [`Hello`].
@@ -50,6 +54,9 @@ pub enum Welcome {
         /// emulates slow memory (every read must pay for it) or the client gets no
         /// mapping.
         direct: bool,
+        /// Whether the mailbox's descriptor comes last with this frame: calls go
+        /// through it from now on.
+        mailbox: bool,
         /// Where the file system's region starts in the image, bytes.
         region_offset: u64,
         /// Bytes of the region.
@@ -64,7 +71,7 @@ pub enum Welcome {
 /// A call of the file system, made with the client's credentials. Descriptors are
 /// those this connection opened; any other is `EBADF`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Request {
+pub enum Request<'a> {
     /// `open(path, flags, mode)` → [`Answer::Fd`].
     Open { path: String, flags: i32, mode: u32 },
     /// `close(fd)`.
@@ -74,9 +81,18 @@ pub enum Request {
     /// `pread(fd, len, off)` → [`Answer::Data`].
     Pread { fd: u32, len: u32, off: u64 },
     /// `write(fd, data)` at the descriptor's position → [`Answer::Count`].
-    Write { fd: u32, data: Vec<u8> },
+    Write {
+        fd: u32,
+        #[serde(borrow, with = "serde_bytes")]
+        data: Cow<'a, [u8]>,
+    },
     /// `pwrite(fd, data, off)` → [`Answer::Count`].
-    Pwrite { fd: u32, data: Vec<u8>, off: u64 },
+    Pwrite {
+        fd: u32,
+        #[serde(borrow, with = "serde_bytes")]
+        data: Cow<'a, [u8]>,
+        off: u64,
+    },
     /// `lseek(fd, off, whence)` with the `SEEK_*` values → [`Answer::Count`].
     Lseek { fd: u32, off: i64, whence: i32 },
     /// `fsync(fd)`.
@@ -137,7 +153,7 @@ pub enum Answer {
     /// A new descriptor.
     Fd(u32),
     /// Bytes read (fewer than asked at the end of the file).
-    Data(Vec<u8>),
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Bytes written, or a new position.
     Count(u64),
     /// Attributes.
@@ -232,7 +248,7 @@ mod tests {
     fn a_request_survives_its_frame() {
         let req = Request::Pwrite {
             fd: 3,
-            data: vec![7; 10_000],
+            data: vec![7; 10_000].into(),
             off: 1 << 40,
         };
         let bytes = frame(&req).unwrap();

@@ -1,0 +1,293 @@
+//! The request ring of one client: a mailbox of shared memory both the client and its
+//! server thread map, holding one request or one answer at a time (a client makes
+//! its calls one after the other), so that a call costs no system call while both
+//! sides are busy.
+//!
+//! The client writes a request frame's payload and its length, then sets the state
+//! to [`POSTED`]; the server thread copies the payload out (the client could change
+//! it meanwhile), answers into the same place and sets [`ANSWERED`]; the client
+//! copies the answer out and sets [`IDLE`]. A side that has nothing to do spins for a
+//! moment, then says it sleeps (its `sleeps` word) and blocks reading the connection's
+//! socket; the other side, seeing that word, rings it awake with one byte on the
+//! socket. The socket also tells each side that the other is gone: a sleeping reader
+//! of it gets the end of the stream.
+//!
+//! Layout: word 0 the state, word 1 the payload length, word 2 whether the client
+//! sleeps, word 3 whether the server sleeps; the payload from byte [`DATA`] on.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags};
+
+use crate::wire::MAX_FRAME;
+
+/// Nothing posted.
+pub const IDLE: u64 = 0;
+/// A request waits for the server.
+pub const POSTED: u64 = 1;
+/// An answer waits for the client.
+pub const ANSWERED: u64 = 2;
+/// Where the payload starts.
+pub const DATA: usize = 64;
+/// Bytes of a mailbox.
+pub const BYTES: usize = DATA + MAX_FRAME;
+
+/// How long a wait spins without giving its core away.
+const PURE_SPIN: Duration = Duration::from_micros(2);
+
+const STATE: usize = 0;
+const LEN: usize = 1;
+const CLIENT_SLEEPS: usize = 2;
+const SERVER_SLEEPS: usize = 3;
+
+/// Which side of the mailbox this process is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Posts requests, waits for answers.
+    Client,
+    /// Waits for requests, posts answers.
+    Server,
+}
+
+/// A mapped mailbox.
+pub struct Mailbox {
+    ptr: *mut u8,
+    fd: OwnedFd,
+    side: Side,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics (the words) and byte
+// copies (the payload), from whichever thread holds the mailbox.
+unsafe impl Send for Mailbox {}
+
+impl Mailbox {
+    /// A new mailbox (the server makes it and sends its descriptor to the client).
+    pub fn create() -> io::Result<Mailbox> {
+        let fd = rustix::fs::memfd_create("easyio-mailbox", rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, BYTES as u64)?;
+        Mailbox::map(fd, Side::Server)
+    }
+
+    /// Maps the mailbox `fd` as `side`.
+    pub fn map(fd: OwnedFd, side: Side) -> io::Result<Mailbox> {
+        let st = rustix::fs::fstat(&fd)?;
+        if (st.st_size as u64) < BYTES as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "mailbox too short",
+            ));
+        }
+        // SAFETY: a fresh shared mapping of a segment at least BYTES long (checked
+        // above); no Rust object aliases it, and it is unmapped only by Drop.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                BYTES,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }?;
+        Ok(Mailbox {
+            ptr: ptr.cast(),
+            fd,
+            side,
+        })
+    }
+
+    /// The descriptor, to send to the client.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: words 0..4 lie in the first DATA bytes of the live mapping, 8-aligned
+        // (the mapping is page-aligned); every access to them is atomic.
+        unsafe { &*self.ptr.cast::<AtomicU64>().add(i) }
+    }
+
+    /// Copies the payload out: `None` if its length is past the mailbox.
+    pub fn take(&self) -> Option<Vec<u8>> {
+        let len = usize::try_from(self.word(LEN).load(Ordering::SeqCst)).ok()?;
+        if len > MAX_FRAME {
+            return None;
+        }
+        let mut buf = vec![0u8; len];
+        // SAFETY: DATA + len <= BYTES: inside the live mapping; `buf` is a distinct
+        // buffer. The other side may store into the payload meanwhile (it breaks only
+        // its own call): the copy is then of whatever bytes were there.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(DATA), buf.as_mut_ptr(), len) };
+        Some(buf)
+    }
+
+    /// Puts a payload (at most [`MAX_FRAME`] bytes) and sets the state to `state`,
+    /// ringing the other side if it sleeps.
+    pub fn put(&self, payload: &[u8], state: u64, bell: &UnixStream) -> io::Result<()> {
+        if payload.len() > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "message too long",
+            ));
+        }
+        // SAFETY: DATA + len <= BYTES (checked above): inside the live mapping; the
+        // source is a distinct buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.ptr.add(DATA), payload.len())
+        };
+        self.word(LEN).store(payload.len() as u64, Ordering::SeqCst);
+        self.word(STATE).store(state, Ordering::SeqCst);
+        let peer = match self.side {
+            Side::Client => SERVER_SLEEPS,
+            Side::Server => CLIENT_SLEEPS,
+        };
+        if self.word(peer).load(Ordering::SeqCst) != 0 {
+            ring(bell)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes `msg` straight into the mailbox and posts it ([`POSTED`]), ringing the
+    /// server if it sleeps. The client's call only: the server does not touch the
+    /// payload until the state says so.
+    pub fn post<T: serde::Serialize>(&self, msg: &T, bell: &UnixStream) -> io::Result<()> {
+        // SAFETY: the payload area (BYTES - DATA bytes of the live mapping) belongs to
+        // the client while no request is posted; this slice lives only for the
+        // encoding below.
+        let area = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(DATA), BYTES - DATA) };
+        let len = postcard::to_slice(msg, area)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+            .len();
+        self.word(LEN).store(len as u64, Ordering::SeqCst);
+        self.word(STATE).store(POSTED, Ordering::SeqCst);
+        if self.word(SERVER_SLEEPS).load(Ordering::SeqCst) != 0 {
+            ring(bell)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the state (the client's [`IDLE`] after it took an answer).
+    pub fn set(&self, state: u64) {
+        self.word(STATE).store(state, Ordering::SeqCst);
+    }
+
+    /// Waits until the state is `want`: spins for `spin`, then sleeps on the socket
+    /// until rung. Descriptors that come over the socket meanwhile are added to
+    /// `fds`. Fails (`UnexpectedEof`) once the other side is gone.
+    pub fn wait(
+        &self,
+        want: u64,
+        spin: Duration,
+        bell: &UnixStream,
+        fds: &mut Vec<OwnedFd>,
+    ) -> io::Result<()> {
+        let t0 = Instant::now();
+        let mut n = 0u32;
+        while self.word(STATE).load(Ordering::SeqCst) != want {
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(64) {
+                let waited = t0.elapsed();
+                if waited >= spin {
+                    return self.sleep(want, bell, fds);
+                }
+                // Past a first moment, give the core away while spinning: on a
+                // machine with fewer cores than busy threads, the other side may be
+                // waiting for this one.
+                if waited >= PURE_SPIN {
+                    std::thread::yield_now();
+                }
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    fn sleep(&self, want: u64, bell: &UnixStream, fds: &mut Vec<OwnedFd>) -> io::Result<()> {
+        let mine = match self.side {
+            Side::Client => CLIENT_SLEEPS,
+            Side::Server => SERVER_SLEEPS,
+        };
+        let flag = self.word(mine);
+        flag.store(1, Ordering::SeqCst);
+        let r = loop {
+            if self.word(STATE).load(Ordering::SeqCst) == want {
+                break Ok(());
+            }
+            if let Err(e) = listen(bell, fds, true) {
+                break Err(e);
+            }
+        };
+        flag.store(0, Ordering::SeqCst);
+        r
+    }
+}
+
+impl Drop for Mailbox {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; nothing borrows it past
+        // `self`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), BYTES) };
+    }
+}
+
+/// Rings the other side: one byte on the socket.
+fn ring(bell: &UnixStream) -> io::Result<()> {
+    rustix::net::send(bell, &[1], SendFlags::NOSIGNAL)?;
+    Ok(())
+}
+
+/// Takes every byte on the socket (and any descriptors, into `fds`), first blocking
+/// until something arrives if `block`; `UnexpectedEof` at the end of the stream.
+pub fn listen(bell: &UnixStream, fds: &mut Vec<OwnedFd>, block: bool) -> io::Result<()> {
+    let mut flags = RecvFlags::CMSG_CLOEXEC;
+    if !block {
+        flags |= RecvFlags::DONTWAIT;
+    }
+    loop {
+        let mut buf = [0u8; 64];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = match rustix::net::recvmsg(
+            bell.as_fd(),
+            &mut [io::IoSliceMut::new(&mut buf)],
+            &mut control,
+            flags,
+        ) {
+            Ok(r) => r.bytes,
+            Err(rustix::io::Errno::AGAIN) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for msg in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(sent) = msg {
+                fds.extend(sent);
+            }
+        }
+        if got == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        // Then take whatever else is there without blocking.
+        flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT;
+    }
+}
+
+/// Sends descriptors over the socket with one byte (which also rings).
+pub fn send_fds(bell: &UnixStream, fds: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("no room for the descriptors"));
+    }
+    rustix::net::sendmsg(
+        bell,
+        &[io::IoSlice::new(&[1])],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
+}
