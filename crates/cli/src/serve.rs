@@ -16,6 +16,11 @@ pub struct ServeArgs {
     /// replaced).
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
+    /// Also serve the image through FUSE on this empty directory, so programs that
+    /// use files and clients of the socket share one file system (clients then read
+    /// through requests, not directly).
+    #[arg(long, value_name = "DIR")]
+    mount: Option<PathBuf>,
     /// Who moves file data.
     #[arg(long, default_value = "cpu")]
     mode: Mode,
@@ -31,9 +36,18 @@ pub struct ServeArgs {
 
 /// `easyio serve`: serves in the foreground until SIGINT or SIGTERM, then unmounts.
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let mount = match &a.mount {
+        Some(dir) => {
+            let dir = easyio_fuse::check_mountpoint(dir)?;
+            easyio_fuse::check_fuse_device()?;
+            Some(dir)
+        }
+        None => None,
+    };
     let o = easyio_serve::ServeOptions {
         image: a.image,
         socket: a.socket,
+        mount,
         mode: a.mode,
         slowmem: a.slowmem.model(),
         allow_other: a.allow_other,

@@ -847,3 +847,48 @@ fn a_second_server_on_a_live_socket_or_a_held_image_is_refused() {
     assert_eq!(std::fs::read(&plain).unwrap(), b"not a socket");
     server.stop();
 }
+
+/// Whether `dir` is a mount point now.
+fn mounted(dir: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let dir = dir.to_str().unwrap();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(dir))
+}
+
+#[test]
+fn clients_and_programs_on_the_fuse_mount_share_one_file_system() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: install fuse3 (as .ci/run does) to run this test"
+    );
+    let dir = Scratch::new("mount");
+    let mp = dir.0.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let server = Server::start(&dir.0, &["--mount", mp.to_str().unwrap()]);
+    assert!(mounted(&mp), "{}", server.log_text());
+    let c = Client::connect(&server.socket).unwrap();
+    assert!(
+        c.direct_stats().is_none(),
+        "FUSE writes share the image: no direct reads"
+    );
+    let data = contents(1, 2);
+    let fd = c
+        .open("/from-client", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    c.pwrite(fd, &data, 0).unwrap();
+    c.close(fd).unwrap();
+    assert_eq!(std::fs::read(mp.join("from-client")).unwrap(), data);
+    let more = contents(3, 4);
+    std::fs::write(mp.join("from-program"), &more).unwrap();
+    let fd = c.open("/from-program", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; more.len() + 1];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), more.len());
+    assert_eq!(&buf[..more.len()], &more[..]);
+    c.close(fd).unwrap();
+    std::fs::rename(mp.join("from-client"), mp.join("renamed")).unwrap();
+    assert_eq!(c.stat("/from-client").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(c.stat("/renamed").unwrap().size, data.len() as u64);
+    drop(c);
+    server.stop();
+    assert!(!mounted(&mp), "the mount is gone with the server");
+}
