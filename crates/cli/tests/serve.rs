@@ -231,6 +231,7 @@ fn role_entry() {
         "store" => store(&c),
         "holder" => holder(&c),
         "nobody" => nobody(&c),
+        "acker" => acker(&c, arg.parse().unwrap()),
         other => panic!("unknown role {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -348,6 +349,36 @@ fn holder(c: &Client) {
     println!("HOLDING");
     std::io::stdout().flush().unwrap();
     std::thread::sleep(LIMIT);
+}
+
+/// Creates files by writing a temporary name and renaming it, and now and then
+/// removes one it made; says each step before it (`TRY`) and once acknowledged
+/// (`HAS path crc`, `GONE path`), until killed.
+fn acker(c: &Client, me: u32) {
+    let dir = format!("/w{me}");
+    c.mkdir(&dir, 0o755).unwrap();
+    let mut out = std::io::stdout().lock();
+    for k in 0u32.. {
+        let (tmp, path) = (format!("{dir}/t{k}"), format!("{dir}/f{k}"));
+        let data = contents(me, k);
+        let fd = c
+            .open(&tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)
+            .unwrap();
+        c.pwrite(fd, &data, 0).unwrap();
+        c.close(fd).unwrap();
+        writeln!(out, "TRY {path}").unwrap();
+        out.flush().unwrap();
+        c.rename(&tmp, &path).unwrap();
+        writeln!(out, "HAS {path} {}", crc32c::crc32c(&data)).unwrap();
+        if k % 3 == 2 {
+            let victim = format!("{dir}/f{}", k - 2);
+            writeln!(out, "TRY {victim}").unwrap();
+            out.flush().unwrap();
+            c.unlink(&victim).unwrap();
+            writeln!(out, "GONE {victim}").unwrap();
+        }
+        out.flush().unwrap();
+    }
 }
 
 /// What an unprivileged user may and may not do; prints `name errno` (0: done).
@@ -891,4 +922,107 @@ fn clients_and_programs_on_the_fuse_mount_share_one_file_system() {
     drop(c);
     server.stop();
     assert!(!mounted(&mp), "the mount is gone with the server");
+}
+
+/// What the lines of killed `acker` processes say must be in the image: for each
+/// path, its contents' CRC or `None` for gone; paths whose last step was not
+/// acknowledged may be either way and are left out.
+fn acknowledged(lines: &[String]) -> BTreeMap<String, Option<String>> {
+    let mut state = BTreeMap::new();
+    let mut unsure = std::collections::BTreeSet::new();
+    for l in lines {
+        let w: Vec<&str> = l.split(' ').collect();
+        match w[..] {
+            ["TRY", path] => {
+                unsure.insert(path.to_string());
+            }
+            ["HAS", path, crc] => {
+                unsure.remove(path);
+                state.insert(path.to_string(), Some(crc.to_string()));
+            }
+            ["GONE", path] => {
+                unsure.remove(path);
+                state.insert(path.to_string(), None);
+            }
+            _ => {}
+        }
+    }
+    for p in unsure {
+        state.remove(&p);
+    }
+    state
+}
+
+#[test]
+fn clients_and_the_server_killed_at_random_moments_lose_nothing_acknowledged() {
+    use rand::{Rng, SeedableRng};
+    let dir = Scratch::new("random-kills");
+    let mut server = Server::start(&dir.0, &[]);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    let mut lines = Vec::new();
+    let mut next = 0;
+    let mut kids: Vec<Child> = (0..3)
+        .map(|_| {
+            next += 1;
+            client_process("acker", &server.socket, &next.to_string())
+        })
+        .collect();
+    // Kill a client now and then and start another in its place.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(rng.random_range(20..150)));
+        let i = rng.random_range(0..kids.len());
+        let mut kid = kids.swap_remove(i);
+        kid.kill().unwrap();
+        let (_, out, _) = finish(kid);
+        lines.extend(out);
+        next += 1;
+        kids.push(client_process("acker", &server.socket, &next.to_string()));
+    }
+    // Then the server, under the clients still running.
+    std::thread::sleep(Duration::from_millis(rng.random_range(20..150)));
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    for kid in kids {
+        let (st, out, err) = finish(kid);
+        assert!(
+            !st.success(),
+            "a client outlived its server without an error"
+        );
+        assert!(
+            err.contains("Disconnected") || st.signal().is_some(),
+            "{err}"
+        );
+        lines.extend(out);
+    }
+    let expect = acknowledged(&lines);
+    assert!(
+        expect.len() > 10,
+        "the clients acknowledged too little: {lines:?}"
+    );
+    let (image, socket) = (server.image.clone(), server.socket.clone());
+    drop(server);
+    let server = Server::restart(image, socket, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    for (path, want) in &expect {
+        match want {
+            Some(crc) => {
+                let fd = c
+                    .open(path, libc::O_RDONLY, 0)
+                    .unwrap_or_else(|e| panic!("{path}: {e}"));
+                let size = c.fstat(fd).unwrap().size as usize;
+                let mut buf = vec![0u8; size];
+                assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), size);
+                c.close(fd).unwrap();
+                assert_eq!(crc32c::crc32c(&buf).to_string(), *crc, "{path}");
+            }
+            None => assert_eq!(c.stat(path).unwrap_err().errno(), libc::ENOENT, "{path}"),
+        }
+    }
+    drop(c);
+    server.stop();
 }
