@@ -1,10 +1,16 @@
-//! `easyio serve`: the arguments and the call into `easyio-serve`.
+//! `easyio serve`: opens the image, serves it to client processes on a Unix socket
+//! (`easyio-serve`) and, with `--mount`, through FUSE from the same process
+//! (`easyio-fuse`), until SIGINT or SIGTERM; then unmounts the image.
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
+use anyhow::Context;
 use bench::target::Slowmem;
 use clap::Args;
-use fs::Mode;
+use fs::{FileSystem, Mode};
 
 use crate::signals;
 
@@ -25,7 +31,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "cpu")]
     mode: Mode,
     /// Slow-memory emulation: every copy into or out of the image takes as long as
-    /// the model says (labelled EMULATED).
+    /// the model says (labelled EMULATED; clients then read through requests).
     #[arg(long, value_enum, default_value = "none")]
     slowmem: Slowmem,
     /// Let every local user connect; each is checked as itself (uid and gid from the
@@ -44,14 +50,82 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let o = easyio_serve::ServeOptions {
-        image: a.image,
-        socket: a.socket,
-        mount,
-        mode: a.mode,
-        slowmem: a.slowmem.model(),
-        allow_other: a.allow_other,
-        stop_requested: || matches!(signals::received(), Some(libc::SIGINT | libc::SIGTERM)),
+    let slowmem = a.slowmem.model();
+    let fs = Arc::new(easyio_fuse::open_image(&a.image, a.mode, false, slowmem)?);
+    // Clients read directly unless every read must pay for emulated slow memory, or
+    // FUSE writes (which do not keep the published page tables) share the image.
+    let direct = slowmem.is_none() && mount.is_none();
+    let server =
+        easyio_serve::Server::bind(fs.clone(), &a.image, &a.socket, a.allow_other, direct)?;
+    let fuse = match &mount {
+        Some(dir) => Some(FuseSide::start(fs.clone(), dir, a.mode)?),
+        None => None,
     };
-    Ok(easyio_serve::serve(&o)?)
+    drop(fs);
+    eprintln!(
+        "easyio: serving {} on socket {}{} (mode {}, direct reads {}{})",
+        a.image.display(),
+        a.socket.display(),
+        mount
+            .as_ref()
+            .map_or(String::new(), |m| format!(" and on {}", m.display())),
+        a.mode,
+        if direct { "on" } else { "off" },
+        easyio_fuse::label(slowmem)
+    );
+    println!(
+        "easyio: serving {} on {}",
+        a.image.display(),
+        a.socket.display()
+    );
+    let stop = || matches!(signals::received(), Some(libc::SIGINT | libc::SIGTERM));
+    let fs = server.run(stop);
+    let fuse_ended = fuse.map(FuseSide::stop);
+    let fs = fs?;
+    if let Some(Err(e)) = fuse_ended {
+        eprintln!("easyio: serving FUSE requests: {e}");
+    }
+    let fs = Arc::try_unwrap(fs).map_err(|_| easyio_fuse::Error::StillHeld)?;
+    fs.unmount().context("unmounting the image")?;
+    eprintln!("easyio: {} unmounted cleanly", a.image.display());
+    Ok(())
+}
+
+/// The FUSE mount a server serves beside its socket.
+struct FuseSide {
+    dir: PathBuf,
+    thread: JoinHandle<io::Result<()>>,
+}
+
+impl FuseSide {
+    /// Mounts `fs` on `dir` and serves it on a thread of its own.
+    fn start(fs: Arc<FileSystem>, dir: &Path, mode: Mode) -> anyhow::Result<FuseSide> {
+        let threads = 4;
+        let opts = easyio_fuse::Options {
+            threads,
+            uthread_workers: if mode == Mode::Async { threads } else { 0 },
+            ..easyio_fuse::Options::default()
+        };
+        let m = easyio_fuse::Mount::new(fs, dir, &opts)
+            .with_context(|| format!("mounting on {}", dir.display()))?;
+        let thread = std::thread::Builder::new()
+            .name("easyio-fuse".into())
+            .spawn(move || m.run())
+            .context("starting the FUSE thread")?;
+        Ok(FuseSide {
+            dir: dir.to_path_buf(),
+            thread,
+        })
+    }
+
+    /// Unmounts lazily (the mount point is free at once; the session ends once the
+    /// last file open on it is closed) and waits for the session to end.
+    fn stop(self) -> io::Result<()> {
+        if !self.thread.is_finished() {
+            easyio_fuse::unmount(&self.dir, true)?;
+        }
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE thread panicked")))
+    }
 }

@@ -23,12 +23,6 @@ pub enum Error {
         /// Why it failed.
         source: io::Error,
     },
-    /// Opening, mounting or unmounting the image failed.
-    #[error(transparent)]
-    Image(#[from] easyio_fuse::Error),
-    /// The file system refused to unmount.
-    #[error("unmounting the image: {0}")]
-    Unmount(fs::Error),
 }
 
 impl Error {
@@ -40,8 +34,6 @@ impl Error {
             Error::Disconnected(_) => libc::ENOTCONN,
             Error::Protocol(_) => libc::EPROTO,
             Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            Error::Image(e) => e.errno().unwrap_or(libc::EIO),
-            Error::Unmount(e) => e.errno(),
         }
     }
 

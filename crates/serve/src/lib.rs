@@ -30,4 +30,4 @@ pub mod wire;
 
 pub use client::{Client, RegionView};
 pub use error::{Error, Result};
-pub use server::{serve, ServeOptions, Server};
+pub use server::Server;

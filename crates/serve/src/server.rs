@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fs::{Cred, FileSystem, Mode};
-use pmem::slowmem::Model;
+use fs::{Cred, FileSystem};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use crate::conn::{Conn, Counts};
@@ -28,106 +27,6 @@ use crate::wire::{self, Hello, Welcome};
 const POLL: Duration = Duration::from_millis(50);
 /// How long a client's thread spins for its next call before it sleeps.
 const SERVER_SPIN: Duration = Duration::from_micros(50);
-
-/// What to serve, where and how.
-#[derive(Clone, Debug)]
-pub struct ServeOptions {
-    /// The image (a region file or a devdax device).
-    pub image: PathBuf,
-    /// The socket clients connect to.
-    pub socket: PathBuf,
-    /// Also serve the image through FUSE on this directory (absolute, as
-    /// [`easyio_fuse::check_mountpoint`] returns it).
-    pub mount: Option<PathBuf>,
-    /// Who moves file data.
-    pub mode: Mode,
-    /// Slow-memory emulation of every copy into or out of the image.
-    pub slowmem: Option<Model>,
-    /// Let every local user connect (each is checked as itself); otherwise the socket
-    /// is the server user's only.
-    pub allow_other: bool,
-    /// Polled while serving: true ends the server cleanly.
-    pub stop_requested: fn() -> bool,
-}
-
-/// Opens the image, serves it until a stop is requested, then unmounts it.
-pub fn serve(o: &ServeOptions) -> Result<()> {
-    let fs = Arc::new(easyio_fuse::open_image(&o.image, o.mode, false, o.slowmem)?);
-    // Clients read directly unless every read must pay for emulated slow memory, or
-    // FUSE writes (which do not keep the published page tables) share the image.
-    let direct = o.slowmem.is_none() && o.mount.is_none();
-    let server = Server::bind(fs.clone(), &o.image, &o.socket, o.allow_other, direct)?;
-    let fuse = match &o.mount {
-        Some(dir) => Some(FuseSide::start(fs.clone(), dir, o.mode)?),
-        None => None,
-    };
-    drop(fs);
-    eprintln!(
-        "easyio: serving {} on socket {}{} (mode {}, direct reads {}{})",
-        o.image.display(),
-        o.socket.display(),
-        o.mount
-            .as_ref()
-            .map_or(String::new(), |m| format!(" and on {}", m.display())),
-        o.mode,
-        if direct { "on" } else { "off" },
-        easyio_fuse::label(o.slowmem)
-    );
-    println!(
-        "easyio: serving {} on {}",
-        o.image.display(),
-        o.socket.display()
-    );
-    let fs = server.run(o.stop_requested);
-    let fuse_ended = fuse.map(FuseSide::stop);
-    let fs = fs?;
-    if let Some(Err(e)) = fuse_ended {
-        eprintln!("easyio: serving FUSE requests: {e}");
-    }
-    let fs = Arc::try_unwrap(fs).map_err(|_| Error::Image(easyio_fuse::Error::StillHeld))?;
-    fs.unmount().map_err(Error::Unmount)?;
-    eprintln!("easyio: {} unmounted cleanly", o.image.display());
-    Ok(())
-}
-
-/// The FUSE mount a server serves beside its socket.
-struct FuseSide {
-    dir: PathBuf,
-    thread: JoinHandle<io::Result<()>>,
-}
-
-impl FuseSide {
-    /// Mounts `fs` on `dir` and serves it on a thread of its own.
-    fn start(fs: Arc<FileSystem>, dir: &Path, mode: Mode) -> Result<FuseSide> {
-        let threads = 4;
-        let opts = easyio_fuse::Options {
-            threads,
-            uthread_workers: if mode == Mode::Async { threads } else { 0 },
-            ..easyio_fuse::Options::default()
-        };
-        let m = easyio_fuse::Mount::new(fs, dir, &opts)
-            .map_err(|e| Error::os(format!("mounting on {}", dir.display()), e))?;
-        let thread = std::thread::Builder::new()
-            .name("easyio-fuse".into())
-            .spawn(move || m.run())
-            .map_err(|e| Error::os("starting the FUSE thread", e))?;
-        Ok(FuseSide {
-            dir: dir.to_path_buf(),
-            thread,
-        })
-    }
-
-    /// Unmounts lazily (the mount point is free at once; the session ends once the
-    /// last file open on it is closed) and waits for the session to end.
-    fn stop(self) -> io::Result<()> {
-        if !self.thread.is_finished() {
-            easyio_fuse::unmount(&self.dir, true)?;
-        }
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the FUSE thread panicked")))
-    }
-}
 
 /// A bound server.
 pub struct Server {
