@@ -520,8 +520,24 @@ fn without_allow_other_only_the_servers_user_may_connect() {
 
 #[test]
 fn clients_in_several_processes_create_rename_and_unlink_at_once() {
-    let dir = Scratch::new("workers");
-    let server = Server::start(&dir.0, &[]);
+    workers_then_check("workers", &[]);
+}
+
+#[test]
+fn the_async_mode_and_emulated_slow_memory_serve_clients_too() {
+    workers_then_check("workers-async", &["--mode", "async"]);
+    // Direct reads are off under emulation: every read pays for the slow medium.
+    workers_then_check("workers-slow", &["--slowmem", "optane"]);
+}
+
+/// Four worker processes on a server started with `extra`, then every acknowledged
+/// result read back by the library.
+fn workers_then_check(name: &str, extra: &[&str]) {
+    let dir = Scratch::new(name);
+    let server = Server::start(&dir.0, extra);
+    let c = Client::connect(&server.socket).unwrap();
+    assert_eq!(c.direct_stats().is_some(), !extra.contains(&"--slowmem"));
+    drop(c);
     let kids: Vec<Child> = (0..4)
         .map(|i| client_process("worker", &server.socket, &i.to_string()))
         .collect();
