@@ -152,7 +152,6 @@ impl Direct {
     }
 
     /// Files with a page table.
-    #[cfg(test)]
     pub fn tables_published(&self) -> usize {
         self.tables.lock().len()
     }

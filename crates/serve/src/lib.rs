@@ -23,6 +23,7 @@ mod client;
 mod conn;
 pub mod direct;
 mod error;
+pub mod fuzz;
 mod mailbox;
 mod server;
 pub mod shm;
