@@ -85,6 +85,7 @@ impl Server {
         } else {
             None
         };
+        raise_open_file_limit();
         clear_stale(socket)?;
         let listener = UnixListener::bind(socket)
             .map_err(|e| Error::os(format!("socket {}", socket.display()), e))?;
@@ -112,9 +113,14 @@ impl Server {
             clients.retain(|c| !c.thread.is_finished());
             match self.listener.accept() {
                 Ok((stream, _)) => clients.push(self.start(stream)?),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&self.listener),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => eprintln!("easyio: accepting a client: {e}"),
+                Err(e) => {
+                    // E.g. EMFILE: say it, and let the clients that hold descriptors
+                    // go before trying again.
+                    eprintln!("easyio: accepting a client: {e}");
+                    std::thread::sleep(POLL);
+                }
             }
         }
         let _ = std::fs::remove_file(&self.socket);
@@ -313,6 +319,32 @@ fn groups(pid: u32) -> Vec<u32> {
             })
         })
         .unwrap_or_default()
+}
+
+/// Waits until a client knocks on `listener`, or [`POLL`] passes (to look at the stop
+/// request).
+fn wait_readable(listener: &UnixListener) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let timeout = Timespec {
+        tv_sec: 0,
+        tv_nsec: POLL.as_nanos() as i64,
+    };
+    let _ = poll(&mut fds, Some(&timeout));
+}
+
+/// Raises this process's soft limit of open descriptors to its hard limit: the server
+/// holds a socket, a mailbox and an epoch slot per client and a page table per file
+/// read directly, and a client refused for want of descriptors gets an error.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            eprintln!("easyio: raising the open file limit: {e}");
+        }
+    }
 }
 
 /// Removes a socket at `path` that no server answers; refuses a live one or a file
