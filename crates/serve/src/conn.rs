@@ -149,6 +149,9 @@ impl<'a> Conn<'a> {
     fn open(&mut self, path: &str, flags: i32, mode: u32) -> fs::Result<u32> {
         let s = self.fs.as_user(&self.cred);
         let trunc = flags & libc::O_TRUNC != 0 && self.direct.is_some();
+        let access = flags & libc::O_ACCMODE;
+        // `O_TRUNC` does nothing, and checks nothing, to a file the open creates.
+        let existed = trunc && (flags & libc::O_CREAT == 0 || s.stat(path).is_ok());
         let fd = s.open(
             path,
             OpenFlags(flags & !if trunc { libc::O_TRUNC } else { 0 }),
@@ -156,18 +159,22 @@ impl<'a> Conn<'a> {
         )?;
         let opened = (|| {
             let st = self.fs.fstat(fd)?;
-            if trunc {
-                match st.kind {
-                    FileKind::Dir => return Err(fs::Error::IsDir),
-                    FileKind::File => {
-                        let what = SetAttr {
-                            size: Some(0),
-                            ..SetAttr::default()
-                        };
-                        self.truncating(st.ino, 0, || s.setattr(st.ino, &what))?;
-                    }
-                    _ => {}
+            match st.kind {
+                FileKind::Dir if trunc => return Err(fs::Error::IsDir),
+                // Open for writing: the open checked write permission already.
+                FileKind::File if existed && access != libc::O_RDONLY => {
+                    self.truncating(st.ino, 0, || self.fs.ftruncate(fd, 0))?
                 }
+                // `O_RDONLY | O_TRUNC` truncates too, as Linux does, if the caller
+                // may write the file.
+                FileKind::File if existed => {
+                    let what = SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    };
+                    self.truncating(st.ino, 0, || s.setattr(st.ino, &what))?;
+                }
+                _ => {}
             }
             Ok(st.ino)
         })();
@@ -178,7 +185,6 @@ impl<'a> Conn<'a> {
                 return Err(e);
             }
         };
-        let access = flags & libc::O_ACCMODE;
         self.fds.insert(
             fd.0,
             Open {
@@ -304,6 +310,78 @@ fn whence_of(w: i32) -> fs::Result<Whence> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    /// `O_TRUNC` with direct reads on, as Linux does it: a file the open creates is
+    /// not checked (mode 0444), a file the caller may not write is refused even
+    /// read-only, a file it may write is truncated however it is opened.
+    #[test]
+    fn o_trunc_with_direct_reads_checks_and_truncates_as_linux_does() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let direct = Direct::new().unwrap();
+        let counts = Counts::default();
+        let mut root = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
+        let mut user = Conn::new(&fs, Cred::user(1000, 1000), &counts, Some(&direct));
+        let open = |c: &mut Conn<'_>, path: &str, flags: i32, mode: u32| {
+            c.answer(Request::Open {
+                path: path.into(),
+                flags,
+                mode,
+            })
+        };
+        assert!(matches!(
+            open(&mut root, "/pub", libc::O_CREAT | libc::O_WRONLY, 0o644),
+            Answer::Fd(_)
+        ));
+        root.answer(Request::Chmod {
+            path: "/".into(),
+            mode: 0o777,
+        });
+        let Answer::Fd(fd) = open(&mut root, "/roots", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        else {
+            panic!()
+        };
+        root.answer(Request::Pwrite {
+            fd,
+            data: vec![1u8; 100].into(),
+            off: 0,
+        });
+        let new = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY;
+        assert!(matches!(
+            open(&mut user, "/mine", new, 0o444),
+            Answer::Fd(_)
+        ));
+        let ro_trunc = libc::O_RDONLY | libc::O_TRUNC;
+        assert_eq!(
+            open(&mut user, "/roots", ro_trunc, 0),
+            Answer::Error(libc::EACCES)
+        );
+        assert_eq!(
+            fs.stat("/roots").unwrap().size,
+            100,
+            "refused, so untouched"
+        );
+        assert!(matches!(
+            open(&mut root, "/roots", ro_trunc, 0),
+            Answer::Fd(_)
+        ));
+        assert_eq!(fs.stat("/roots").unwrap().size, 0);
+        root.answer(Request::Pwrite {
+            fd,
+            data: vec![1u8; 100].into(),
+            off: 0,
+        });
+        assert!(matches!(
+            open(&mut root, "/roots", libc::O_WRONLY | libc::O_TRUNC, 0),
+            Answer::Fd(_)
+        ));
+        assert_eq!(fs.stat("/roots").unwrap().size, 0);
+        assert_eq!(
+            open(&mut root, "/", ro_trunc, 0),
+            Answer::Error(libc::EISDIR)
+        );
+    }
 
     use fs::{FormatOptions, MountOptions};
     use pmem::{MemPmem, Pmem};
