@@ -25,6 +25,9 @@ use crate::wire::{self, Hello, Welcome};
 
 /// How often the accept loop looks at the stop request.
 const POLL: Duration = Duration::from_millis(50);
+/// Clients served at once (a thread, a socket, a mailbox and a slot each); more are
+/// refused with `EAGAIN`.
+const MAX_CLIENTS: usize = 1024;
 /// How long a client's thread spins for its next call before it sleeps.
 const SERVER_SPIN: Duration = Duration::from_micros(50);
 
@@ -112,7 +115,14 @@ impl Server {
         while !stop_requested() {
             clients.retain(|c| !c.thread.is_finished());
             match self.listener.accept() {
-                Ok((stream, _)) => clients.push(self.start(stream)?),
+                Ok((mut stream, _)) if clients.len() >= MAX_CLIENTS => {
+                    let _ = wire::send(&mut stream, &Welcome::Refused(libc::EAGAIN));
+                }
+                Ok((stream, _)) => match self.start(stream) {
+                    Ok(c) => clients.push(c),
+                    // One client that cannot be served does not end the others.
+                    Err(e) => eprintln!("easyio: starting a client: {e}"),
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&self.listener),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
