@@ -16,7 +16,7 @@ use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
 use crate::{now_ns, FileSystem, MAX_FILE_SIZE};
 use mover::{Client, Pending, ReadPiece, WritePiece};
-use parking_lot::RwLockWriteGuard;
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
 /// Bytes of a file in one place: (length, region offset or `None` for a hole).
 pub type Segment = (usize, Option<u64>);
@@ -603,23 +603,14 @@ impl FileSystem {
         buf: &mut [u8],
         client: Client,
     ) -> Result<(usize, Pending, ReadGuard<'_>)> {
-        let (n, segs, guard) = loop {
-            let st = inode.state.read();
-            if st.kind == FileKind::Dir {
-                return Err(Error::IsDir);
-            }
-            if !self.mover.is_done(st.last_write) {
-                let p = st.last_write;
-                drop(st);
-                self.mover.wait(p)?;
-                continue;
-            }
+        let (n, segs, guard) = {
+            let st = self.settled_for_read(inode)?;
             if off >= st.size || buf.is_empty() {
                 return Ok((0, Pending::Done, self.epoch.pin()));
             }
             let n = (st.size - off).min(buf.len() as u64) as usize;
             let segs = segments(&st.pages, off, n as u64);
-            break (n, segs, self.epoch.pin());
+            (n, segs, self.epoch.pin())
         };
         let mut pieces = Vec::with_capacity(segs.len());
         let mut rest = &mut buf[..n];
@@ -645,19 +636,26 @@ impl FileSystem {
     /// [`FileSystem::set_external_readers`]) made before this call covers them.
     pub fn map_inode(&self, ino: u64, off: u64, len: u64) -> Result<(u64, Vec<Segment>)> {
         let inode = self.inode(ino)?;
+        let st = self.settled_for_read(&inode)?;
+        let n = st.size.saturating_sub(off).min(len);
+        Ok((st.size, segments(&st.pages, off, n)))
+    }
+
+    /// The inode's state under its read lock, once the copy of its latest write is
+    /// done (a read never sees a block whose copy is still running); `EISDIR` for a
+    /// directory.
+    fn settled_for_read<'i>(&self, inode: &'i Inode) -> Result<RwLockReadGuard<'i, InodeState>> {
         loop {
             let st = inode.state.read();
             if st.kind == FileKind::Dir {
                 return Err(Error::IsDir);
             }
-            if !self.mover.is_done(st.last_write) {
-                let p = st.last_write;
-                drop(st);
-                self.mover.wait(p)?;
-                continue;
+            if self.mover.is_done(st.last_write) {
+                return Ok(st);
             }
-            let n = st.size.saturating_sub(off).min(len);
-            return Ok((st.size, segments(&st.pages, off, n)));
+            let p = st.last_write;
+            drop(st);
+            self.mover.wait(p)?;
         }
     }
 
