@@ -711,8 +711,22 @@ fn a_killed_server_fails_calls_at_once_and_a_new_one_recovers_what_it_acknowledg
         .unwrap();
     let data = contents(9, 9);
     c.pwrite(fd, &data, 0).unwrap();
+    // A reader in another client, with the file's page table in hand.
+    let reader = Client::connect(&server.socket).unwrap();
+    let rfd = reader.open("/kept", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(reader.pread(rfd, &mut buf, 0).unwrap(), data.len());
+    assert_eq!(reader.direct_stats().unwrap().0, 1, "read directly");
     server.child.kill().unwrap();
     server.child.wait().unwrap();
+    // Direct reads make no request, but look at their socket every millisecond.
+    std::thread::sleep(Duration::from_millis(5));
+    let e = reader.pread(rfd, &mut buf, 0).unwrap_err();
+    assert_eq!(
+        e.errno(),
+        libc::ENOTCONN,
+        "a direct read after the server died: {e}"
+    );
     let t0 = Instant::now();
     let e = c.pwrite(fd, b"more", 0).unwrap_err();
     assert_eq!(e.errno(), libc::ENOTCONN, "{e}");

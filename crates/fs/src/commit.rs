@@ -222,10 +222,20 @@ impl FileSystem {
     /// nothing names those blocks; blocks never handed back stay allocated until the
     /// next mount's recovery.
     pub fn holding_retired<R>(&self, f: impl FnOnce() -> R) -> (R, Held) {
+        /// Stops holding when `f` panics, so that later calls on this thread retire as
+        /// usual (what was held then stays allocated until the next recovery).
+        struct Stop;
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                HELD.with(|h| h.borrow_mut().take());
+            }
+        }
         let outer = HELD.with(|h| h.borrow_mut().replace(Vec::new()));
         assert!(outer.is_none(), "holding_retired does not nest");
+        let stop = Stop;
         let r = f();
         let held = HELD.with(|h| h.borrow_mut().take()).unwrap_or_default();
+        drop(stop);
         (r, Held(held))
     }
 

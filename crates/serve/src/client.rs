@@ -55,8 +55,22 @@ struct Channel {
 
 /// How long a client spins for an answer before it sleeps.
 const CLIENT_SPIN: Duration = Duration::from_micros(50);
+/// How often direct reads look whether the server is still there.
+const ALIVE_EVERY: Duration = Duration::from_millis(1);
 
 impl Channel {
+    /// Whether the server's end of the socket is still open (a look, not a read:
+    /// bytes waiting there stay for the next call).
+    fn server_alive(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(&self.stream, &mut byte, flags) {
+            Ok((0, _)) => false,
+            Ok(_) => true,
+            Err(e) => e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR,
+        }
+    }
+
     /// Sends `req`, returns the answer's payload and the descriptors sent with it.
     fn exchange(&mut self, req: &Request) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         let Some(m) = &self.mailbox else {
@@ -92,6 +106,10 @@ struct Direct {
     reads: AtomicU64,
     /// Reads that found a page being changed and asked the server instead.
     asked: AtomicU64,
+    /// When this client connected; [`Direct::checked`] counts from it.
+    born: std::time::Instant,
+    /// When direct reads last saw the server alive, ns after [`Direct::born`].
+    checked: AtomicU64,
 }
 
 /// The registration of a direct read in the epoch, dropped when it is done.
@@ -197,6 +215,8 @@ impl Client {
                             tables: Mutex::new(HashMap::new()),
                             reads: AtomicU64::new(0),
                             asked: AtomicU64::new(0),
+                            born: std::time::Instant::now(),
+                            checked: AtomicU64::new(0),
                         })
                     }
                     false => None,
@@ -269,16 +289,25 @@ impl Client {
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<u32> {
         let path = path.to_string();
         match self.call(&Request::Open { path, flags, mode })? {
-            Answer::Fd(fd) => Ok(fd),
+            Answer::Fd(fd) => {
+                if let Some(d) = &self.direct {
+                    d.tables.lock().remove(&fd);
+                }
+                Ok(fd)
+            }
             other => Err(unexpected(other)),
         }
     }
 
-    /// `close(fd)`.
+    /// `close(fd)`. The descriptor's page table is forgotten under the lock direct
+    /// reads take, held until the server closed it: a read racing the close cannot
+    /// cache the table again for a number the next `open` may return.
     pub fn close(&self, fd: u32) -> Result<()> {
-        if let Some(d) = &self.direct {
-            d.tables.lock().remove(&fd);
-        }
+        let _tables = self.direct.as_ref().map(|d| {
+            let mut tables = d.tables.lock();
+            tables.remove(&fd);
+            tables
+        });
         self.done(Request::Close { fd })
     }
 
@@ -315,6 +344,7 @@ impl Client {
         off: u64,
     ) -> Result<usize> {
         let mut tables = d.tables.lock();
+        self.check_alive(d)?;
         let table = match tables.get(&fd) {
             Some(t) => t.clone(),
             None => {
@@ -340,6 +370,24 @@ impl Client {
         }
     }
 
+    /// Fails with [`Error::Disconnected`] once the server is gone. Direct reads make
+    /// no request, so they look at the socket themselves, at most once every
+    /// [`ALIVE_EVERY`]: after the server's death they go on for at most that long.
+    fn check_alive(&self, d: &Direct) -> Result<()> {
+        let now = d.born.elapsed().as_nanos() as u64;
+        if now.saturating_sub(d.checked.load(Ordering::Relaxed)) < ALIVE_EVERY.as_nanos() as u64 {
+            return Ok(());
+        }
+        let mut channel = self.channel.lock();
+        let alive = channel.as_ref().is_some_and(|c| c.server_alive());
+        if !alive {
+            *channel = None;
+            return Err(Error::Disconnected(io::ErrorKind::NotConnected.into()));
+        }
+        d.checked.store(now, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The page table of descriptor `fd`; `None` if the server gives none for it.
     fn fetch_table(&self, fd: u32) -> Result<Option<Arc<Words>>> {
         let (answer, fds) = self.call_with_fds(&Request::Table { fd })?;
@@ -353,7 +401,8 @@ impl Client {
                     .map_err(|e| Error::os("mapping a page table", e))?;
                 Ok(Some(Arc::new(t)))
             }
-            Answer::Error(libc::EBADF | libc::EOPNOTSUPP | libc::EISDIR) => Ok(None),
+            // Not a file this client reads directly: read it through requests.
+            Answer::Error(libc::EOPNOTSUPP | libc::EISDIR) => Ok(None),
             other => Err(unexpected(other)),
         }
     }
@@ -583,7 +632,7 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
 /// Reads one frame and the descriptors attached to its first byte.
 fn receive_with_fds(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut len = [0u8; 4];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let got = rustix::net::recvmsg(
         stream,
@@ -710,8 +759,8 @@ mod tests {
 
     #[test]
     fn a_direct_read_registers_in_the_published_epoch_until_it_is_done() {
-        let epoch = Words::create("test-epoch", 1).unwrap();
-        let slot = Words::create("test-slot", 1).unwrap();
+        let epoch = Words::create("test-epoch", 1, false).unwrap();
+        let slot = Words::create("test-slot", 1, true).unwrap();
         epoch.at(0).store(7, Ordering::SeqCst);
         let d = Direct {
             epoch: Words::map(epoch.fd().unwrap(), 1, false).unwrap(),
@@ -719,6 +768,8 @@ mod tests {
             tables: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
             asked: AtomicU64::new(0),
+            born: std::time::Instant::now(),
+            checked: AtomicU64::new(0),
         };
         {
             let _pinned = d.pin();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, SetAttr, Whence};
 
-use crate::direct::{Direct, PageTable, TABLE_PAGES};
+use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
 use crate::wire::{self, Answer, Request, Status, MAX_IO};
 
 /// Counts shared by every connection of a server.
@@ -41,6 +41,9 @@ pub(crate) struct Conn<'a> {
     /// Page tables and epochs, when clients read directly: every change of a file's
     /// data goes through it.
     direct: Option<&'a Direct>,
+    /// Whether this client reads directly (it was given the image): only then does
+    /// it get page tables.
+    pub reads_directly: bool,
 }
 
 impl<'a> Conn<'a> {
@@ -57,6 +60,7 @@ impl<'a> Conn<'a> {
             fds: BTreeMap::new(),
             counts,
             direct,
+            reads_directly: direct.is_some(),
         }
     }
 
@@ -109,16 +113,19 @@ impl<'a> Conn<'a> {
             }
             Request::Write { fd, data } => {
                 let (fd, o) = self.own(fd)?;
-                let off = match o.append {
-                    true => fs.fstat(fd)?.size,
-                    false => fs.lseek(fd, 0, Whence::Cur)?,
+                // An appending descriptor writes at the end, whatever its position.
+                let at = match o.append {
+                    true => At::End,
+                    false => At::Offset(fs.lseek(fd, 0, Whence::Cur)?),
                 };
-                let n = self.writing(o.ino, off, data.len(), || fs.write(fd, &data))?;
+                let n = self.writing(o.ino, at, data.len(), || fs.write(fd, &data))?;
                 Answer::Count(n as u64)
             }
             Request::Pwrite { fd, data, off } => {
                 let (fd, o) = self.own(fd)?;
-                let n = self.writing(o.ino, off, data.len(), || fs.pwrite(fd, &data, off))?;
+                // `pwrite` on an appending descriptor writes at the end too, as Linux.
+                let at = if o.append { At::End } else { At::Offset(off) };
+                let n = self.writing(o.ino, at, data.len(), || fs.pwrite(fd, &data, off))?;
                 Answer::Count(n as u64)
             }
             Request::Ftruncate { fd, len } => {
@@ -198,11 +205,11 @@ impl<'a> Conn<'a> {
         Ok(fd.0)
     }
 
-    /// Runs `f`, a write of `len` bytes at `off` of file `ino`, through the page
-    /// tables when clients read directly.
-    fn writing<R>(&self, ino: u64, off: u64, len: usize, f: impl FnOnce() -> R) -> R {
+    /// Runs `f`, a write of `len` bytes `at` file `ino`, through the page tables when
+    /// clients read directly.
+    fn writing<R>(&self, ino: u64, at: At, len: usize, f: impl FnOnce() -> R) -> R {
         match self.direct {
-            Some(d) => d.write(self.fs, ino, off, len as u64, f),
+            Some(d) => d.write(self.fs, ino, at, len as u64, f),
             None => f(),
         }
     }
@@ -219,7 +226,7 @@ impl<'a> Conn<'a> {
     /// The page table of open file `fd`, for direct reads; an errno if it cannot be.
     fn table(&mut self, fd: u32) -> Result<(u64, Arc<PageTable>), i32> {
         let (_, o) = self.own(fd).map_err(|e| e.errno())?;
-        let Some(d) = self.direct else {
+        let Some(d) = self.direct.filter(|_| self.reads_directly) else {
             return Err(libc::EOPNOTSUPP);
         };
         if !o.readable {
@@ -310,6 +317,72 @@ fn whence_of(w: i32) -> fs::Result<Whence> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    /// The page table of `ino` names exactly the blocks the file system has.
+    fn assert_table_is_the_files(fs: &FileSystem, direct: &Direct, ino: u64) {
+        use crate::direct::{HOLE, PAGE0, SIZE};
+        let t = direct.table(fs, ino).unwrap();
+        let (size, segs) = fs.map_inode(ino, 0, u64::MAX).unwrap();
+        assert_eq!(t.words().at(SIZE).load(Ordering::SeqCst), size);
+        let mut pg = 0;
+        for (len, src) in segs {
+            for k in 0..(len as u64).div_ceil(fs::BLOCK_SIZE) {
+                let want = src.map_or(HOLE, |s| s / fs::BLOCK_SIZE + k);
+                let got = t.words().at(PAGE0 + pg).load(Ordering::SeqCst);
+                assert_eq!(got, want, "page {pg}");
+                pg += 1;
+            }
+        }
+        direct.release(ino);
+    }
+
+    #[test]
+    fn writes_on_an_appending_descriptor_are_published_where_they_land() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let direct = Direct::new().unwrap();
+        let counts = Counts::default();
+        let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
+        let flags = libc::O_CREAT | libc::O_RDWR | libc::O_APPEND;
+        let Answer::Fd(fd) = c.answer(Request::Open {
+            path: "/log".into(),
+            flags,
+            mode: 0o644,
+        }) else {
+            panic!()
+        };
+        c.answer(Request::Pwrite {
+            fd,
+            data: vec![1u8; 6000].into(),
+            off: 0,
+        });
+        assert!(matches!(
+            c.answer_bytes(&wire::frame(&Request::Table { fd }).unwrap()[4..])
+                .0,
+            Answer::Table { .. }
+        ));
+        let ino = fs.fstat(Fd(fd)).unwrap().ino;
+        // `pwrite` at 0 on an appending descriptor lands at 6000, on page 1.
+        c.answer(Request::Pwrite {
+            fd,
+            data: vec![2u8; 100].into(),
+            off: 0,
+        });
+        assert_eq!(fs.fstat(Fd(fd)).unwrap().size, 6100);
+        assert_table_is_the_files(&fs, &direct, ino);
+        c.answer(Request::Write {
+            fd,
+            data: vec![3u8; 5000].into(),
+        });
+        assert_table_is_the_files(&fs, &direct, ino);
+        c.answer(Request::Ftruncate { fd, len: 4097 });
+        c.answer(Request::Write {
+            fd,
+            data: vec![4u8; 10].into(),
+        });
+        assert_table_is_the_files(&fs, &direct, ino);
+    }
 
     /// `O_TRUNC` with direct reads on, as Linux does it: a file the open creates is
     /// not checked (mode 0444), a file the caller may not write is refused even

@@ -43,6 +43,15 @@ pub const TABLE_PAGES: u64 = 1 << 24;
 /// Locks serialising the changes of files (by inode number).
 const STRIPES: usize = 256;
 
+/// Where a write lands.
+#[derive(Clone, Copy, Debug)]
+pub enum At {
+    /// At this offset.
+    Offset(u64),
+    /// At the end of the file (an appending descriptor).
+    End,
+}
+
 /// One file's published size and page → block entries.
 pub(crate) struct PageTable {
     words: Words,
@@ -105,7 +114,7 @@ pub(crate) struct Direct {
 impl Direct {
     pub fn new() -> io::Result<Direct> {
         Ok(Direct {
-            epoch: Words::create("easyio-epoch", 1)?,
+            epoch: Words::create("easyio-epoch", 1, false)?,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             tables: Mutex::new(HashMap::new()),
             slots: Mutex::new(Vec::new()),
@@ -130,7 +139,7 @@ impl Direct {
             return Ok(t.clone());
         }
         let size = fs.map_inode(ino, 0, 0).map_err(|e| e.errno())?.0;
-        let words = Words::create("easyio-pages", PAGE0 + TABLE_PAGES as usize)
+        let words = Words::create("easyio-pages", PAGE0 + TABLE_PAGES as usize, false)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
         let t = Arc::new(PageTable { words });
@@ -160,21 +169,27 @@ impl Direct {
         self.tables.lock().get(&ino).map(|(t, _)| t.clone())
     }
 
-    /// Runs `f`, a write of `len` bytes at `off` of file `ino` on `fs`, keeping its
-    /// page table (if it has one) honest. The blocks the write displaces are held
-    /// back until the table names the new ones: readers keep copying the old blocks
+    /// Runs `f`, a write of `len` bytes `at` file `ino` on `fs`, keeping its page
+    /// table (if it has one) honest. The blocks the write displaces are held back
+    /// until the table names the new ones: readers keep copying the old blocks
     /// meanwhile, never asking the server.
     pub fn write<R>(
         &self,
         fs: &FileSystem,
         ino: u64,
-        off: u64,
+        at: At,
         len: u64,
         f: impl FnOnce() -> R,
     ) -> R {
         let _one_change_at_a_time = self.stripe(ino);
         let Some(t) = self.published(ino) else {
             return f();
+        };
+        // Changes of the file are serialised here: the size read now is where an
+        // appending write lands.
+        let off = match at {
+            At::Offset(off) => off,
+            At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
         };
         let (first, end) = (
             off / BLOCK_SIZE,
@@ -198,9 +213,12 @@ impl Direct {
         t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
         // Pages past the new end, and the new last page (its tail is zeroed), stop
         // being the file's: readers ask for them from now on.
-        t.forget(len / BLOCK_SIZE, old.div_ceil(BLOCK_SIZE));
+        let (first, end) = (len / BLOCK_SIZE, old.div_ceil(BLOCK_SIZE).min(TABLE_PAGES));
+        t.forget(first, end);
         let r = f();
-        self.republish(fs, &t, ino, 0, 0);
+        // Published again: the new last page, and every page if the truncation was
+        // refused (pages past the new end stay ASK: past the size, never read).
+        self.republish(fs, &t, ino, first, end);
         r
     }
 
@@ -208,13 +226,16 @@ impl Direct {
     /// cannot be mapped stays [`ASK`] and [`UNKNOWN`]: its readers ask the server.
     fn republish(&self, fs: &FileSystem, t: &PageTable, ino: u64, first: u64, end: u64) {
         if t.publish(fs, ino, first, end).is_err() {
+            // The entries may still name blocks the change displaced: stop naming them
+            // before they are retired.
             t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+            t.forget(first, end);
         }
     }
 
     /// A new client's epoch slot.
     pub fn add_slot(&self) -> io::Result<Arc<Words>> {
-        let slot = Arc::new(Words::create("easyio-epoch-slot", 1)?);
+        let slot = Arc::new(Words::create("easyio-epoch-slot", 1, true)?);
         self.slots.lock().push(slot.clone());
         Ok(slot)
     }
@@ -273,7 +294,9 @@ mod tests {
         assert_eq!(t.size(), 4096);
         for i in 0..1000u32 {
             let data = [(i % 200) as u8 + 2; 4096];
-            direct.write(&fs, ino, 0, 4096, || fs.pwrite(fd, &data, 0).unwrap());
+            direct.write(&fs, ino, At::Offset(0), 4096, || {
+                fs.pwrite(fd, &data, 0).unwrap()
+            });
             assert_ne!(entry(&t, 0), ASK, "published again after the write");
         }
         let held = fs.usage().reclaiming_blocks;
@@ -306,7 +329,7 @@ mod tests {
         let ino = fs.fstat(fd).unwrap().ino;
         let t = direct.table(&fs, ino).unwrap();
         assert_eq!((t.size(), entry(&t, 0)), (0, ASK));
-        direct.write(&fs, ino, 3 * 4096, 100, || {
+        direct.write(&fs, ino, At::Offset(3 * 4096), 100, || {
             fs.pwrite(fd, &[9; 100], 3 * 4096).unwrap()
         });
         assert_eq!(t.size(), 3 * 4096 + 100);
@@ -319,13 +342,13 @@ mod tests {
         assert_eq!(entry(&t, 0), ASK);
         // While a write runs, readers keep the old block, which is not retired until
         // the new one is published.
-        direct.write(&fs, ino, 4096, 4096, || {
+        direct.write(&fs, ino, At::Offset(4096), 4096, || {
             fs.pwrite(fd, &[0; 4096], 4096).unwrap()
         });
         let old = entry(&t, 1);
         assert!(![ASK, HOLE].contains(&old));
         let free = fs.usage().free_blocks;
-        direct.write(&fs, ino, 4096, 4096, || {
+        direct.write(&fs, ino, At::Offset(4096), 4096, || {
             fs.pwrite(fd, &[7; 4096], 4096).unwrap();
             assert_eq!(entry(&t, 1), old, "the old block stays published");
             assert_eq!(fs.usage().free_blocks, free - 1, "and is not retired yet");
@@ -339,7 +362,7 @@ mod tests {
             free,
             "retired once the new block is published"
         );
-        direct.write(&fs, ino, 3 * 4096, 8192, || {
+        direct.write(&fs, ino, At::Offset(3 * 4096), 8192, || {
             fs.pwrite(fd, &[1; 8192], 3 * 4096).unwrap();
             assert_eq!(
                 t.size(),

@@ -67,9 +67,11 @@ unsafe impl Send for Mailbox {}
 
 impl Mailbox {
     /// A new mailbox (the server makes it and sends its descriptor to the client).
+    /// Sealed against resizing: a client that shrank it would make the server's next
+    /// access fault.
     pub fn create() -> io::Result<Mailbox> {
-        let fd = rustix::fs::memfd_create("easyio-mailbox", rustix::fs::MemfdFlags::CLOEXEC)?;
-        rustix::fs::ftruncate(&fd, BYTES as u64)?;
+        let fd = crate::shm::sealable("easyio-mailbox", BYTES)?;
+        crate::shm::seal(&fd, true)?;
         Mailbox::map(fd, Side::Server)
     }
 

@@ -25,6 +25,8 @@ use crate::wire::{self, Hello, Welcome};
 
 /// How often the accept loop looks at the stop request.
 const POLL: Duration = Duration::from_millis(50);
+/// How long a new connection may take to greet.
+const GREETING: Duration = Duration::from_secs(10);
 /// Clients served at once (a thread, a socket, a mailbox and a slot each); more are
 /// refused with `EAGAIN`.
 const MAX_CLIENTS: usize = 1024;
@@ -194,9 +196,12 @@ impl Drop for Slot<'_> {
 /// Greets the client on `stream`, then answers its requests until it goes.
 fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     let peer = rustix::net::sockopt::socket_peercred(&stream)?;
+    // A connection that never greets does not keep its place for long.
+    stream.set_read_timeout(Some(GREETING))?;
     let Some(hello) = wire::receive(&mut stream)? else {
         return Ok(());
     };
+    stream.set_read_timeout(None)?;
     let hello = match wire::decode::<Hello>(&hello) {
         Some(h) if h.version == wire::VERSION => h,
         _ => return wire::send(&mut stream, &Welcome::Refused(libc::EPROTO)),
@@ -223,7 +228,7 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     }
     while let Some(payload) = wire::receive(&mut stream)? {
         let (answer, table) = conn.answer_bytes(&payload);
-        let bytes = wire::frame(&answer)?;
+        let bytes = wire::answer_frame(&answer);
         match table.as_ref().and_then(|t| t.words().fd()) {
             Some(fd) => send_with(&stream, &bytes, &[fd.as_fd()])?,
             None => io::Write::write_all(&mut stream, &bytes)?,
@@ -248,7 +253,7 @@ fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Re
         if let Some(fd) = table.as_ref().and_then(|t| t.words().fd()) {
             mailbox::send_fds(bell, &[fd.as_fd()])?;
         }
-        let bytes = wire::frame(&answer)?;
+        let bytes = wire::answer_frame(&answer);
         m.put(&bytes[4..], mailbox::ANSWERED, bell)?;
     }
 }

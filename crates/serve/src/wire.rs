@@ -201,6 +201,14 @@ pub fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// An answer as one frame; one too long to be a frame (a directory of very many
+/// names) becomes `EOVERFLOW`, so the connection goes on.
+pub fn answer_frame(answer: &Answer) -> Vec<u8> {
+    frame(answer)
+        .or_else(|_| frame(&Answer::Error(libc::EOVERFLOW)))
+        .expect("an errno fits a frame")
+}
+
 /// Reads one frame's payload; `Ok(None)` at a clean end of the stream (no byte of a
 /// new frame), `InvalidData` for a length above [`MAX_FRAME`].
 pub fn receive(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
