@@ -106,9 +106,13 @@ impl<'a> Conn<'a> {
                 Answer::Data(buf)
             }
             Request::Pread { fd, len, off } => {
+                let (fd, o) = self.own(fd)?;
                 let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
-                let n = fs.pread(self.own(fd)?.0, &mut buf, off)?;
+                let n = fs.pread(fd, &mut buf, off)?;
                 buf.truncate(n);
+                if let (Some(d), true) = (self.direct, o.table) {
+                    d.publish_read(fs, o.ino, off, n as u64);
+                }
                 Answer::Data(buf)
             }
             Request::Write { fd, data } => {

@@ -40,6 +40,9 @@ pub const ASK: u64 = 0;
 pub const HOLE: u64 = u64::MAX;
 /// Pages a page table covers (64 GiB of file; the memory is used only where written).
 pub const TABLE_PAGES: u64 = 1 << 24;
+/// Pages a new page table publishes at once (64 MiB of file); the others are published
+/// when a client reads them through a request.
+const FIRST_PAGES: u64 = 1 << 14;
 /// Locks serialising the changes of files (by inode number).
 const STRIPES: usize = 256;
 
@@ -143,8 +146,9 @@ impl Direct {
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
         let t = Arc::new(PageTable { words });
-        t.publish(fs, ino, 0, size.div_ceil(BLOCK_SIZE))
-            .map_err(|e| e.errno())?;
+        // The first pages now; the rest as they are read through requests.
+        let pages = size.div_ceil(BLOCK_SIZE).min(FIRST_PAGES);
+        t.publish(fs, ino, 0, pages).map_err(|e| e.errno())?;
         self.tables.lock().insert(ino, (t.clone(), 1));
         Ok(t)
     }
@@ -201,6 +205,20 @@ impl Direct {
         self.republish(fs, &t, ino, first, end);
         fs.retire_held(held);
         r
+    }
+
+    /// Publishes the pages of file `ino` that bytes `[off, off + len)` cover, if it
+    /// has a page table: a client that read them through a request (they were not
+    /// published yet) reads them directly next time.
+    pub fn publish_read(&self, fs: &FileSystem, ino: u64, off: u64, len: u64) {
+        let _one_change_at_a_time = self.stripe(ino);
+        if let Some(t) = self.published(ino) {
+            let (first, end) = (
+                off / BLOCK_SIZE,
+                off.saturating_add(len).div_ceil(BLOCK_SIZE),
+            );
+            self.republish(fs, &t, ino, first, end);
+        }
     }
 
     /// Runs `f`, which sets file `ino`'s size to `len`, keeping its page table honest.
@@ -313,6 +331,29 @@ mod tests {
         direct.remove_slot(&slot);
         let after = fs.usage().reclaiming_blocks;
         assert!(after < 64, "{after} blocks still held once the client went");
+        fs.close(fd).unwrap();
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn a_large_file_is_published_from_its_start_and_then_as_it_is_read() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let direct = Direct::new().unwrap();
+        let fd = fs
+            .open("/sparse", OpenFlags::CREAT | OpenFlags::RDWR, 0o644)
+            .unwrap();
+        fs.ftruncate(fd, 1 << 30).unwrap();
+        let ino = fs.fstat(fd).unwrap().ino;
+        let t = direct.table(&fs, ino).unwrap();
+        assert_eq!(t.size(), 1 << 30);
+        assert_eq!(entry(&t, FIRST_PAGES as usize - 1), HOLE);
+        let far = (1u64 << 29) / BLOCK_SIZE;
+        assert_eq!(entry(&t, far as usize), ASK, "not published yet: ask");
+        direct.publish_read(&fs, ino, far * BLOCK_SIZE, 4096);
+        assert_eq!(entry(&t, far as usize), HOLE, "published once read");
+        assert_eq!(entry(&t, far as usize + 1), ASK);
         fs.close(fd).unwrap();
         fs.unmount().unwrap();
     }
