@@ -11,7 +11,7 @@ use crate::log::{attr, Entry};
 use crate::{now_ns, FileSystem, Stat};
 
 /// A time `setattr` sets: the current time, or a given one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Time {
     /// The current time (`UTIME_NOW`): both times to now may be set by the owner or
     /// anyone who may write the file.

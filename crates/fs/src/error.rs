@@ -98,6 +98,10 @@ pub enum Error {
     /// `SEEK_DATA`/`SEEK_HOLE` at or beyond the end of the file, or no data after it.
     #[error("no such device or address (offset at or past the end of the data)")]
     NoSuchOffset,
+    /// The call was made by another process for this one (a server answering a
+    /// client) and failed there with this errno.
+    #[error("{}", std::io::Error::from_raw_os_error(*.0))]
+    Errno(i32),
 }
 
 impl From<mover::Error> for Error {
@@ -139,6 +143,7 @@ impl Error {
             Error::Range(_) => libc::ERANGE,
             Error::TooBig(_) => libc::E2BIG,
             Error::NoSuchOffset => libc::ENXIO,
+            Error::Errno(e) => *e,
         }
     }
 }

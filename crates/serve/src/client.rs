@@ -22,6 +22,8 @@ use crate::mailbox::{self, Mailbox, Side};
 use crate::shm::Words;
 use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
+mod at;
+
 /// A connection to a server. Calls may come from several threads; they are made
 /// one at a time.
 pub struct Client {
@@ -290,12 +292,28 @@ impl Client {
         let path = path.to_string();
         match self.call(&Request::Open { path, flags, mode })? {
             Answer::Fd(fd) => {
-                if let Some(d) = &self.direct {
-                    d.tables.lock().remove(&fd);
-                }
+                self.forget_table(fd);
                 Ok(fd)
             }
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Forgets a page table cached for descriptor number `fd` (reused by a new open).
+    fn forget_table(&self, fd: u32) {
+        if let Some(d) = &self.direct {
+            d.tables.lock().remove(&fd);
+        }
+    }
+
+    /// In a child after `fork`: lets the parent's connection go without a word to
+    /// the server (closing this process's copy of the socket and unmapping the
+    /// mailbox). Every later call of this client fails; connect anew. (If another
+    /// thread of the parent was inside a call when it forked, the lock it held is
+    /// held for ever in the child: the copy of the socket then stays open.)
+    pub fn abandon(&self) {
+        if let Some(mut channel) = self.channel.try_lock() {
+            channel.take();
         }
     }
 

@@ -3,27 +3,104 @@
 //! connection ends — the client closed it, died, or sent what cannot be framed —
 //! every descriptor it left open is closed, so an unlinked file it held is freed.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, SetAttr, Whence};
+use parking_lot::Mutex;
 
 use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
-use crate::wire::{self, Answer, Request, Status, MAX_IO};
+use crate::wire::{self, Answer, On, Request, Status, MAX_ENTRIES, MAX_IO};
 
-/// Counts shared by every connection of a server.
+/// What every connection of a server shares: counts, and the descriptors kept for a
+/// process that will adopt them.
 #[derive(Default)]
 pub(crate) struct Counts {
     /// Connections open.
     pub clients: AtomicU32,
     /// Descriptors open over all connections.
     pub open: AtomicU32,
+    /// Handoffs made and not yet adopted, by token.
+    kept: Mutex<HashMap<u64, Kept>>,
+    /// The last token given.
+    last_token: AtomicU64,
 }
 
-/// A descriptor a connection opened.
-#[derive(Clone, Copy)]
+/// Descriptors kept by a [`Request::Handoff`] until they are adopted.
+struct Kept {
+    /// The process that made the handoff.
+    owner: u32,
+    /// The process expected to adopt them, once known.
+    heir: Option<u32>,
+    fds: Vec<(u32, Open)>,
+}
+
+impl Counts {
+    /// Closes what was kept for processes that are gone (an heir that exited, or
+    /// execed a program that never adopted; an owner that died before naming it).
+    pub fn sweep(&self, fs: &FileSystem) {
+        let gone: Vec<Kept> = {
+            let mut kept = self.kept.lock();
+            let dead: Vec<u64> = kept
+                .iter()
+                .filter(|(_, k)| !alive(k.heir.unwrap_or(k.owner)))
+                .map(|(&t, _)| t)
+                .collect();
+            dead.iter().filter_map(|t| kept.remove(t)).collect()
+        };
+        for k in gone {
+            for (_, o) in k.fds {
+                let _ = let_go(fs, self, o.file);
+            }
+        }
+    }
+
+    /// Handoffs not yet adopted.
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        self.kept.lock().len()
+    }
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A descriptor of the file system, open while a connection or a handoff holds it:
+/// after a `fork` the parent's and the child's connections share one, as processes
+/// share an open file description.
+pub(crate) struct Held(Fd);
+
+/// Lets `file` go; the last holder closes it.
+fn let_go(fs: &FileSystem, counts: &Counts, file: Arc<Held>) -> fs::Result<()> {
+    match Arc::into_inner(file) {
+        Some(Held(fd)) => {
+            counts.open.fetch_sub(1, Ordering::SeqCst);
+            fs.close(fd)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A descriptor a connection holds.
+#[derive(Clone)]
 struct Open {
+    file: Arc<Held>,
     ino: u64,
     readable: bool,
     append: bool,
@@ -31,11 +108,23 @@ struct Open {
     table: bool,
 }
 
+/// The longest extended-attribute value or list of names, as in Linux.
+const XATTR_MAX: usize = 64 << 10;
+
+/// An extended-attribute request's file, its descriptor checked.
+enum Target {
+    Path(String),
+    Link(String),
+    Fd(Fd),
+}
+
 /// A client's view of the file system.
 pub(crate) struct Conn<'a> {
     fs: &'a FileSystem,
     cred: Cred,
-    /// Descriptors this connection opened.
+    /// The client's process (0: unknown, as in tests; it may adopt nothing).
+    pub pid: u32,
+    /// Descriptors this connection holds.
     fds: BTreeMap<u32, Open>,
     counts: &'a Counts,
     /// Page tables and epochs, when clients read directly: every change of a file's
@@ -57,6 +146,7 @@ impl<'a> Conn<'a> {
         Conn {
             fs,
             cred,
+            pid: 0,
             fds: BTreeMap::new(),
             counts,
             direct,
@@ -92,11 +182,21 @@ impl<'a> Conn<'a> {
         let s = self.fs.as_user(&self.cred);
         let fs = self.fs;
         Ok(match req {
-            Request::Open { path, flags, mode } => Answer::Fd(self.open(&path, flags, mode)?),
+            Request::Open { path, flags, mode } => {
+                Answer::Fd(self.open(None, &path, flags, mode)?)
+            }
+            Request::Openat {
+                dir,
+                path,
+                flags,
+                mode,
+            } => {
+                let dir = self.dir(dir)?;
+                Answer::Fd(self.open(dir, &path, flags, mode)?)
+            }
             Request::Close { fd } => {
-                let (fd, o) = self.own(fd)?;
-                self.forget(fd.0, o);
-                fs.close(fd)?;
+                let (_, o) = self.own(fd)?;
+                self.forget(fd, o)?;
                 Answer::Done
             }
             Request::Read { fd, len } => {
@@ -136,34 +236,38 @@ impl<'a> Conn<'a> {
                 let (fd, o) = self.own(fd)?;
                 done(self.truncating(o.ino, len, || s.ftruncate(fd, len)))?
             }
-            Request::Truncate { path, len } if self.direct.is_some() => {
-                let ino = s.stat(&path)?.ino;
-                let what = SetAttr {
-                    size: Some(len),
-                    ..SetAttr::default()
-                };
-                done(self.truncating(ino, len, || s.setattr(ino, &what).map(drop)))?
+            Request::Truncate { path, len } => done(self.truncate_path(&path, len))?,
+            Request::Fallocate { fd, mode, off, len } => {
+                let (fd, o) = self.own(fd)?;
+                // Punching a hole or collapsing a range changes which blocks hold
+                // which pages: readers ask for every page until it is published again.
+                done(self.truncating(o.ino, 0, || s.fallocate(fd, mode, off, len)))?
             }
-            Request::Truncate { path, len } => done(s.truncate(&path, len))?,
             Request::Lseek { fd, off, whence } => {
                 Answer::Count(fs.lseek(self.own(fd)?.0, off, whence_of(whence)?)?)
             }
             Request::Fsync { fd } => done(fs.fsync(self.own(fd)?.0))?,
             Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?.0)?),
+            Request::Handoff => Answer::Count(self.handoff()),
+            Request::Heir { token, pid } => {
+                self.heir(token, pid);
+                Answer::Done
+            }
+            Request::Adopt { token } => done(self.adopt(token))?,
             req => self.path_call(req)?,
         })
     }
-
     /// `open`. With direct reads, `O_TRUNC` of a regular file is a truncation of the
     /// file opened (checked as `truncate` is: write permission), so that its page
     /// table is kept honest.
-    fn open(&mut self, path: &str, flags: i32, mode: u32) -> fs::Result<u32> {
+    fn open(&mut self, dir: Option<Fd>, path: &str, flags: i32, mode: u32) -> fs::Result<u32> {
         let s = self.fs.as_user(&self.cred);
         let trunc = flags & libc::O_TRUNC != 0 && self.direct.is_some();
         let access = flags & libc::O_ACCMODE;
         // `O_TRUNC` does nothing, and checks nothing, to a file the open creates.
-        let existed = trunc && (flags & libc::O_CREAT == 0 || s.stat(path).is_ok());
-        let fd = s.open(
+        let existed = trunc && (flags & libc::O_CREAT == 0 || s.fstatat(dir, path, 0).is_ok());
+        let fd = s.openat(
+            dir,
             path,
             OpenFlags(flags & !if trunc { libc::O_TRUNC } else { 0 }),
             mode,
@@ -196,17 +300,95 @@ impl<'a> Conn<'a> {
                 return Err(e);
             }
         };
+        self.counts.open.fetch_add(1, Ordering::SeqCst);
         self.fds.insert(
             fd.0,
             Open {
+                file: Arc::new(Held(fd)),
                 ino,
                 readable: flags & libc::O_PATH == 0 && access != libc::O_WRONLY,
                 append: flags & libc::O_APPEND != 0,
                 table: false,
             },
         );
-        self.counts.open.fetch_add(1, Ordering::SeqCst);
         Ok(fd.0)
+    }
+
+    /// `truncate(path, len)`, through the page tables when clients read directly.
+    fn truncate_path(&self, path: &str, len: u64) -> fs::Result<()> {
+        let s = self.fs.as_user(&self.cred);
+        if self.direct.is_none() {
+            return s.truncate(path, len);
+        }
+        let ino = s.stat(path)?.ino;
+        let what = SetAttr {
+            size: Some(len),
+            ..SetAttr::default()
+        };
+        self.truncating(ino, len, || s.setattr(ino, &what).map(drop))
+    }
+
+    /// Keeps every descriptor of this connection for the process that will adopt
+    /// them (a child after `fork`, this process after `exec`); the token to adopt by.
+    fn handoff(&self) -> u64 {
+        let token = self.counts.last_token.fetch_add(1, Ordering::SeqCst) + 1;
+        let fds = self
+            .fds
+            .iter()
+            .map(|(&fd, o)| (fd, Open { table: false, ..o.clone() }))
+            .collect();
+        let kept = Kept {
+            owner: self.pid,
+            heir: None,
+            fds,
+        };
+        self.counts.kept.lock().insert(token, kept);
+        token
+    }
+
+    /// Names the process a handoff of this client's is for; a negative `pid` (the
+    /// `fork` failed, the `exec` returned) gives it up.
+    fn heir(&self, token: u64, pid: i32) {
+        let mut kept = self.counts.kept.lock();
+        match kept.get_mut(&token) {
+            Some(k) if k.owner == self.pid && pid > 0 => k.heir = Some(pid as u32),
+            Some(k) if k.owner == self.pid => {
+                let k = kept.remove(&token).expect("present");
+                drop(kept);
+                for (_, o) in k.fds {
+                    let _ = let_go(self.fs, self.counts, o.file);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Adopts the descriptors of handoff `token`: only its maker (after an `exec`)
+    /// or a child of its maker may (`EPERM`); an unknown token is `ENOENT`. A number
+    /// this connection holds already keeps its own file.
+    fn adopt(&mut self, token: u64) -> fs::Result<()> {
+        let mut kept = self.counts.kept.lock();
+        let k = kept.get(&token).ok_or(fs::Error::NotFound)?;
+        let mine = self.pid != 0 && (k.owner == self.pid || parent_of(self.pid) == Some(k.owner));
+        if !mine {
+            return Err(fs::Error::NotPermitted("a handoff of another process"));
+        }
+        let k = kept.remove(&token).expect("present");
+        drop(kept);
+        for (fd, o) in k.fds {
+            if self.fds.contains_key(&fd) {
+                let _ = let_go(self.fs, self.counts, o.file);
+            } else {
+                self.fds.insert(fd, o);
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory handle a `*at` request names (`EBADF` if not this
+    /// connection's).
+    fn dir(&self, dir: Option<u32>) -> fs::Result<Option<Fd>> {
+        dir.map(|d| self.own(d).map(|(fd, _)| fd)).transpose()
     }
 
     /// Runs `f`, a write of `len` bytes `at` file `ino`, through the page tables when
@@ -241,17 +423,19 @@ impl<'a> Conn<'a> {
             // The descriptor holds a table already: one user per descriptor.
             d.release(o.ino);
         }
+        let ino = o.ino;
         self.fds.insert(fd, Open { table: true, ..o });
-        Ok((o.ino, t))
+        Ok((ino, t))
     }
 
-    /// Drops what this connection holds for descriptor `fd`.
-    fn forget(&mut self, fd: u32, o: Open) {
+    /// Drops what this connection holds for descriptor `fd`; the file closes if no
+    /// other connection holds it.
+    fn forget(&mut self, fd: u32, o: Open) -> fs::Result<()> {
         self.fds.remove(&fd);
-        self.counts.open.fetch_sub(1, Ordering::SeqCst);
         if let (true, Some(d)) = (o.table, self.direct) {
             d.release(o.ino);
         }
+        let_go(self.fs, self.counts, o.file)
     }
 
     /// The calls that name paths, not descriptors.
@@ -278,7 +462,131 @@ impl<'a> Conn<'a> {
                 open_here: self.fds.len() as u32,
                 open_total: self.counts.open.load(Ordering::SeqCst),
             }),
-            _ => unreachable!("descriptor calls are answered by Conn::call"),
+            req => self.at_call(req)?,
+        })
+    }
+
+    /// The `*at` calls, the calls on a descriptor's attributes and the extended
+    /// attributes.
+    fn at_call(&self, req: Request) -> fs::Result<Answer> {
+        let s = self.fs.as_user(&self.cred);
+        Ok(match req {
+            Request::Fstatat { dir, path, flags } => {
+                Answer::Stat(s.fstatat(self.dir(dir)?, &path, flags)?)
+            }
+            Request::Faccessat {
+                dir,
+                path,
+                mode,
+                flags,
+            } => done(s.faccessat(self.dir(dir)?, &path, mode, flags))?,
+            Request::Mkdirat { dir, path, mode } => done(s.mkdirat(self.dir(dir)?, &path, mode))?,
+            Request::Unlinkat { dir, path, flags } => {
+                done(s.unlinkat(self.dir(dir)?, &path, flags))?
+            }
+            Request::Renameat {
+                old_dir,
+                old,
+                new_dir,
+                new,
+                flags,
+            } => done(s.renameat2(self.dir(old_dir)?, &old, self.dir(new_dir)?, &new, flags))?,
+            Request::Linkat {
+                old_dir,
+                old,
+                new_dir,
+                new,
+                flags,
+            } => done(s.linkat(self.dir(old_dir)?, &old, self.dir(new_dir)?, &new, flags))?,
+            Request::Symlinkat { target, dir, path } => {
+                done(s.symlinkat(&target, self.dir(dir)?, &path))?
+            }
+            Request::Readlinkat { dir, path } => Answer::Text(s.readlinkat(self.dir(dir)?, &path)?),
+            Request::Fchmodat {
+                dir,
+                path,
+                mode,
+                flags,
+            } => done(s.fchmodat(self.dir(dir)?, &path, mode, flags))?,
+            Request::Fchmod { fd, mode } => done(s.fchmod(self.own(fd)?.0, mode))?,
+            Request::Fchownat {
+                dir,
+                path,
+                uid,
+                gid,
+                flags,
+            } => done(s.fchownat(self.dir(dir)?, &path, uid, gid, flags))?,
+            Request::Fchown { fd, uid, gid } => done(s.fchown(self.own(fd)?.0, uid, gid))?,
+            Request::Utimensat {
+                dir,
+                path,
+                atime,
+                mtime,
+                flags,
+            } => done(s.utimensat(self.dir(dir)?, &path, atime, mtime, flags))?,
+            Request::Futimens { fd, atime, mtime } => {
+                done(s.futimens(self.own(fd)?.0, atime, mtime))?
+            }
+            Request::ReaddirFd { fd, offset } => {
+                let mut entries = self.fs.readdir_fd(self.own(fd)?.0, offset)?;
+                entries.truncate(MAX_ENTRIES);
+                Answer::EntriesAt(entries)
+            }
+            req => self.xattr_call(req)?,
+        })
+    }
+
+    /// The extended-attribute calls.
+    fn xattr_call(&self, req: Request) -> fs::Result<Answer> {
+        let s = self.fs.as_user(&self.cred);
+        // A value or a list of names is at most 64 KiB in Linux.
+        let sized = |size: u32, f: &dyn Fn(&mut [u8]) -> fs::Result<usize>| {
+            let mut buf = vec![0u8; (size as usize).min(XATTR_MAX)];
+            let n = f(&mut buf)?;
+            Ok::<_, fs::Error>(match size {
+                0 => Answer::Count(n as u64),
+                _ => {
+                    buf.truncate(n);
+                    Answer::Data(buf)
+                }
+            })
+        };
+        Ok(match req {
+            Request::Getxattr { on, name, size } => match self.on(on)? {
+                Target::Path(p) => sized(size, &|b| s.getxattr(&p, &name, b))?,
+                Target::Link(p) => sized(size, &|b| s.lgetxattr(&p, &name, b))?,
+                Target::Fd(fd) => sized(size, &|b| s.fgetxattr(fd, &name, b))?,
+            },
+            Request::Listxattr { on, size } => match self.on(on)? {
+                Target::Path(p) => sized(size, &|b| s.listxattr(&p, b))?,
+                Target::Link(p) => sized(size, &|b| s.llistxattr(&p, b))?,
+                Target::Fd(fd) => sized(size, &|b| s.flistxattr(fd, b))?,
+            },
+            Request::Setxattr {
+                on,
+                name,
+                value,
+                flags,
+            } => done(match self.on(on)? {
+                Target::Path(p) => s.setxattr(&p, &name, &value, flags),
+                Target::Link(p) => s.lsetxattr(&p, &name, &value, flags),
+                Target::Fd(fd) => s.fsetxattr(fd, &name, &value, flags),
+            })?,
+            Request::Removexattr { on, name } => done(match self.on(on)? {
+                Target::Path(p) => s.removexattr(&p, &name),
+                Target::Link(p) => s.lremovexattr(&p, &name),
+                Target::Fd(fd) => s.fremovexattr(fd, &name),
+            })?,
+            _ => unreachable!("every other request is answered by Conn::call"),
+        })
+    }
+
+    /// What an extended-attribute request names, its descriptor checked.
+    fn on(&self, on: On) -> fs::Result<Target> {
+        Ok(match on {
+            On::Path(p) => Target::Path(p),
+            On::Link(p) => Target::Link(p),
+            On::Fd(fd) => Target::Fd(self.own(fd)?.0),
         })
     }
 
@@ -286,7 +594,7 @@ impl<'a> Conn<'a> {
     fn own(&self, fd: u32) -> fs::Result<(Fd, Open)> {
         self.fds
             .get(&fd)
-            .map(|&o| (Fd(fd), o))
+            .map(|o| (Fd(fd), o.clone()))
             .ok_or(fs::Error::BadFd)
     }
 }
@@ -295,8 +603,7 @@ impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
         for (fd, o) in std::mem::take(&mut self.fds) {
-            self.forget(fd, o);
-            let _ = self.fs.close(Fd(fd));
+            let _ = self.forget(fd, o);
         }
         self.counts.clients.fetch_sub(1, Ordering::SeqCst);
     }

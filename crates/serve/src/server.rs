@@ -116,6 +116,7 @@ impl Server {
         let mut clients: Vec<Client> = Vec::new();
         while !stop_requested() {
             clients.retain(|c| !c.thread.is_finished());
+            self.counts.sweep(&self.fs);
             match self.listener.accept() {
                 Ok((mut stream, _)) if clients.len() >= MAX_CLIENTS => {
                     let _ = wire::send(&mut stream, &Welcome::Refused(libc::EAGAIN));
@@ -224,6 +225,7 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     };
     welcome(&stream, sh, mapped, slot.as_ref(), mailbox.as_ref())?;
     let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
+    conn.pid = peer.pid.as_raw_nonzero().get() as u32;
     if let Some(m) = mailbox {
         return answer_mailbox(&mut conn, &m, &stream);
     }

@@ -12,12 +12,12 @@
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
 
-use fs::{DirEntry, Stat, StatFs};
+use fs::{DirEntry, DirEntryAt, Stat, StatFs, Time};
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The longest frame either side accepts (a write or read of [`MAX_IO`] bytes fits).
 pub const MAX_FRAME: usize = MAX_IO + 4096;
@@ -143,6 +143,152 @@ pub enum Request<'a> {
     /// the table's descriptor (`EOPNOTSUPP` when direct reads are off, `EBADF` for a
     /// descriptor not open for reading).
     Table { fd: u32 },
+    /// `openat(dir, path, flags, mode)`: `dir` a directory descriptor of this
+    /// connection, `None` the root (every `*at` request below reads `dir` so).
+    Openat {
+        dir: Option<u32>,
+        path: String,
+        flags: i32,
+        mode: u32,
+    },
+    /// `fstatat(dir, path, flags)` → [`Answer::Stat`].
+    Fstatat {
+        dir: Option<u32>,
+        path: String,
+        flags: i32,
+    },
+    /// `faccessat(dir, path, mode, flags)`.
+    Faccessat {
+        dir: Option<u32>,
+        path: String,
+        mode: i32,
+        flags: i32,
+    },
+    /// `mkdirat(dir, path, mode)`.
+    Mkdirat {
+        dir: Option<u32>,
+        path: String,
+        mode: u32,
+    },
+    /// `unlinkat(dir, path, flags)`.
+    Unlinkat {
+        dir: Option<u32>,
+        path: String,
+        flags: i32,
+    },
+    /// `renameat2(old_dir, old, new_dir, new, flags)`.
+    Renameat {
+        old_dir: Option<u32>,
+        old: String,
+        new_dir: Option<u32>,
+        new: String,
+        flags: u32,
+    },
+    /// `linkat(old_dir, old, new_dir, new, flags)`.
+    Linkat {
+        old_dir: Option<u32>,
+        old: String,
+        new_dir: Option<u32>,
+        new: String,
+        flags: i32,
+    },
+    /// `symlinkat(target, dir, path)`.
+    Symlinkat {
+        target: String,
+        dir: Option<u32>,
+        path: String,
+    },
+    /// `readlinkat(dir, path)` → [`Answer::Text`].
+    Readlinkat { dir: Option<u32>, path: String },
+    /// `fchmodat(dir, path, mode, flags)`.
+    Fchmodat {
+        dir: Option<u32>,
+        path: String,
+        mode: u32,
+        flags: i32,
+    },
+    /// `fchmod(fd, mode)`.
+    Fchmod { fd: u32, mode: u32 },
+    /// `fchownat(dir, path, uid, gid, flags)`; `None` leaves one as it is.
+    Fchownat {
+        dir: Option<u32>,
+        path: String,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        flags: i32,
+    },
+    /// `fchown(fd, uid, gid)`.
+    Fchown {
+        fd: u32,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    /// `utimensat(dir, path, atime, mtime, flags)`; `None` is `UTIME_OMIT`.
+    Utimensat {
+        dir: Option<u32>,
+        path: String,
+        atime: Option<Time>,
+        mtime: Option<Time>,
+        flags: i32,
+    },
+    /// `futimens(fd, atime, mtime)`.
+    Futimens {
+        fd: u32,
+        atime: Option<Time>,
+        mtime: Option<Time>,
+    },
+    /// `fallocate(fd, mode, off, len)`.
+    Fallocate {
+        fd: u32,
+        mode: i32,
+        off: u64,
+        len: u64,
+    },
+    /// The entries of open directory `fd` after cookie `offset` → [`Answer::EntriesAt`],
+    /// at most [`MAX_ENTRIES`] of them (ask again after the last one's cookie).
+    ReaddirFd { fd: u32, offset: u64 },
+    /// `getxattr` (`size` 0: how long the value is → [`Answer::Count`]; otherwise
+    /// → [`Answer::Data`], `ERANGE` if longer than `size`).
+    Getxattr {
+        on: On,
+        name: String,
+        size: u32,
+    },
+    /// `setxattr(name, value, flags)`.
+    Setxattr {
+        on: On,
+        name: String,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        flags: i32,
+    },
+    /// `listxattr` (`size` as for [`Request::Getxattr`]).
+    Listxattr { on: On, size: u32 },
+    /// `removexattr(name)`.
+    Removexattr { on: On, name: String },
+    /// Before a `fork` or an `exec`: keep every descriptor of this connection open
+    /// for the process that will adopt them → [`Answer::Count`] with the token.
+    Handoff,
+    /// The child a [`Request::Handoff`] was made for (the server drops what it kept
+    /// once that process is gone); a negative `pid` gives the handoff up.
+    Heir { token: u64, pid: i32 },
+    /// Adopts the descriptors kept by handoff `token`, under the same numbers: only
+    /// the process that made it (after an `exec`) or a child of it may.
+    Adopt { token: u64 },
+}
+
+/// The most entries one [`Request::ReaddirFd`] answers.
+pub const MAX_ENTRIES: usize = 1024;
+
+/// What an extended-attribute request names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum On {
+    /// A path, following a final symbolic link.
+    Path(String),
+    /// A path, a final symbolic link itself (`l*xattr`).
+    Link(String),
+    /// An open descriptor of this connection.
+    Fd(u32),
 }
 
 /// The server's answer to one [`Request`].
@@ -169,6 +315,8 @@ pub enum Answer {
     /// A page table comes with this frame: the file's size, then one entry per page
     /// (see the server's `direct` module), `pages` of them.
     Table { ino: u64, pages: u64 },
+    /// Entries of a directory with their cookies.
+    EntriesAt(Vec<DirEntryAt>),
     /// Failed with this errno.
     Error(i32),
 }
