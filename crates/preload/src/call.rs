@@ -5,46 +5,49 @@ use std::ffi::c_int;
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 
-use fs::{Fd, OpenFlags, Session};
+use fs::{Fd, OpenFlags};
+
+use crate::backend::Backend;
 
 use crate::guard::{errno_of, Answer};
 use crate::mount::{is_forked_child, live, Live};
 use crate::path::{classify, Target};
 use crate::table::{self, Desc};
 
-/// The mount a descriptor belongs to; EBUSY in a forked child (the parent holds it).
-pub(crate) fn mount_of(d: &Desc) -> Result<&Live, i32> {
+/// The mount a descriptor belongs to; EBUSY in a forked child of a process that
+/// mounted the image (the parent holds it). A child's descriptors of a server's
+/// connection are its own connection's, which adopted them.
+pub(crate) fn mount_of(d: &Desc) -> Result<Arc<Live>, i32> {
     if is_forked_child() {
         // Says so once and answers EBUSY.
         live()?;
     }
-    Ok(&d.live)
+    if d.live.is_parents_connection() {
+        return live();
+    }
+    Ok(d.live.clone())
 }
 
-/// The credentials-checked calls of a mount.
-pub(crate) fn session(l: &Live) -> Session<'_> {
-    l.fs.as_user(&l.cred)
+/// The calls of a mount (path calls checked with the process's credentials).
+pub(crate) fn session(l: &Live) -> &Backend {
+    &l.fs
 }
 
 /// Runs `f` with the session, the directory handle and the path of a target of the
 /// mount; `None` for a kernel target.
 pub(crate) fn at<T>(
     t: Result<Target, i32>,
-    f: impl FnOnce(&Session<'_>, Option<Fd>, &str) -> fs::Result<T>,
+    f: impl FnOnce(&Backend, Option<Fd>, &str) -> fs::Result<T>,
 ) -> Answer<T> {
     match t {
         Err(e) => Some(Err(e)),
         Ok(Target::Kernel) => None,
         Ok(Target::Easy { dir, path }) => Some((|| {
             let l: Arc<Live> = match &dir {
-                Some(d) => {
-                    mount_of(d)?;
-                    d.live.clone()
-                }
+                Some(d) => mount_of(d)?,
                 None => live()?,
             };
-            let s = session(&l);
-            f(&s, dir.as_ref().map(|d| d.fd), &path).map_err(errno_of)
+            f(session(&l), dir.as_ref().map(|d| d.fd), &path).map_err(errno_of)
         })()),
     }
 }
@@ -53,7 +56,7 @@ pub(crate) fn at<T>(
 pub(crate) fn path_at<T>(
     dirfd: c_int,
     path: *const libc::c_char,
-    f: impl FnOnce(&Session<'_>, Option<Fd>, &str) -> fs::Result<T>,
+    f: impl FnOnce(&Backend, Option<Fd>, &str) -> fs::Result<T>,
 ) -> Answer<T> {
     at(classify(dirfd, path), f)
 }
@@ -61,7 +64,7 @@ pub(crate) fn path_at<T>(
 /// The description of an easyio descriptor, and its mount; `None` for a kernel one.
 pub(crate) fn fd_call<T>(kfd: c_int, f: impl FnOnce(&Desc, &Live) -> Result<T, i32>) -> Answer<T> {
     let d = table::get(kfd)?;
-    Some(mount_of(&d).and_then(|l| f(&d, l)))
+    Some(mount_of(&d).and_then(|l| f(&d, &l)))
 }
 
 /// Status flags the file system does not take: kept for `F_GETFL` only. Every write

@@ -17,7 +17,7 @@ const CHUNK: usize = 1 << 20;
 fn read_any(fd: c_int, b: &mut [u8], off: Option<u64>) -> Result<usize, i32> {
     if let Some(d) = table::get(fd) {
         let l = crate::call::mount_of(&d)?;
-        return crate::io::read_at(l, d.fd, b, off);
+        return crate::io::read_at(&l, d.fd, b, off);
     }
     let n = match off {
         None => {
@@ -38,7 +38,7 @@ fn read_any(fd: c_int, b: &mut [u8], off: Option<u64>) -> Result<usize, i32> {
 fn write_any(fd: c_int, b: &[u8], off: Option<u64>) -> Result<usize, i32> {
     if let Some(d) = table::get(fd) {
         let l = crate::call::mount_of(&d)?;
-        return crate::io::write_at(l, d.fd, b, off);
+        return crate::io::write_at(&l, d.fd, b, off);
     }
     let n = match off {
         None => {

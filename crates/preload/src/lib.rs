@@ -27,11 +27,13 @@
 // a C program's uthreads must be those of the runtime the shim's file system sees.
 use easyio as _;
 
+mod backend;
 mod call;
 mod copy;
 mod cwd;
 mod dir;
 mod guard;
+mod inherit;
 mod io;
 mod mount;
 mod names;

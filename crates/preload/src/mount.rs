@@ -1,10 +1,13 @@
 //! The mount: configuration from the environment, lazy start on the first call under
-//! the prefix, clean unmount at exit, and who may use it after a `fork`.
+//! the prefix — the image mounted here (`EASYIO_IMAGE`) or a connection to a server
+//! (`EASYIO_SERVER`) — clean unmount at exit, and who may use it after a `fork`.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use fs::{Cred, FileSystem, MountOptions};
+
+use crate::backend::Backend;
 use parking_lot::RwLock;
 
 use crate::report::Once;
@@ -43,13 +46,21 @@ pub(crate) fn config() -> &'static Config {
     })
 }
 
-/// The mounted file system and who calls it.
+/// The mounted file system, or the server's connection.
 pub(crate) struct Live {
-    pub fs: FileSystem,
-    /// The process's credentials at the mount; every path call is checked with them.
-    pub cred: Cred,
-    /// The image file, for messages.
+    pub fs: Backend,
+    /// The image file or the server's socket, for messages.
     pub image: String,
+    /// The process that mounted or connected (in a forked child: its parent).
+    pub pid: u32,
+}
+
+impl Live {
+    /// Whether this is a server's connection made by another process: a forked
+    /// child's copy of its parent's, which the child must not use.
+    pub fn is_parents_connection(&self) -> bool {
+        self.fs.client().is_some() && self.pid != std::process::id()
+    }
 }
 
 enum State {
@@ -66,7 +77,23 @@ static HELD_BY_PARENT: AtomicI32 = AtomicI32::new(0);
 static AT_EXIT: AtomicBool = AtomicBool::new(false);
 static FAILED_MSG: Once = Once::new();
 static CHILD_MSG: Once = Once::new();
+/// A handoff of descriptors this process adopts when it connects (from its parent
+/// before `fork`, or from itself before `exec`); 0 for none.
+static ADOPT: AtomicU64 = AtomicU64::new(0);
+static ADOPT_MSG: Once = Once::new();
 
+/// Makes the next connection adopt handoff `token`.
+pub(crate) fn adopt_at_connect(token: u64) {
+    ADOPT.store(token, Ordering::Relaxed);
+}
+
+/// The mount if it is up, without starting it (and without waiting for a lock).
+pub(crate) fn current() -> Option<Arc<Live>> {
+    match &*STATE.try_read()? {
+        State::Up(l) => Some(l.clone()),
+        _ => None,
+    }
+}
 /// The mount, started on first use. Fails with the errno of why it cannot be had
 /// (one line on stderr the first time).
 pub(crate) fn live() -> Result<Arc<Live>, i32> {
@@ -108,11 +135,14 @@ pub(crate) fn is_forked_child() -> bool {
     HELD_BY_PARENT.load(Ordering::Relaxed) != 0
 }
 
-/// Mounts the image the environment names.
+/// Mounts the image the environment names, or connects to its server.
 fn start() -> Result<Live, (i32, String)> {
     let cfg = config();
     if let Some((e, why)) = &cfg.bad {
         return Err((*e, why.clone()));
+    }
+    if let Ok(socket) = std::env::var("EASYIO_SERVER") {
+        return connect(socket);
     }
     let image = std::env::var("EASYIO_IMAGE").map_err(|_| {
         (
@@ -150,9 +180,31 @@ fn start() -> Result<Live, (i32, String)> {
         .filter(|f| !before.contains(f))
         .collect();
     Ok(Live {
-        fs,
-        cred: process_cred(),
+        fs: Backend::Local {
+            fs,
+            cred: process_cred(),
+        },
         image,
+        pid: std::process::id(),
+    })
+}
+
+/// Connects to the server listening on `socket`, and adopts the descriptors handed
+/// to this process, if any.
+fn connect(socket: String) -> Result<Live, (i32, String)> {
+    let client = easyio_serve::Client::connect(&socket)
+        .map_err(|e| (e.errno(), format!("cannot reach the server at {socket}: {e}")))?;
+    register_hooks();
+    let token = ADOPT.swap(0, Ordering::Relaxed);
+    if token != 0 {
+        if let Err(e) = client.adopt(token) {
+            ADOPT_MSG.say(|| format!("descriptors inherited from the parent or before exec are lost: {e}"));
+        }
+    }
+    Ok(Live {
+        fs: Backend::Remote(client),
+        image: socket,
+        pid: std::process::id(),
     })
 }
 
@@ -215,11 +267,24 @@ fn register_hooks() {
 }
 
 /// In a child of `fork`: the parent keeps the image (its lock, its engine threads);
-/// the child's calls under the prefix are EBUSY.
+/// the child's calls under the prefix are EBUSY. A server's connection is the
+/// parent's too: the child lets its copy go and connects anew at its next call.
 extern "C" fn in_child() {
-    if matches!(&*STATE.read(), State::Up(_)) {
-        // SAFETY: getppid only reads.
-        HELD_BY_PARENT.store(unsafe { libc::getppid() }, Ordering::Relaxed);
+    let Some(mut state) = STATE.try_write() else {
+        return;
+    };
+    match &*state {
+        State::Up(l) if l.fs.client().is_some() => {
+            if let Some(c) = l.fs.client() {
+                c.abandon();
+            }
+            *state = State::Down;
+        }
+        State::Up(_) => {
+            // SAFETY: getppid only reads.
+            HELD_BY_PARENT.store(unsafe { libc::getppid() }, Ordering::Relaxed);
+        }
+        _ => {}
     }
 }
 
@@ -239,9 +304,14 @@ extern "C" fn at_exit() {
 /// first. Fails (leaving the mount up) only if another thread is inside a call.
 pub(crate) fn release() -> Result<(), ()> {
     let mut state = STATE.write();
-    let State::Up(_) = &*state else {
+    let State::Up(l) = &*state else {
         return Ok(());
     };
+    if l.fs.client().is_some() {
+        // A server's connection: nothing to unmount; the server closes what this
+        // process leaves open when it ends.
+        return Ok(());
+    }
     crate::table::clear();
     INTERNAL.write().clear();
     let State::Up(l) = std::mem::replace(&mut *state, State::Down) else {
@@ -249,7 +319,10 @@ pub(crate) fn release() -> Result<(), ()> {
     };
     match Arc::try_unwrap(l) {
         Ok(live) => {
-            if let Err(e) = live.fs.unmount() {
+            let Backend::Local { fs, .. } = live.fs else {
+                unreachable!("a server's connection is not released")
+            };
+            if let Err(e) = fs.unmount() {
                 crate::report::raw_stderr(
                     format!("easyio preload: unmount of {}: {e}\n", live.image).as_bytes(),
                 );

@@ -3,7 +3,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
-use fs::{Fd, Session, Time};
+use fs::{Fd, Time};
+
+use crate::backend::Backend;
 use libc::{gid_t, mode_t, size_t, ssize_t, uid_t};
 
 use crate::call::{at, fd_call, path_at, session};
@@ -22,7 +24,7 @@ fn access_at(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> An
 fn two<T>(
     t1: Result<Target, i32>,
     t2: Result<Target, i32>,
-    f: impl FnOnce(&Session<'_>, (Option<Fd>, &str), (Option<Fd>, &str)) -> fs::Result<T>,
+    f: impl FnOnce(&Backend, (Option<Fd>, &str), (Option<Fd>, &str)) -> fs::Result<T>,
 ) -> Answer<T> {
     let (t1, t2) = match (t1, t2) {
         (Err(e), _) | (_, Err(e)) => return Some(Err(e)),

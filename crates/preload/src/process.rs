@@ -1,7 +1,9 @@
 //! Processes: before `fork`, `vfork`, `posix_spawn`, `system` and `popen` an idle
 //! process lets the image go (see [`crate::mount::release_if_idle`]); a child of a
 //! process that still holds it gets EBUSY under the prefix (see `mount.rs`); before an
-//! `exec` the image is unmounted cleanly, so that the new program can mount it.
+//! `exec` the image is unmounted cleanly, so that the new program can mount it. A
+//! client of a server instead hands its descriptors to the child or to the new
+//! program (see `inherit.rs`).
 
 use std::ffi::{c_char, c_int};
 
@@ -11,10 +13,17 @@ use crate::real::libc_call;
 
 #[no_mangle]
 extern "C" fn fork() -> pid_t {
-    if let Some(_g) = crate::guard::Guard::enter() {
+    let token = crate::guard::Guard::enter().and_then(|_g| {
         crate::mount::release_if_idle();
+        crate::inherit::before_fork()
+    });
+    let pid = libc_call!(fork: fn() -> pid_t,);
+    if let (Some(_), Some(_g)) = (token, crate::guard::Guard::enter()) {
+        let e = crate::real::errno();
+        crate::inherit::after_fork(token, pid);
+        crate::real::set_errno(e);
     }
-    libc_call!(fork: fn() -> pid_t,)
+    pid
 }
 
 /// `vfork` is made a `fork`: a wrapper cannot return twice on one stack, and `fork`
@@ -72,46 +81,75 @@ extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::F
     libc_call!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE, command, mode)
 }
 
-/// Before an `exec`: the new program cannot reach the image through this process's
-/// descriptors (their placeholders close on exec), so the image is unmounted cleanly
-/// first and the new program may mount it itself. If the exec fails, the next call
-/// under the prefix mounts again (descriptors opened before it are gone: EBADF).
-fn before_exec() {
-    if let Some(_g) = crate::guard::Guard::enter() {
-        if !crate::mount::is_forked_child() {
-            let _ = crate::mount::release();
-        }
+/// Before an `exec`: the new program cannot reach a mounted image through this
+/// process's descriptors (their placeholders close on exec), so the image is
+/// unmounted cleanly first and the new program may mount it itself. If the exec
+/// fails, the next call under the prefix mounts again (descriptors opened before it
+/// are gone: EBADF). A client of a server hands the descriptors that stay open, and
+/// its current directory, to the new program instead (see `inherit.rs`).
+fn before_exec() -> Option<crate::inherit::ExecHandoff> {
+    let _g = crate::guard::Guard::enter()?;
+    if crate::mount::is_forked_child() {
+        return None;
+    }
+    let _ = crate::mount::release();
+    crate::inherit::before_exec()
+}
+
+/// After an exec that returned: takes the handoff back.
+fn exec_failed(h: Option<crate::inherit::ExecHandoff>) {
+    if let (Some(h), Some(_g)) = (h, crate::guard::Guard::enter()) {
+        crate::inherit::exec_failed(h);
     }
 }
 
 type Argv = *const *const c_char;
 
+extern "C" {
+    static environ: Argv;
+}
+
+/// Runs `exec` with `envp`, or with `envp` and the handoff's variable.
+fn exec_with(envp: Argv, exec: impl FnOnce(Argv) -> c_int) -> c_int {
+    let h = before_exec();
+    let r = match &h {
+        Some(h) => {
+            let env = crate::inherit::with_var(envp, &h.var);
+            exec(env.as_ptr())
+        }
+        None => exec(envp),
+    };
+    let e = crate::real::errno();
+    exec_failed(h);
+    crate::real::set_errno(e);
+    r
+}
+
 #[no_mangle]
 extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    before_exec();
-    libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, envp)
+    exec_with(envp, |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env))
 }
 
 #[no_mangle]
 extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
-    before_exec();
-    libc_call!(execv: fn(*const c_char, Argv) -> c_int, path, argv)
+    // SAFETY: `environ` is libc's environment, read as exec reads it.
+    let envp = unsafe { environ };
+    exec_with(envp, |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env))
 }
 
 #[no_mangle]
 extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
-    before_exec();
-    libc_call!(execvp: fn(*const c_char, Argv) -> c_int, file, argv)
+    // SAFETY: as in `execv`.
+    let envp = unsafe { environ };
+    exec_with(envp, |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env))
 }
 
 #[no_mangle]
 extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    before_exec();
-    libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, envp)
+    exec_with(envp, |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env))
 }
 
 #[no_mangle]
 extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    before_exec();
-    libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, envp)
+    exec_with(envp, |env| libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, env))
 }

@@ -25,9 +25,16 @@ pub(crate) struct Desc {
 
 impl Drop for Desc {
     fn drop(&mut self) {
-        // A forked child's copy of the table names the parent's descriptors.
-        if !is_forked_child() {
+        // A forked child's copy of the table names the parent's descriptors: a
+        // mounted image's are the parent's alone; a server's were handed to the
+        // child's own connection, if it made one.
+        if is_forked_child() {
+            return;
+        }
+        if !self.live.is_parents_connection() {
             let _ = self.live.fs.close(self.fd);
+        } else if let Some(l) = crate::mount::current() {
+            let _ = l.fs.close(self.fd);
         }
     }
 }
@@ -115,4 +122,46 @@ pub(crate) fn close_placeholder(kfd: i32) {
     let close = real!(close: fn(libc::c_int) -> libc::c_int);
     // SAFETY: closing a descriptor number is safe whatever it is.
     unsafe { close(kfd) };
+}
+
+/// Every descriptor of the mount: number, description, and `FD_CLOEXEC` as the
+/// program set it.
+pub(crate) fn entries() -> Vec<(i32, Arc<Desc>, bool)> {
+    TABLE
+        .read()
+        .iter()
+        .map(|(&k, s)| (k, s.desc.clone(), s.cloexec))
+        .collect()
+}
+
+/// Makes kernel descriptor `kfd` a placeholder again (close-on-exec, `/dev/null`).
+pub(crate) fn restore_placeholder(kfd: i32) {
+    if let Ok(p) = placeholder() {
+        let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+        // SAFETY: both are descriptor numbers; dup3 replaces `kfd` atomically.
+        unsafe { dup3(p, kfd, libc::O_CLOEXEC) };
+        close_placeholder(p);
+    }
+}
+
+/// Makes kernel descriptor `kfd` survive an `exec` as an `O_PATH` descriptor of
+/// `/dev/null`: the new program's shim adopts it, and a program without the shim
+/// gets EBADF from any read or write of it instead of writing to `/dev/null`.
+pub(crate) fn inheritable_placeholder(kfd: i32) -> Result<(), i32> {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    // SAFETY: a NUL-terminated path and plain flags.
+    let p = unsafe { open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
+    if p < 0 {
+        return Err(crate::real::errno());
+    }
+    // SAFETY: both are descriptor numbers; dup3 without O_CLOEXEC keeps `kfd` open
+    // across exec.
+    let r = unsafe { dup3(p, kfd, 0) };
+    close_placeholder(p);
+    if r < 0 {
+        Err(crate::real::errno())
+    } else {
+        Ok(())
+    }
 }

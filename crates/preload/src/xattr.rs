@@ -25,7 +25,7 @@ fn name<'a>(n: *const c_char) -> Result<&'a str, i32> {
 /// Runs a path form: `follow` selects the plain call, else the `l` one.
 fn by_path<T>(
     path: *const c_char,
-    f: impl FnOnce(&fs::Session<'_>, &str) -> fs::Result<T>,
+    f: impl FnOnce(&crate::backend::Backend, &str) -> fs::Result<T>,
 ) -> Answer<T> {
     path_at(CWD, path, |s, _, p| f(s, p))
 }

@@ -32,3 +32,4 @@ pub mod wire;
 pub use client::{Client, RegionView};
 pub use error::{Error, Result};
 pub use server::Server;
+pub use wire::On;
