@@ -99,6 +99,36 @@ pub(crate) fn exec_failed(h: ExecHandoff) {
     }
 }
 
+/// After `posix_spawn`, `system` or `popen` made a child with the handoff (the
+/// parent goes on): the placeholders close on exec again; the server keeps what was
+/// handed for `child` (`Some(None)`: a child whose pid is not known, kept while this
+/// process runs), or lets it go if no child was made (`None`).
+pub(crate) fn spawned(h: ExecHandoff, child: Option<Option<libc::pid_t>>) {
+    for &kfd in &h.kept {
+        table::restore_placeholder(kfd);
+    }
+    if let Some(c) = crate::mount::current().as_ref().and_then(|l| l.fs.client()) {
+        match child {
+            Some(Some(pid)) => {
+                let _ = c.heir(h.token, pid);
+            }
+            Some(None) => {}
+            None => {
+                let _ = c.heir(h.token, -1);
+            }
+        }
+    }
+}
+
+/// The handoff's value (what follows `EASYIO_INHERIT=`).
+pub(crate) fn value(h: &ExecHandoff) -> &std::ffi::CStr {
+    let all = h.var.as_bytes_with_nul();
+    std::ffi::CStr::from_bytes_with_nul(&all[VAR.len() + 1..]).expect("ends with its NUL")
+}
+
+/// The name of the variable, NUL-terminated.
+pub(crate) const VAR_C: &std::ffi::CStr = c"EASYIO_INHERIT";
+
 /// `envp` with `var` in place of any `EASYIO_INHERIT` it has; the strings are
 /// borrowed from `envp` and `var`, which must outlive the result.
 pub(crate) fn with_var(envp: *const *const c_char, var: &CString) -> Vec<*const c_char> {
@@ -150,6 +180,7 @@ fn adopt(value: &str) {
         return;
     };
     let mut by_fd: std::collections::HashMap<u32, Arc<Desc>> = Default::default();
+    let mut std_fds = Vec::new();
     for p in parts {
         let f: Vec<&str> = p.split(',').collect();
         let (Some(kfd), Some(fd), Some(status), Some(path)) = (
@@ -173,7 +204,9 @@ fn adopt(value: &str) {
             .clone();
         table::restore_placeholder(kfd);
         table::insert(kfd, desc, false);
+        std_fds.push(kfd);
     }
+    crate::stdio::adopt_std_streams(&std_fds);
     if cwd.is_some() {
         crate::path::set_cwd(cwd);
     }

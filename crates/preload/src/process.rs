@@ -33,6 +33,60 @@ extern "C" fn vfork() -> pid_t {
     fork()
 }
 
+type SpawnFn = unsafe extern "C" fn(
+    *mut pid_t,
+    *const c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *mut c_char,
+    *const *mut c_char,
+) -> c_int;
+
+/// Before a child is started by a call that execs inside glibc (`posix_spawn`,
+/// `system`, `popen`): an idle mounted image is let go; a client of a server hands
+/// its inheritable descriptors and current directory to the child.
+fn before_spawn() -> Option<crate::inherit::ExecHandoff> {
+    let _g = crate::guard::Guard::enter()?;
+    crate::mount::release_if_idle();
+    if crate::mount::is_forked_child() {
+        return None;
+    }
+    crate::inherit::before_exec()
+}
+
+/// After such a call: see [`crate::inherit::spawned`].
+fn after_spawn(h: Option<crate::inherit::ExecHandoff>, child: Option<Option<pid_t>>) {
+    if let (Some(h), Some(_g)) = (h, crate::guard::Guard::enter()) {
+        let e = crate::real::errno();
+        crate::inherit::spawned(h, child);
+        crate::real::set_errno(e);
+    }
+}
+
+/// `posix_spawn` or `posix_spawnp` (`real`), with the handoff in the child's
+/// environment.
+fn spawn(
+    real: SpawnFn,
+    pid: *mut pid_t,
+    path: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    (argv, envp): (*const *mut c_char, *const *mut c_char),
+) -> c_int {
+    let h = before_spawn();
+    let env = h
+        .as_ref()
+        .map(|h| crate::inherit::with_var(envp.cast(), &h.var));
+    let envp = env.as_ref().map_or(envp, |e| e.as_ptr().cast());
+    // SAFETY: the program's own arguments, with an environment that lives until the
+    // call returns.
+    let r = unsafe { real(pid, path, acts, attr, argv, envp) };
+    // SAFETY: on success, `pid` (if not NULL) holds the child's pid.
+    let child = (r == 0).then(|| (!pid.is_null()).then(|| unsafe { *pid }));
+    after_spawn(h, child);
+    r
+}
+
 #[no_mangle]
 extern "C" fn posix_spawn(
     pid: *mut pid_t,
@@ -42,10 +96,8 @@ extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    if let Some(_g) = crate::guard::Guard::enter() {
-        crate::mount::release_if_idle();
-    }
-    libc_call!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, path, acts, attr, argv, envp)
+    let real = crate::real::real!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
+    spawn(real, pid, path, acts, attr, (argv, envp))
 }
 
 #[no_mangle]
@@ -57,28 +109,42 @@ extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
-    if let Some(_g) = crate::guard::Guard::enter() {
-        crate::mount::release_if_idle();
-    }
-    libc_call!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int, pid, file, acts, attr, argv, envp)
+    let real = crate::real::real!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
+    spawn(real, pid, file, acts, attr, (argv, envp))
 }
 
-/// `system` and `popen` start their child with glibc's internal spawn, which the
-/// wrappers above do not see: the same release first.
+/// Runs `f` (`system` or `popen`, which start their child with glibc's internal
+/// spawn and `environ`) with the handoff in the environment.
+fn with_handoff_in_environ<T>(f: impl FnOnce() -> T, waits: bool) -> T {
+    let h = before_spawn();
+    if let Some(h) = &h {
+        // SAFETY: NUL-terminated strings; the variable is removed again below.
+        unsafe { libc::setenv(crate::inherit::VAR_C.as_ptr(), crate::inherit::value(h).as_ptr(), 1) };
+    }
+    let r = f();
+    if h.is_some() {
+        // SAFETY: as above.
+        unsafe { libc::unsetenv(crate::inherit::VAR_C.as_ptr()) };
+    }
+    // `system` waited for its child: what it did not adopt can go.
+    after_spawn(h, if waits { None } else { Some(None) });
+    r
+}
+
 #[no_mangle]
 extern "C" fn system(command: *const c_char) -> c_int {
-    if let Some(_g) = crate::guard::Guard::enter() {
-        crate::mount::release_if_idle();
-    }
-    libc_call!(system: fn(*const c_char) -> c_int, command)
+    with_handoff_in_environ(
+        || libc_call!(system: fn(*const c_char) -> c_int, command),
+        true,
+    )
 }
 
 #[no_mangle]
 extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    if let Some(_g) = crate::guard::Guard::enter() {
-        crate::mount::release_if_idle();
-    }
-    libc_call!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE, command, mode)
+    with_handoff_in_environ(
+        || libc_call!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE, command, mode),
+        false,
+    )
 }
 
 /// Before an `exec`: the new program cannot reach a mounted image through this

@@ -162,3 +162,35 @@ export! {
         STREAMS.lock().as_ref().and_then(|m| m.get(&(f as usize)).copied()).map(Ok)
     }
 }
+
+extern "C" {
+    static mut stdin: *mut FILE;
+    static mut stdout: *mut FILE;
+    static mut stderr: *mut FILE;
+}
+
+/// After an `exec` that handed standard descriptors over (a shell's redirection into
+/// the mount): the program's `stdin`, `stdout` and `stderr` become streams of the
+/// shim, since glibc's own write to their descriptors with its internal `write`,
+/// which the shim does not see.
+pub(crate) fn adopt_std_streams(kfds: &[c_int]) {
+    for &k in kfds {
+        // libc's standard stream variables (or the program's copies of them).
+        let (slot, mode) = match k {
+            0 => (std::ptr::addr_of_mut!(stdin), c"r"),
+            1 => (std::ptr::addr_of_mut!(stdout), c"w"),
+            2 => (std::ptr::addr_of_mut!(stderr), c"w"),
+            _ => continue,
+        };
+        if let Ok(f) = stream(k, mode.as_ptr()) {
+            // SAFETY: `f` is a stream just made; `slot` is a standard stream
+            // variable, written once before the program reads it.
+            unsafe {
+                if k == 2 {
+                    libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+                }
+                *slot = f;
+            }
+        }
+    }
+}
