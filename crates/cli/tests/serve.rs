@@ -4,11 +4,13 @@
 
 mod common;
 
+use common::server::{easyio, stderr, wait_exit, Scratch, Server, LIMIT};
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use easyio_serve::wire::{self, Answer, Hello, Request, Welcome};
@@ -20,141 +22,10 @@ const ROLE: &str = "EASYIO_SERVE_TEST_ROLE";
 const SOCKET: &str = "EASYIO_SERVE_TEST_SOCKET";
 /// The role's argument.
 const ARG: &str = "EASYIO_SERVE_TEST_ARG";
-/// Longest a server or a client may take to finish before the test fails.
-const LIMIT: Duration = Duration::from_secs(120);
 /// Blocks of the file readers and writers share.
 const SHARED_BLOCKS: u64 = 16;
 /// Bytes of one block of that file.
 const BLOCK: usize = 4096;
-
-/// A scratch directory, removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("easyio-serve-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `easyio serve` of a fresh image, in the foreground as a child process.
-struct Server {
-    child: Child,
-    image: PathBuf,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Server {
-    /// Formats an image in `dir` and serves it.
-    fn start(dir: &Path, extra: &[&str]) -> Server {
-        let image = dir.join("image");
-        let out = easyio(&["mkfs", "--image", image.to_str().unwrap(), "--size", "64M"]);
-        assert!(out.status.success(), "mkfs: {}", stderr(&out));
-        Server::restart(image, dir.join("sock"), extra)
-    }
-
-    /// Serves `image` (formatted) on `socket`; returns once it listens.
-    fn restart(image: PathBuf, socket: PathBuf, extra: &[&str]) -> Server {
-        let log = socket.with_extension(format!("log{}", Instant::now().elapsed().as_nanos()));
-        let mut child = common::easyio()
-            .args([
-                "serve",
-                image.to_str().unwrap(),
-                "--socket",
-                socket.to_str().unwrap(),
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let s = Server {
-            child,
-            image,
-            socket,
-            log,
-        };
-        assert!(
-            line.contains("serving"),
-            "server did not start: {}",
-            s.log_text()
-        );
-        s
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then requires a clean unmount and a clean fsck.
-    fn stop(mut self) -> PathBuf {
-        signal(self.child.id(), libc::SIGTERM);
-        let st = wait_exit(&mut self.child);
-        let log = self.log_text();
-        assert_eq!(st.signal(), Some(libc::SIGTERM), "server: {log}");
-        assert!(log.contains("unmounted cleanly"), "server log: {log}");
-        assert!(!self.socket.exists(), "the socket is left behind");
-        fsck_clean(&self.image);
-        self.image.clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn easyio(args: &[&str]) -> Output {
-    common::run_bounded(common::easyio().args(args), LIMIT).0
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn fsck_clean(image: &Path) {
-    let out = easyio(&["fsck", "--image", image.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "fsck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a child of this test; no memory is touched.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("process {} still running after {LIMIT:?}", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// This program run again as `role` with `arg`, a client of the server on `socket`.
 fn client_process(role: &str, socket: &Path, arg: &str) -> Child {

@@ -3,7 +3,7 @@
 //! take the calls of [`fs::Session`] under the same names, so the shim's modules do
 //! not know which one they call.
 
-use easyio_serve::{Client, On};
+use easyio_serve::{Client, HeldLock, LockKind, On};
 use fs::{Cred, DirEntryAt, Fd, FileSystem, OpenFlags, Stat, StatFs, Time, Whence};
 
 /// The file system the shim calls.
@@ -244,5 +244,24 @@ fn seek_of(w: Whence) -> i32 {
         Whence::End => libc::SEEK_END,
         Whence::Data => libc::SEEK_DATA,
         Whence::Hole => libc::SEEK_HOLE,
+    }
+}
+
+impl Backend {
+    /// Sets, clears (`test` false) or tests for (`test` true) an advisory lock.
+    /// Mounted here, the image has one process: every lock is granted and none is
+    /// found. A server keeps them between its clients.
+    pub(crate) fn lock(
+        &self,
+        fd: Fd,
+        (open_file, test): (bool, bool),
+        kind: LockKind,
+        range: (u64, u64),
+    ) -> fs::Result<Option<HeldLock>> {
+        match self {
+            Backend::Local { .. } => Ok(None),
+            Backend::Remote(c) if test => c.test_lock(fd.0, open_file, kind, range).map_err(remote),
+            Backend::Remote(c) => c.lock(fd.0, open_file, kind, range).map(|()| None).map_err(remote),
+        }
     }
 }

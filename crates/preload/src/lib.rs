@@ -35,6 +35,7 @@ mod dir;
 mod guard;
 mod inherit;
 mod io;
+mod lock;
 mod mount;
 mod names;
 mod open;

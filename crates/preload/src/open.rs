@@ -48,10 +48,7 @@ export! {
         let _ = (req, arg);
         table::is_ours(fd).then_some(Err(libc::ENOTTY))
     }
-    fn flock(fd: c_int, op: c_int) -> c_int {
-        let _ = op;
-        table::is_ours(fd).then_some(Ok(0))
-    }
+    fn flock(fd: c_int, op: c_int) -> c_int { fd_call(fd, |d, l| crate::lock::flock(d, l, op)) }
 }
 
 /// `close`: the description closes with its last descriptor; the placeholder goes.
@@ -102,7 +99,7 @@ const SETFL: c_int = libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O
 fn easy_fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> Answer<c_int> {
     use std::sync::atomic::Ordering;
     let int = arg as usize as c_int;
-    fd_call(fd, |d, _| match cmd {
+    fd_call(fd, |d, l| match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let new =
                 libc_call!(fcntl: fn(c_int, c_int, c_int) -> c_int, fd, libc::F_DUPFD_CLOEXEC, int);
@@ -128,18 +125,12 @@ fn easy_fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> Answer<c_int> {
                 .store((old & !SETFL) | (int & SETFL), Ordering::Relaxed);
             Ok(0)
         }
-        // Advisory locks: the image has one process at a time, so no lock can
-        // conflict; every lock is granted and a test finds none.
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => Ok(0),
-        libc::F_GETLK | libc::F_OFD_GETLK => {
-            let l = arg.cast::<libc::flock>();
-            if l.is_null() {
-                return Err(libc::EFAULT);
-            }
-            // SAFETY: F_GETLK's argument is the program's `struct flock`.
-            unsafe { (*l).l_type = libc::F_UNLCK as i16 };
-            Ok(0)
-        }
+        libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW
+        | libc::F_GETLK
+        | libc::F_OFD_GETLK => crate::lock::fcntl(d, l, cmd, arg),
         _ => Err(libc::EINVAL),
     })
 }

@@ -11,6 +11,7 @@ use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, SetAttr, Whence};
 use parking_lot::Mutex;
 
 use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
+use crate::locks::{Kind, Locks, Owner};
 use crate::wire::{self, Answer, On, Request, Status, MAX_ENTRIES, MAX_IO};
 
 /// What every connection of a server shares: counts, and the descriptors kept for a
@@ -25,6 +26,10 @@ pub(crate) struct Counts {
     kept: Mutex<HashMap<u64, Kept>>,
     /// The last token given.
     last_token: AtomicU64,
+    /// The last connection's number.
+    last_conn: AtomicU64,
+    /// Advisory locks.
+    locks: Locks,
 }
 
 /// Descriptors kept by a [`Request::Handoff`] until they are adopted.
@@ -86,15 +91,22 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// share an open file description.
 pub(crate) struct Held(Fd);
 
-/// Lets `file` go; the last holder closes it.
+/// Lets `file` go; the last holder closes it (and its open-file locks go).
 fn let_go(fs: &FileSystem, counts: &Counts, file: Arc<Held>) -> fs::Result<()> {
+    let id = file_id(&file);
     match Arc::into_inner(file) {
         Some(Held(fd)) => {
+            counts.locks.release(Owner::File(id), None);
             counts.open.fetch_sub(1, Ordering::SeqCst);
             fs.close(fd)
         }
         None => Ok(()),
     }
+}
+
+/// The number that names an open file as the owner of its locks.
+fn file_id(file: &Arc<Held>) -> usize {
+    Arc::as_ptr(file) as usize
 }
 
 /// A descriptor a connection holds.
@@ -124,6 +136,8 @@ pub(crate) struct Conn<'a> {
     cred: Cred,
     /// The client's process (0: unknown, as in tests; it may adopt nothing).
     pub pid: u32,
+    /// This connection's number: the owner of its process's record locks.
+    id: u64,
     /// Descriptors this connection holds.
     fds: BTreeMap<u32, Open>,
     counts: &'a Counts,
@@ -147,6 +161,7 @@ impl<'a> Conn<'a> {
             fs,
             cred,
             pid: 0,
+            id: counts.last_conn.fetch_add(1, Ordering::SeqCst) + 1,
             fds: BTreeMap::new(),
             counts,
             direct,
@@ -196,9 +211,20 @@ impl<'a> Conn<'a> {
             }
             Request::Close { fd } => {
                 let (_, o) = self.own(fd)?;
+                // Closing any descriptor of a file drops the process's record locks
+                // on it, as POSIX says.
+                self.counts.locks.release(Owner::Process(self.id), Some(o.ino));
                 self.forget(fd, o)?;
                 Answer::Done
             }
+            Request::Lock {
+                fd,
+                test,
+                open_file,
+                kind,
+                start,
+                len,
+            } => self.lock(fd, (test, open_file), kind, (start, len))?,
             Request::Read { fd, len } => {
                 let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
                 let n = fs.read(self.own(fd)?.0, &mut buf)?;
@@ -383,6 +409,28 @@ impl<'a> Conn<'a> {
             }
         }
         Ok(())
+    }
+
+    /// An advisory lock request on open file `fd`.
+    fn lock(&self, fd: u32, (test, open_file): (bool, bool), kind: Kind, (start, len): (u64, u64)) -> fs::Result<Answer> {
+        let (_, o) = self.own(fd)?;
+        let end = match len {
+            0 => u64::MAX,
+            n => start.checked_add(n).ok_or(fs::Error::Errno(libc::EOVERFLOW))?,
+        };
+        let owner = match open_file {
+            true => Owner::File(file_id(&o.file)),
+            false => Owner::Process(self.id),
+        };
+        let locks = &self.counts.locks;
+        if test {
+            return Ok(Answer::Lock(locks.get(o.ino, owner, kind, (start, end))));
+        }
+        let pid = if open_file { -1 } else { self.pid as i32 };
+        locks
+            .set(o.ino, (owner, pid), kind, (start, end))
+            .map_err(fs::Error::Errno)?;
+        Ok(Answer::Done)
     }
 
     /// The directory handle a `*at` request names (`EBADF` if not this
@@ -602,6 +650,7 @@ impl<'a> Conn<'a> {
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
+        self.counts.locks.release(Owner::Process(self.id), None);
         for (fd, o) in std::mem::take(&mut self.fds) {
             let _ = self.forget(fd, o);
         }

@@ -12,7 +12,10 @@
 //!   (`SO_PEERCRED`) and its groups from `/proc`, never from what the client says, and
 //!   makes every call with them, checked as Linux checks them.
 //! - **Calls.** Every call is one request and one answer ([`wire`]); descriptors
-//!   belong to the connection that opened them.
+//!   belong to the connection that opened them, or that adopted them from the
+//!   process that handed them over before a `fork` or an `exec` (only that process
+//!   itself or a child of it may adopt them). Advisory locks are kept between
+//!   processes as the kernel keeps them.
 //! - **Crashes.** A client that dies (its socket closes) has its descriptors closed,
 //!   so nothing it held leaks and what it unlinked is freed; what the server
 //!   acknowledged is in the image. A server that dies makes every later call of its
@@ -24,6 +27,7 @@ mod conn;
 pub mod direct;
 mod error;
 pub mod fuzz;
+mod locks;
 mod mailbox;
 mod server;
 pub mod shm;
@@ -32,4 +36,4 @@ pub mod wire;
 pub use client::{Client, RegionView};
 pub use error::{Error, Result};
 pub use server::Server;
-pub use wire::On;
+pub use wire::{HeldLock, LockKind, On};

@@ -15,6 +15,8 @@ use std::io::{self, Read, Write};
 use fs::{DirEntry, DirEntryAt, Stat, StatFs, Time};
 use serde::{Deserialize, Serialize};
 
+pub use crate::locks::{Held as HeldLock, Kind as LockKind};
+
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
 pub const VERSION: u32 = 2;
@@ -272,6 +274,19 @@ pub enum Request<'a> {
     /// The child a [`Request::Handoff`] was made for (the server drops what it kept
     /// once that process is gone); a negative `pid` gives the handoff up.
     Heir { token: u64, pid: i32 },
+    /// An advisory lock on `[start, start + len)` (`len` 0: to the end of any file)
+    /// of open file `fd`: set or cleared (`F_SETLK`; `EAGAIN` on a conflict), or
+    /// with `test` the conflicting lock looked for (`F_GETLK` → [`Answer::Lock`]).
+    /// `open_file` makes the open file the owner (`F_OFD_*`, `flock`), else this
+    /// process is.
+    Lock {
+        fd: u32,
+        test: bool,
+        open_file: bool,
+        kind: LockKind,
+        start: u64,
+        len: u64,
+    },
     /// Adopts the descriptors kept by handoff `token`, under the same numbers: only
     /// the process that made it (after an `exec`) or a child of it may.
     Adopt { token: u64 },
@@ -315,6 +330,8 @@ pub enum Answer {
     /// A page table comes with this frame: the file's size, then one entry per page
     /// (see the server's `direct` module), `pages` of them.
     Table { ino: u64, pages: u64 },
+    /// The lock that conflicts, if any.
+    Lock(Option<HeldLock>),
     /// Entries of a directory with their cookies.
     EntriesAt(Vec<DirEntryAt>),
     /// Failed with this errno.

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@ use fs::{DirEntryAt, Stat, Time};
 
 use super::{unexpected, Client};
 use crate::error::{Error, Result};
-use crate::wire::{Answer, On, Request, MAX_IO};
+use crate::wire::{Answer, HeldLock, LockKind, On, Request, MAX_IO};
 
 impl Client {
     /// `openat(dir, path, flags, mode)`; `dir` `None` is the root.
@@ -243,5 +243,44 @@ fn sized(answer: Answer, buf: &mut [u8]) -> Result<usize> {
         }
         Answer::Data(_) => Err(Error::Protocol("a longer value than asked".into())),
         other => Err(unexpected(other)),
+    }
+}
+
+impl Client {
+    /// Sets or clears an advisory lock on `[start, start + len)` of open file `fd`
+    /// (`len` 0: to the end of any file); `EAGAIN` while another owner's lock
+    /// conflicts. `open_file`: the open file owns it (`F_OFD_SETLK`, `flock`),
+    /// otherwise this process does (`F_SETLK`).
+    pub fn lock(&self, fd: u32, open_file: bool, kind: LockKind, (start, len): (u64, u64)) -> Result<()> {
+        self.done(Request::Lock {
+            fd,
+            test: false,
+            open_file,
+            kind,
+            start,
+            len,
+        })
+    }
+
+    /// The lock of another owner that would conflict with `kind` on the range
+    /// (`F_GETLK`), if any.
+    pub fn test_lock(
+        &self,
+        fd: u32,
+        open_file: bool,
+        kind: LockKind,
+        (start, len): (u64, u64),
+    ) -> Result<Option<HeldLock>> {
+        match self.call(&Request::Lock {
+            fd,
+            test: true,
+            open_file,
+            kind,
+            start,
+            len,
+        })? {
+            Answer::Lock(l) => Ok(l),
+            other => Err(unexpected(other)),
+        }
     }
 }
