@@ -261,7 +261,10 @@ impl Backend {
         match self {
             Backend::Local { .. } => Ok(None),
             Backend::Remote(c) if test => c.test_lock(fd.0, open_file, kind, range).map_err(remote),
-            Backend::Remote(c) => c.lock(fd.0, open_file, kind, range).map(|()| None).map_err(remote),
+            Backend::Remote(c) => c
+                .lock(fd.0, open_file, kind, range)
+                .map(|()| None)
+                .map_err(remote),
         }
     }
 }

@@ -32,7 +32,10 @@ pub(crate) fn fcntl(d: &Desc, l: &Live, cmd: c_int, arg: *mut c_void) -> Result<
         libc::F_UNLCK => LockKind::Unlock,
         _ => return Err(libc::EINVAL),
     };
-    let open_file = matches!(cmd, libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK);
+    let open_file = matches!(
+        cmd,
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK
+    );
     if open_file && f.l_pid != 0 {
         return Err(libc::EINVAL);
     }
@@ -41,10 +44,18 @@ pub(crate) fn fcntl(d: &Desc, l: &Live, cmd: c_int, arg: *mut c_void) -> Result<
         if kind == LockKind::Unlock {
             return Err(libc::EINVAL);
         }
-        match l.fs.lock(d.fd, (open_file, true), kind, range).map_err(errno_of)? {
+        match l
+            .fs
+            .lock(d.fd, (open_file, true), kind, range)
+            .map_err(errno_of)?
+        {
             None => f.l_type = libc::F_UNLCK as i16,
             Some(h) => {
-                f.l_type = if h.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+                f.l_type = if h.kind == LockKind::Write {
+                    libc::F_WRLCK
+                } else {
+                    libc::F_RDLCK
+                } as i16;
                 f.l_whence = libc::SEEK_SET as i16;
                 f.l_start = h.start as i64;
                 f.l_len = h.len as i64;
@@ -70,7 +81,13 @@ pub(crate) fn flock(d: &Desc, l: &Live, op: c_int) -> Result<c_int, i32> {
 }
 
 /// Sets a lock, asking again while it conflicts if `wait`.
-fn set(l: &Live, d: &Desc, (open_file, wait): (bool, bool), kind: LockKind, range: (u64, u64)) -> Result<c_int, i32> {
+fn set(
+    l: &Live,
+    d: &Desc,
+    (open_file, wait): (bool, bool),
+    kind: LockKind,
+    range: (u64, u64),
+) -> Result<c_int, i32> {
     let mut pause = Duration::from_micros(100);
     loop {
         match l.fs.lock(d.fd, (open_file, false), kind, range) {

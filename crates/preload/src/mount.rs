@@ -192,13 +192,24 @@ fn start() -> Result<Live, (i32, String)> {
 /// Connects to the server listening on `socket`, and adopts the descriptors handed
 /// to this process, if any.
 fn connect(socket: String) -> Result<Live, (i32, String)> {
-    let client = easyio_serve::Client::connect(&socket)
-        .map_err(|e| (e.errno(), format!("cannot reach the server at {socket}: {e}")))?;
+    let before = open_fds();
+    let client = easyio_serve::Client::connect_above(&socket, descriptor_floor()).map_err(|e| {
+        (
+            e.errno(),
+            format!("cannot reach the server at {socket}: {e}"),
+        )
+    })?;
     register_hooks();
+    *INTERNAL.write() = open_fds()
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
     let token = ADOPT.swap(0, Ordering::Relaxed);
     if token != 0 {
         if let Err(e) = client.adopt(token) {
-            ADOPT_MSG.say(|| format!("descriptors inherited from the parent or before exec are lost: {e}"));
+            ADOPT_MSG.say(|| {
+                format!("descriptors inherited from the parent or before exec are lost: {e}")
+            });
         }
     }
     Ok(Live {
@@ -206,6 +217,20 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
         image: socket,
         pid: std::process::id(),
     })
+}
+
+/// Where a server's connection keeps its descriptors: high, below the process's
+/// limit, out of the way of numbers a program names itself.
+fn descriptor_floor() -> i32 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 10;
+    }
+    lim.rlim_cur.saturating_sub(64).clamp(10, 1000) as i32
 }
 
 /// The kernel descriptors the mount itself holds (the region file, an engine's):

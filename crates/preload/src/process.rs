@@ -119,7 +119,13 @@ fn with_handoff_in_environ<T>(f: impl FnOnce() -> T, waits: bool) -> T {
     let h = before_spawn();
     if let Some(h) = &h {
         // SAFETY: NUL-terminated strings; the variable is removed again below.
-        unsafe { libc::setenv(crate::inherit::VAR_C.as_ptr(), crate::inherit::value(h).as_ptr(), 1) };
+        unsafe {
+            libc::setenv(
+                crate::inherit::VAR_C.as_ptr(),
+                crate::inherit::value(h).as_ptr(),
+                1,
+            )
+        };
     }
     let r = f();
     if h.is_some() {
@@ -193,29 +199,44 @@ fn exec_with(envp: Argv, exec: impl FnOnce(Argv) -> c_int) -> c_int {
 
 #[no_mangle]
 extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    exec_with(envp, |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env))
+    exec_with(
+        envp,
+        |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env),
+    )
 }
 
 #[no_mangle]
 extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
     // SAFETY: `environ` is libc's environment, read as exec reads it.
     let envp = unsafe { environ };
-    exec_with(envp, |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env))
+    exec_with(
+        envp,
+        |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env),
+    )
 }
 
 #[no_mangle]
 extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
     // SAFETY: as in `execv`.
     let envp = unsafe { environ };
-    exec_with(envp, |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env))
+    exec_with(
+        envp,
+        |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env),
+    )
 }
 
 #[no_mangle]
 extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    exec_with(envp, |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env))
+    exec_with(
+        envp,
+        |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env),
+    )
 }
 
 #[no_mangle]
 extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
-    exec_with(envp, |env| libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, env))
+    exec_with(
+        envp,
+        |env| libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, env),
+    )
 }

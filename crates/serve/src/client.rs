@@ -179,9 +179,21 @@ impl Client {
 
     /// [`Client::connect`], with calls through the mailbox or as frames on the socket.
     pub fn connect_with(socket: impl AsRef<Path>, mailbox: bool) -> Result<Client> {
-        let socket = socket.as_ref();
-        let mut stream = UnixStream::connect(socket)
+        Client::connect_full(socket.as_ref(), mailbox, None)
+    }
+
+    /// [`Client::connect`], keeping the descriptors the connection holds for its
+    /// life (the socket, the mailbox) at numbers from `floor` up where the process's
+    /// limit allows: a library inside a program (the LD_PRELOAD shim) must leave the
+    /// low numbers to the program, which may name them (`exec 3> file` in a shell).
+    pub fn connect_above(socket: impl AsRef<Path>, floor: i32) -> Result<Client> {
+        Client::connect_full(socket.as_ref(), true, Some(floor))
+    }
+
+    fn connect_full(socket: &Path, mailbox: bool, floor: Option<i32>) -> Result<Client> {
+        let stream = UnixStream::connect(socket)
             .map_err(|e| Error::os(format!("connecting to {}", socket.display()), e))?;
+        let mut stream = UnixStream::from(above(stream.into(), floor));
         let hello = Hello {
             version: wire::VERSION,
             umask: process_umask(),
@@ -225,7 +237,7 @@ impl Client {
                 };
                 let mailbox = match mailbox {
                     true => Some(
-                        Mailbox::map(next()?, Side::Client)
+                        Mailbox::map(above(next()?, floor), Side::Client)
                             .map_err(|e| Error::os("mapping the mailbox", e))?,
                     ),
                     false => None,
@@ -624,6 +636,15 @@ fn unexpected(a: Answer) -> Error {
     match a {
         Answer::Error(errno) => Error::Fs(errno),
         other => Error::Protocol(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// `fd`, moved to the lowest free number from `floor` up (close-on-exec); left where
+/// it is without a floor or if the limit of descriptors is below it.
+fn above(fd: OwnedFd, floor: Option<i32>) -> OwnedFd {
+    match floor {
+        Some(f) => rustix::io::fcntl_dupfd_cloexec(&fd, f).unwrap_or(fd),
+        None => fd,
     }
 }
 

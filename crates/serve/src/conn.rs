@@ -197,9 +197,7 @@ impl<'a> Conn<'a> {
         let s = self.fs.as_user(&self.cred);
         let fs = self.fs;
         Ok(match req {
-            Request::Open { path, flags, mode } => {
-                Answer::Fd(self.open(None, &path, flags, mode)?)
-            }
+            Request::Open { path, flags, mode } => Answer::Fd(self.open(None, &path, flags, mode)?),
             Request::Openat {
                 dir,
                 path,
@@ -213,7 +211,9 @@ impl<'a> Conn<'a> {
                 let (_, o) = self.own(fd)?;
                 // Closing any descriptor of a file drops the process's record locks
                 // on it, as POSIX says.
-                self.counts.locks.release(Owner::Process(self.id), Some(o.ino));
+                self.counts
+                    .locks
+                    .release(Owner::Process(self.id), Some(o.ino));
                 self.forget(fd, o)?;
                 Answer::Done
             }
@@ -361,7 +361,15 @@ impl<'a> Conn<'a> {
         let fds = self
             .fds
             .iter()
-            .map(|(&fd, o)| (fd, Open { table: false, ..o.clone() }))
+            .map(|(&fd, o)| {
+                (
+                    fd,
+                    Open {
+                        table: false,
+                        ..o.clone()
+                    },
+                )
+            })
             .collect();
         let kept = Kept {
             owner: self.pid,
@@ -412,11 +420,19 @@ impl<'a> Conn<'a> {
     }
 
     /// An advisory lock request on open file `fd`.
-    fn lock(&self, fd: u32, (test, open_file): (bool, bool), kind: Kind, (start, len): (u64, u64)) -> fs::Result<Answer> {
+    fn lock(
+        &self,
+        fd: u32,
+        (test, open_file): (bool, bool),
+        kind: Kind,
+        (start, len): (u64, u64),
+    ) -> fs::Result<Answer> {
         let (_, o) = self.own(fd)?;
         let end = match len {
             0 => u64::MAX,
-            n => start.checked_add(n).ok_or(fs::Error::Errno(libc::EOVERFLOW))?,
+            n => start
+                .checked_add(n)
+                .ok_or(fs::Error::Errno(libc::EOVERFLOW))?,
         };
         let owner = match open_file {
             true => Owner::File(file_id(&o.file)),

@@ -66,7 +66,13 @@ pub(crate) struct Locks(Mutex<HashMap<u64, Vec<Lock>>>);
 impl Locks {
     /// Sets (or with [`Kind::Unlock`] clears) `owner`'s lock on `[start, end)` of
     /// `ino`; `EAGAIN` if another owner's lock conflicts (nothing changes then).
-    pub fn set(&self, ino: u64, (owner, pid): (Owner, i32), kind: Kind, (start, end): (u64, u64)) -> Result<(), i32> {
+    pub fn set(
+        &self,
+        ino: u64,
+        (owner, pid): (Owner, i32),
+        kind: Kind,
+        (start, end): (u64, u64),
+    ) -> Result<(), i32> {
         let mut all = self.0.lock();
         let locks = all.entry(ino).or_default();
         if kind != Kind::Unlock && conflict(locks, owner, kind, start, end).is_some() {
@@ -105,13 +111,23 @@ impl Locks {
 
     /// The first lock of another owner that would conflict with `kind` on
     /// `[start, end)` of `ino`.
-    pub fn get(&self, ino: u64, owner: Owner, kind: Kind, (start, end): (u64, u64)) -> Option<Held> {
+    pub fn get(
+        &self,
+        ino: u64,
+        owner: Owner,
+        kind: Kind,
+        (start, end): (u64, u64),
+    ) -> Option<Held> {
         let all = self.0.lock();
         let l = conflict(all.get(&ino)?, owner, kind, start, end)?;
         Some(Held {
             kind: if l.write { Kind::Write } else { Kind::Read },
             start: l.start,
-            len: if l.end == u64::MAX { 0 } else { l.end - l.start },
+            len: if l.end == u64::MAX {
+                0
+            } else {
+                l.end - l.start
+            },
             pid: l.pid,
         })
     }
@@ -155,7 +171,10 @@ mod tests {
         l.set(7, B, Kind::Read, (50, 150)).unwrap();
         assert_eq!(l.set(7, B, Kind::Write, (90, 95)), Err(libc::EAGAIN));
         let held = l.get(7, B.0, Kind::Write, (90, 95)).unwrap();
-        assert_eq!((held.kind, held.start, held.len, held.pid), (Kind::Read, 0, 100, 10));
+        assert_eq!(
+            (held.kind, held.start, held.len, held.pid),
+            (Kind::Read, 0, 100, 10)
+        );
         // A's unlock of the middle leaves two pieces; B may then write there.
         l.set(7, A, Kind::Unlock, (40, 120)).unwrap();
         l.set(7, B, Kind::Write, (90, 95)).unwrap();
@@ -168,7 +187,10 @@ mod tests {
     fn a_lock_to_the_end_and_release_by_owner() {
         let l = Locks::default();
         l.set(1, A, Kind::Write, (10, u64::MAX)).unwrap();
-        assert_eq!(l.set(1, B, Kind::Read, (1 << 40, (1 << 40) + 1)), Err(libc::EAGAIN));
+        assert_eq!(
+            l.set(1, B, Kind::Read, (1 << 40, (1 << 40) + 1)),
+            Err(libc::EAGAIN)
+        );
         assert!(l.get(1, B.0, Kind::Read, (0, 10)).is_none());
         assert_eq!(l.get(1, B.0, Kind::Read, (0, 11)).unwrap().len, 0);
         l.set(1, B, Kind::Read, (0, 10)).unwrap();

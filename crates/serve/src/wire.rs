@@ -251,11 +251,7 @@ pub enum Request<'a> {
     ReaddirFd { fd: u32, offset: u64 },
     /// `getxattr` (`size` 0: how long the value is → [`Answer::Count`]; otherwise
     /// → [`Answer::Data`], `ERANGE` if longer than `size`).
-    Getxattr {
-        on: On,
-        name: String,
-        size: u32,
-    },
+    Getxattr { on: On, name: String, size: u32 },
     /// `setxattr(name, value, flags)`.
     Setxattr {
         on: On,

@@ -138,4 +138,3 @@ pub fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
-

@@ -251,7 +251,13 @@ impl Client {
     /// (`len` 0: to the end of any file); `EAGAIN` while another owner's lock
     /// conflicts. `open_file`: the open file owns it (`F_OFD_SETLK`, `flock`),
     /// otherwise this process does (`F_SETLK`).
-    pub fn lock(&self, fd: u32, open_file: bool, kind: LockKind, (start, len): (u64, u64)) -> Result<()> {
+    pub fn lock(
+        &self,
+        fd: u32,
+        open_file: bool,
+        kind: LockKind,
+        (start, len): (u64, u64),
+    ) -> Result<()> {
         self.done(Request::Lock {
             fd,
             test: false,
