@@ -9,7 +9,7 @@ use fs::{Cred, DirEntryAt, Fd, FileSystem, OpenFlags, Stat, StatFs, Time, Whence
 /// The file system the shim calls.
 pub(crate) enum Backend {
     /// Mounted in this process; path calls are checked with `cred`.
-    Local { fs: FileSystem, cred: Cred },
+    Local { fs: Box<FileSystem>, cred: Cred },
     /// A server's: every call is a request (reads may be direct), checked by the
     /// server with this process's credentials as the kernel gives them.
     Remote(Client),

@@ -181,7 +181,7 @@ fn start() -> Result<Live, (i32, String)> {
         .collect();
     Ok(Live {
         fs: Backend::Local {
-            fs,
+            fs: Box::new(fs),
             cred: process_cred(),
         },
         image,

@@ -410,10 +410,13 @@ impl<'a> Conn<'a> {
         let k = kept.remove(&token).expect("present");
         drop(kept);
         for (fd, o) in k.fds {
-            if self.fds.contains_key(&fd) {
-                let _ = let_go(self.fs, self.counts, o.file);
-            } else {
-                self.fds.insert(fd, o);
+            match self.fds.entry(fd) {
+                std::collections::btree_map::Entry::Occupied(_) => {
+                    let _ = let_go(self.fs, self.counts, o.file);
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(o);
+                }
             }
         }
         Ok(())
@@ -832,7 +835,90 @@ mod tests {
         );
     }
 
+    /// A handoff is adopted only by its maker (after `exec`) or a child of it; the
+    /// adopting connection shares the open file (one offset, closed with the last
+    /// holder); what was kept for a process that died goes at the next sweep.
+    #[test]
+    fn a_handoff_goes_to_a_child_shares_the_file_and_dies_with_its_heir() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let counts = Counts::default();
+        let mut parent = Conn::new(&fs, Cred::root(), &counts, None);
+        parent.pid = std::process::id();
+        let Answer::Fd(fd) = parent.answer(Request::Open {
+            path: "/f".into(),
+            flags: libc::O_CREAT | libc::O_RDWR,
+            mode: 0o644,
+        }) else {
+            panic!()
+        };
+        parent.answer(Request::Write {
+            fd,
+            data: b"ab".to_vec().into(),
+        });
+        let Answer::Count(token) = parent.answer(Request::Handoff) else {
+            panic!()
+        };
+        let mut stranger = Conn::new(&fs, Cred::root(), &counts, None);
+        stranger.pid = 1;
+        assert_eq!(
+            stranger.answer(Request::Adopt { token }),
+            Answer::Error(libc::EPERM)
+        );
+        let mut process = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut child = Conn::new(&fs, Cred::root(), &counts, None);
+        child.pid = process.id();
+        assert_eq!(child.answer(Request::Adopt { token }), Answer::Done);
+        assert_eq!(
+            child.answer(Request::Adopt { token }),
+            Answer::Error(libc::ENOENT)
+        );
+        child.answer(Request::Write {
+            fd,
+            data: b"cd".to_vec().into(),
+        });
+        let at = |c: &mut Conn<'_>| {
+            c.answer(Request::Lseek {
+                fd,
+                off: 0,
+                whence: libc::SEEK_CUR,
+            })
+        };
+        assert_eq!(at(&mut parent), Answer::Count(4), "one offset for both");
+        drop(parent);
+        assert_eq!(counts.open.load(Ordering::SeqCst), 1, "the child holds it");
+        assert_eq!(
+            child.answer(Request::Pread {
+                fd,
+                len: 10,
+                off: 0
+            }),
+            Answer::Data(b"abcd".to_vec())
+        );
+        // Kept for the child's own heir, which dies before adopting.
+        let Answer::Count(token) = child.answer(Request::Handoff) else {
+            panic!()
+        };
+        child.answer(Request::Heir {
+            token,
+            pid: process.id() as i32,
+        });
+        drop(child);
+        counts.sweep(&fs);
+        assert_eq!((counts.kept(), counts.open.load(Ordering::SeqCst)), (1, 1));
+        process.kill().unwrap();
+        process.wait().unwrap();
+        counts.sweep(&fs);
+        assert_eq!((counts.kept(), counts.open.load(Ordering::SeqCst)), (0, 0));
+    }
+
     use fs::{FormatOptions, MountOptions};
+
+    use crate::locks::Kind as LockKind;
     use pmem::{MemPmem, Pmem};
     use proptest::prelude::*;
 
@@ -878,7 +964,7 @@ mod tests {
             }),
             1 => (fd.clone(), off.clone()).prop_map(|(fd, len)| Request::Ftruncate { fd, len }),
             2 => fd.clone().prop_map(|fd| Request::Table { fd }),
-            1 => fd.prop_map(|fd| Request::Fsync { fd }),
+            1 => fd.clone().prop_map(|fd| Request::Fsync { fd }),
             1 => (path.clone(), any::<u32>()).prop_map(|(path, mode)| Request::Mkdir { path, mode }),
             1 => path.clone().prop_map(|path| Request::Unlink { path }),
             1 => path.clone().prop_map(|path| Request::Rmdir { path }),
@@ -888,8 +974,31 @@ mod tests {
                 flags
             }),
             1 => (path.clone(), path.clone()).prop_map(|(old, new)| Request::Link { old, new }),
-            1 => (path.clone(), off).prop_map(|(path, len)| Request::Truncate { path, len }),
-            1 => path.prop_map(|path| Request::Readdir { path }),
+            1 => (path.clone(), off.clone()).prop_map(|(path, len)| Request::Truncate { path, len }),
+            1 => path.clone().prop_map(|path| Request::Readdir { path }),
+            2 => (prop::option::of(fd.clone()), path.clone(), 0..4i32).prop_map(|(dir, path, f)| Request::Openat {
+                dir,
+                path,
+                flags: [libc::O_RDWR | libc::O_CREAT, libc::O_RDONLY, libc::O_DIRECTORY, libc::O_PATH][f as usize],
+                mode: 0o644,
+            }),
+            1 => (prop::option::of(fd.clone()), path.clone(), any::<i32>()).prop_map(|(dir, path, flags)| Request::Unlinkat { dir, path, flags }),
+            1 => (fd.clone(), any::<bool>(), any::<bool>(), 0..3u8, off.clone(), off.clone()).prop_map(|(fd, test, open_file, k, start, len)| Request::Lock {
+                fd,
+                test,
+                open_file,
+                kind: [LockKind::Read, LockKind::Write, LockKind::Unlock][k as usize],
+                start,
+                len,
+            }),
+            1 => Just(Request::Handoff),
+            1 => any::<u64>().prop_map(|token| Request::Adopt { token }),
+            1 => (any::<u64>(), any::<i32>()).prop_map(|(token, pid)| Request::Heir { token, pid }),
+            1 => (fd.clone(), any::<u64>()).prop_map(|(fd, offset)| Request::ReaddirFd { fd, offset }),
+            1 => (fd.clone(), any::<i32>(), off.clone(), off.clone()).prop_map(|(fd, mode, off, len)| Request::Fallocate { fd, mode, off, len }),
+            1 => (fd.clone(), any::<u32>()).prop_map(|(fd, size)| Request::Getxattr { on: On::Fd(fd), name: "user.a".into(), size }),
+            1 => (path.clone(), prop::collection::vec(any::<u8>(), 0..100), any::<i32>()).prop_map(|(p, value, flags)| Request::Setxattr { on: On::Path(p), name: "user.a".into(), value, flags }),
+            1 => path.prop_map(|p| Request::Listxattr { on: On::Link(p), size: 4096 }),
 
         ]
     }
@@ -934,6 +1043,10 @@ mod tests {
                     prop_assert!(wire::frame(&a).is_ok(), "an answer too long to send");
                 }
             }
+            // What was handed to a process that never came (this test's pid is 0,
+            // which no process has) goes at the server's next sweep.
+            counts.sweep(&fs);
+            prop_assert_eq!(counts.kept(), 0);
             prop_assert_eq!(counts.open.load(Ordering::SeqCst), 0);
             prop_assert_eq!(direct.as_ref().map_or(0, Direct::tables_published), 0);
             prop_assert_eq!(counts.clients.load(Ordering::SeqCst), 0);
