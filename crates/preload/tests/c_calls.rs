@@ -7,20 +7,54 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use common::{fsck_clean, host_file, need, ok, run, World};
 
 #[test]
 fn each_intercepted_call_answers_as_the_kernel_does() {
-    need("cc", "gcc");
     let w = World::new("ccalls", 32);
-    let exe = build(&w, "compare");
+    compare_calls(&w, None);
+    fsck_clean(&w.img);
+}
+
+/// The same calls by a client of a server (`EASYIO_SERVER`): the server is this
+/// test's thread, the program another process.
+#[test]
+fn each_intercepted_call_answers_as_the_kernel_does_through_a_server() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let w = World::new("ccalls-served", 32);
+    let region = pmem::Region::open(&w.img).unwrap();
+    let (fs, _) = fs::FileSystem::mount(Arc::new(region), fs::MountOptions::default()).unwrap();
+    let socket = w.dir.join("sock");
+    let server = easyio_serve::Server::bind(Arc::new(fs), &w.img, &socket, false, true).unwrap();
+    let serving = std::thread::spawn(move || server.run(|| STOP.load(Ordering::SeqCst)));
+    compare_calls(&w, Some(&socket));
+    STOP.store(true, Ordering::SeqCst);
+    let fs = serving.join().unwrap().unwrap();
+    Arc::try_unwrap(fs)
+        .ok()
+        .expect("the server holds the file system no more")
+        .unmount()
+        .unwrap();
+    fsck_clean(&w.img);
+}
+
+/// Runs `compare.c` under the shim (joined to the server on `socket`, if given).
+fn compare_calls(w: &World, socket: Option<&Path>) {
+    need("cc", "gcc");
+    let exe = build(w, "compare");
     let host = host_file(&w.dir, "host.txt", b"0123456789abcdefghij\n");
     let kernel = w.reference.to_str().unwrap().to_owned();
-    let out = run(&mut w.shim_cmd(
+    let mut cmd = w.shim_cmd(
         exe.to_str().unwrap(),
         &["{R}", &kernel, host.to_str().unwrap()],
-    ));
+    );
+    if let Some(s) = socket {
+        cmd.env("EASYIO_SERVER", s);
+    }
+    let out = run(&mut cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -33,7 +67,6 @@ fn each_intercepted_call_answers_as_the_kernel_does() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(compared > 150, "{stdout}");
-    fsck_clean(&w.img);
 }
 
 /// Builds `tests/c/NAME.c` into the world's directory.
