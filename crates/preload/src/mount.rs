@@ -213,7 +213,7 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
         }
     }
     Ok(Live {
-        fs: Backend::Remote(client),
+        fs: Backend::Remote(easyio_serve::Remote(client)),
         image: socket,
         pid: std::process::id(),
     })

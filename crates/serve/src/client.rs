@@ -23,6 +23,9 @@ use crate::shm::Words;
 use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
 mod at;
+mod session;
+
+pub use session::Remote;
 
 /// A connection to a server. Calls may come from several threads; they are made
 /// one at a time.

@@ -33,7 +33,7 @@ mod server;
 pub mod shm;
 pub mod wire;
 
-pub use client::{Client, RegionView};
+pub use client::{Client, RegionView, Remote};
 pub use error::{Error, Result};
 pub use server::Server;
 pub use wire::{HeldLock, LockKind, On};
