@@ -277,6 +277,16 @@ int easyio_utimensat(struct easyio_fs *fs, int dirfd, const char *path, const st
 // `futimens`: of an open file.
 int easyio_futimens(struct easyio_fs *fs, int fd, const struct timespec *times);
 
+// Connects to the `easyio serve` server listening on the Unix socket `socket`:
+// the handle's calls are the server's, made as this process's user (the server
+// takes the ids from the socket; [`easyio_set_cred`] is EPERM on such a handle).
+// Reads of open files are copied straight from the image, mapped read-only, when
+// the server allows it. [`easyio_unmount`] disconnects (the server closes what was
+// left open). Asynchronous requests (`easyio_submit_*`) are EOPNOTSUPP. Returns
+// NULL with errno: ENOENT or ECONNREFUSED (no server there), EACCES, EPROTO
+// (another version of easyio), EAGAIN (the server has too many clients).
+struct easyio_fs *easyio_connect(const char *socket);
+
 // Mounts the image at `image` (a region file made by `easyio mkfs` or
 // [`easyio_mkfs`]), recovering it if it was not cleanly unmounted. `options` may be
 // NULL for the defaults. Returns the mount, or NULL with errno (ENOENT: no image;

@@ -60,7 +60,10 @@ pub extern "C" fn easyio_submit_pread(
         );
         // SAFETY: the caller keeps `buf` for the request until it completes (the
         // header's contract), and the token waits for the copy before it goes.
-        let token = unsafe { m.fs.submit_pread_borrowed(f, buf, off)? };
+        let token = unsafe {
+            m.fs.here("an asynchronous read")?
+                .submit_pread_borrowed(f, buf, off)?
+        };
         Ok(enqueue(&m, token))
     })
 }
@@ -85,7 +88,10 @@ pub extern "C" fn easyio_submit_pwrite(
         );
         // SAFETY: the caller keeps `buf` unchanged until the request completes (the
         // header's contract), and the token waits for the copy before it goes.
-        let token = unsafe { m.fs.submit_pwrite_borrowed(f, buf, off)? };
+        let token = unsafe {
+            m.fs.here("an asynchronous write")?
+                .submit_pwrite_borrowed(f, buf, off)?
+        };
         Ok(enqueue(&m, token))
     })
 }

@@ -6,7 +6,10 @@ use std::ffi::{c_char, c_int, c_uint};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use fs::{BorrowedToken, Cred, FileSystem, FormatOptions, MountOptions};
+use easyio_serve::Remote;
+use fs::{
+    BorrowedToken, Cred, DirEntryAt, Fd, FileSystem, FormatOptions, MountOptions, Stat, Whence,
+};
 use parking_lot::{Mutex, RwLock};
 use pmem::{Pmem, Region};
 
@@ -47,21 +50,91 @@ pub(crate) struct Mount {
     /// copies, before it.
     pub requests: Mutex<HashMap<u64, BorrowedToken<'static>>>,
     pub next_request: AtomicU64,
-    pub fs: Arc<FileSystem>,
+    pub fs: Target,
     /// `None`: the trusted context (no permission checks).
     pub cred: RwLock<Option<Arc<Cred>>>,
 }
 
 pub(crate) static MOUNTS: Registry<Mount> = Registry::new("easyio_fs");
 
+/// Who answers a mount's calls.
+pub(crate) enum Target {
+    /// The image, mounted in this process.
+    Here(Arc<FileSystem>),
+    /// A server's (`easyio_connect`): every call is a request, checked by the
+    /// server with this process's credentials as the kernel gives them.
+    Server(Box<Remote>),
+}
+
+impl Target {
+    /// The file system mounted here; `EOPNOTSUPP` for what a server does not offer
+    /// (asynchronous requests).
+    pub fn here(&self, what: &str) -> CResult<&Arc<FileSystem>> {
+        match self {
+            Target::Here(fs) => Ok(fs),
+            Target::Server(_) => Err(Failure::new(
+                libc::EOPNOTSUPP,
+                format!("{what} is not offered by a server's connection"),
+            )),
+        }
+    }
+}
+
+/// Defines each call on an open descriptor (or by path, trusted) of both targets,
+/// under its name and types in the file system.
+macro_rules! either {
+    ($( fn $name:ident(&self $(, $a:ident : $t:ty)*) -> $r:ty; )*) => {
+        impl Target {
+            $( pub fn $name(&self $(, $a: $t)*) -> fs::Result<$r> {
+                match self {
+                    Target::Here(fs) => fs.$name($($a),*),
+                    Target::Server(r) => r.$name($($a),*),
+                }
+            } )*
+        }
+    };
+}
+
+either! {
+    fn close(&self, fd: Fd) -> ();
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> usize;
+    fn write(&self, fd: Fd, buf: &[u8]) -> usize;
+    fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> usize;
+    fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> usize;
+    fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> u64;
+    fn fstat(&self, fd: Fd) -> Stat;
+    fn ftruncate(&self, fd: Fd, len: u64) -> ();
+    fn fsync(&self, fd: Fd) -> ();
+    fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> ();
+    fn readdir_fd(&self, fd: Fd, offset: u64) -> Vec<DirEntryAt>;
+    fn getxattr(&self, path: &str, name: &str, buf: &mut [u8]) -> usize;
+    fn lgetxattr(&self, path: &str, name: &str, buf: &mut [u8]) -> usize;
+    fn fgetxattr(&self, fd: Fd, name: &str, buf: &mut [u8]) -> usize;
+    fn setxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> ();
+    fn lsetxattr(&self, path: &str, name: &str, value: &[u8], flags: i32) -> ();
+    fn fsetxattr(&self, fd: Fd, name: &str, value: &[u8], flags: i32) -> ();
+    fn listxattr(&self, path: &str, buf: &mut [u8]) -> usize;
+    fn llistxattr(&self, path: &str, buf: &mut [u8]) -> usize;
+    fn flistxattr(&self, fd: Fd, buf: &mut [u8]) -> usize;
+    fn removexattr(&self, path: &str, name: &str) -> ();
+    fn lremovexattr(&self, path: &str, name: &str) -> ();
+    fn fremovexattr(&self, fd: Fd, name: &str) -> ();
+}
+
 /// Runs a path or `*at` call as the mount's caller: checked with its credentials when
-/// [`easyio_set_cred`] gave some, in the trusted context otherwise.
+/// [`easyio_set_cred`] gave some, in the trusted context otherwise; a server's
+/// connection makes the call of the same name.
 macro_rules! as_caller {
     ($m:expr, $method:ident($($a:expr),* $(,)?)) => {{
-        let cred = $m.cred.read().clone();
-        match cred {
-            Some(c) => $m.fs.as_user(&c).$method($($a),*),
-            None => $m.fs.$method($($a),*),
+        match &$m.fs {
+            $crate::mount::Target::Server(r) => r.$method($($a),*),
+            $crate::mount::Target::Here(fs) => {
+                let cred = $m.cred.read().clone();
+                match cred {
+                    Some(c) => fs.as_user(&c).$method($($a),*),
+                    None => fs.$method($($a),*),
+                }
+            }
         }
     }};
 }
@@ -114,9 +187,32 @@ fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut e
     Ok(MOUNTS.insert(Mount {
         requests: Mutex::new(HashMap::new()),
         next_request: AtomicU64::new(1),
-        fs: Arc::new(fs),
+        fs: Target::Here(Arc::new(fs)),
         cred: RwLock::new(None),
     }))
+}
+
+/// Connects to the `easyio serve` server listening on the Unix socket `socket`:
+/// the handle's calls are the server's, made as this process's user (the server
+/// takes the ids from the socket; [`easyio_set_cred`] is EPERM on such a handle).
+/// Reads of open files are copied straight from the image, mapped read-only, when
+/// the server allows it. [`easyio_unmount`] disconnects (the server closes what was
+/// left open). Asynchronous requests (`easyio_submit_*`) are EOPNOTSUPP. Returns
+/// NULL with errno: ENOENT or ECONNREFUSED (no server there), EACCES, EPROTO
+/// (another version of easyio), EAGAIN (the server has too many clients).
+#[no_mangle]
+pub extern "C" fn easyio_connect(socket: *const c_char) -> *mut easyio_fs {
+    call(std::ptr::null_mut(), || {
+        let socket = string(socket, "socket")?;
+        let client = easyio_serve::Client::connect(socket)
+            .map_err(|e| Failure::new(e.errno(), format!("{socket}: {e}")))?;
+        Ok(MOUNTS.insert(Mount {
+            requests: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(1),
+            fs: Target::Server(Box::new(Remote(client))),
+            cred: RwLock::new(None),
+        }))
+    })
 }
 
 impl Default for easyio_mount_options {
@@ -156,6 +252,10 @@ pub extern "C" fn easyio_unmount(fs: *mut easyio_fs) -> c_int {
         let in_flight: Vec<_> = m.requests.lock().drain().collect();
         drop(in_flight);
         let Mount { fs, .. } = m;
+        let Target::Here(fs) = fs else {
+            // A server's connection: dropping it disconnects.
+            return Ok(0);
+        };
         let fs = Arc::try_unwrap(fs)
             .map_err(|_| Failure::new(libc::EIO, "the file system is still in use"))?;
         fs.unmount()?;
@@ -194,6 +294,12 @@ pub extern "C" fn easyio_set_cred(
 ) -> c_int {
     call(-1, || {
         let m = MOUNTS.get(fs)?;
+        if let Target::Server(_) = m.fs {
+            return Err(Failure::new(
+                libc::EPERM,
+                "a server checks calls with this process's own credentials",
+            ));
+        }
         let groups = slice(groups, ngroups, "groups")?.to_vec();
         *m.cred.write() = Some(Arc::new(Cred {
             uid,

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A program the tests need; a missing one fails naming its Debian package.
@@ -192,9 +194,41 @@ fn demo_builds_with_pkg_config_and_runs() {
 
 #[test]
 fn c_calls_answer_as_the_kernel_does() {
+    let s = Scratch::new("posix");
+    let out = posix_compare(&s, None);
+    assert!(out.contains("each with the kernel's result"), "{out}");
+}
+
+/// The same calls through `easyio_connect` to a server (this test's thread) of the
+/// image; the image is consistent after the server stops.
+#[test]
+fn c_calls_answer_as_the_kernel_does_through_a_server() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let s = Scratch::new("posix-served");
+    let img = s.0.join("served.img");
+    let region = pmem::Region::create(&img, 16 << 20).unwrap();
+    fs::FileSystem::format(&region, &fs::FormatOptions::default()).unwrap();
+    let (fs, _) = fs::FileSystem::mount(Arc::new(region), fs::MountOptions::default()).unwrap();
+    let socket = s.0.join("sock");
+    let server = easyio_serve::Server::bind(Arc::new(fs), &img, &socket, false, true).unwrap();
+    let serving = std::thread::spawn(move || server.run(|| STOP.load(Ordering::SeqCst)));
+    let out = posix_compare(&s, Some(&socket));
+    assert!(out.contains("each with the kernel's result"), "{out}");
+    STOP.store(true, Ordering::SeqCst);
+    let fs = serving.join().unwrap().unwrap();
+    let fs = Arc::try_unwrap(fs)
+        .ok()
+        .expect("the server let the file system go");
+    fs.unmount().unwrap();
+    let report = fs::fsck::check(&pmem::Region::open(&img).unwrap()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// Builds `tests/c/posix_compare.c` against the installed library and runs it (on
+/// a new image, or through the server on `socket`); its output.
+fn posix_compare(s: &Scratch, socket: Option<&Path>) -> String {
     need("cc", "gcc");
     need("pkg-config", "pkg-config");
-    let s = Scratch::new("posix");
     let pc = install(&s.0.join("prefix"));
     let mut flags = pkg_config(&pc, &["--cflags"]);
     flags.extend(pkg_config(&pc, &["--libs"]));
@@ -202,11 +236,7 @@ fn c_calls_answer_as_the_kernel_does() {
     cc(&src, &s.0.join("posix_compare"), &flags);
     let kernel_dir = s.0.join("kernel");
     std::fs::create_dir(&kernel_dir).unwrap();
-    let out = ok(
-        Command::new(s.0.join("posix_compare"))
-            .arg(s.0.join("posix.img"))
-            .arg(&kernel_dir),
-        Duration::from_secs(120),
-    );
-    assert!(out.contains("each with the kernel's result"), "{out}");
+    let mut cmd = Command::new(s.0.join("posix_compare"));
+    cmd.arg(s.0.join("posix.img")).arg(&kernel_dir).args(socket);
+    ok(&mut cmd, Duration::from_secs(120))
 }

@@ -548,6 +548,12 @@ impl<'a> Conn<'a> {
                 flags,
             } => done(s.faccessat(self.dir(dir)?, &path, mode, flags))?,
             Request::Mkdirat { dir, path, mode } => done(s.mkdirat(self.dir(dir)?, &path, mode))?,
+            Request::Mknodat {
+                dir,
+                path,
+                mode,
+                rdev,
+            } => done(s.mknodat(self.dir(dir)?, &path, mode, rdev))?,
             Request::Unlinkat { dir, path, flags } => {
                 done(s.unlinkat(self.dir(dir)?, &path, flags))?
             }

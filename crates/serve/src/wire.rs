@@ -172,6 +172,14 @@ pub enum Request<'a> {
         path: String,
         mode: u32,
     },
+    /// `mknodat(dir, path, mode, rdev)`: a FIFO, socket, device (root only) or
+    /// regular file, the kind from `mode`'s `S_IF*` bits.
+    Mknodat {
+        dir: Option<u32>,
+        path: String,
+        mode: u32,
+        rdev: u64,
+    },
     /// `unlinkat(dir, path, flags)`.
     Unlinkat {
         dir: Option<u32>,

@@ -3,7 +3,10 @@
  * image), comparing every return value, errno and the data and attributes read back.
  * Exit status 0 only if all are equal.
  *
- *   posix_compare IMAGE KERNEL_DIR
+ *   posix_compare IMAGE KERNEL_DIR [SOCKET]
+ *
+ * With SOCKET, the easyio side is a connection to the server serving IMAGE there
+ * (`easyio_connect`) instead of a mount of a new IMAGE.
  */
 #define _GNU_SOURCE
 #include <easyio.h>
@@ -307,12 +310,18 @@ static void names(struct log *l, const struct ops *o) {
 static struct log on_kernel, on_easyio;
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s IMAGE KERNEL_DIR\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s IMAGE KERNEL_DIR [SOCKET]\n", argv[0]);
         return 2;
     }
     umask(0); /* easyio's trusted context applies no umask */
-    if (easyio_mkfs(argv[1], 16u << 20) != 0 || !(efs = easyio_mount(argv[1], NULL))) {
+    if (argc == 4) {
+        /* IMAGE is served by `easyio serve` on SOCKET: the calls are the server's. */
+        if (!(efs = easyio_connect(argv[3]))) {
+            fprintf(stderr, "posix_compare: server %s: %s\n", argv[3], easyio_last_error());
+            return 1;
+        }
+    } else if (easyio_mkfs(argv[1], 16u << 20) != 0 || !(efs = easyio_mount(argv[1], NULL))) {
         fprintf(stderr, "posix_compare: image %s: %s\n", argv[1], easyio_last_error());
         return 1;
     }

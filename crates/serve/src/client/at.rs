@@ -50,6 +50,17 @@ impl Client {
         self.done(Request::Mkdirat { dir, path, mode })
     }
 
+    /// `mknodat(dir, path, mode, rdev)`.
+    pub fn mknodat(&self, dir: Option<u32>, path: &str, mode: u32, rdev: u64) -> Result<()> {
+        let path = path.into();
+        self.done(Request::Mknodat {
+            dir,
+            path,
+            mode,
+            rdev,
+        })
+    }
+
     /// `unlinkat(dir, path, flags)`.
     pub fn unlinkat(&self, dir: Option<u32>, path: &str, flags: i32) -> Result<()> {
         let path = path.into();

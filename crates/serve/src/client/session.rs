@@ -45,6 +45,9 @@ macro_rules! like_session {
 }
 
 like_session! {
+    fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Fd => |c| c.openat(None, path, flags.0, mode).map(Fd);
+    fn mknod(&self, path: &str, mode: u32, rdev: u64) -> () => |c| c.mknodat(None, path, mode, rdev);
+    fn mknodat(&self, dir: Option<Fd>, path: &str, mode: u32, rdev: u64) -> () => |c| c.mknodat(num(dir), path, mode, rdev);
     fn openat(&self, dir: Option<Fd>, path: &str, flags: OpenFlags, mode: u32) -> Fd => |c| c.openat(num(dir), path, flags.0, mode).map(Fd);
     fn stat(&self, path: &str) -> Stat => |c| c.stat(path);
     fn lstat(&self, path: &str) -> Stat => |c| c.lstat(path);
