@@ -20,8 +20,8 @@
 //!
 //! # Place in the layers
 //!
-//! A door: it imports `fs` (and `pmem`, `mover`, `engine` to set a mount up) and
-//! `rt`; nothing below imports it. It must not add behaviour of its own to the file
+//! A door: it imports `fs` (and `pmem`, `mover`, `engine` to set a mount up), `rt`,
+//! and `serve` for a server's connection (`easyio_connect`); nothing below imports it. It must not add behaviour of its own to the file
 //! system: every call is one call of `fs` with its arguments converted.
 
 #![warn(missing_docs)]

@@ -2,7 +2,10 @@
 //! image. `LD_PRELOAD=libeasyio_preload.so EASYIO_IMAGE=img prog args`: paths under
 //! `EASYIO_MOUNT` (default `/easyio`) — absolute, relative to a current directory
 //! inside it, or from a descriptor of one of its directories — are the image's; every
-//! other call goes to libc unchanged. See `docs/PRELOAD.md`.
+//! other call goes to libc unchanged. With `EASYIO_SERVER=socket` instead, the
+//! process is a client of an `easyio serve` server, and several processes share the
+//! image (open files pass across `fork` and `exec`, locks hold between processes).
+//! See `docs/PRELOAD.md`.
 //!
 //! Each exported function has the name and C type of libc's. It passes the call on
 //! to libc (module `real`) unless it is the mount's: a path under the prefix (module `path`) or
@@ -17,8 +20,9 @@
 //!
 //! # Place in the layers
 //!
-//! A door beside `capi`: it imports `fs` and `pmem` (to open the region); nothing
-//! imports it.
+//! A door beside `capi`: it imports `fs` and `pmem` (to open the region), and
+//! `serve` to join a server instead (`EASYIO_SERVER`, modules `backend` and
+//! `inherit`); nothing imports it.
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
