@@ -51,17 +51,23 @@ pub(crate) struct Live {
     pub fs: Backend,
     /// The image file or the server's socket, for messages.
     pub image: String,
-    /// The process that mounted or connected (in a forked child: its parent).
-    pub pid: u32,
+    /// The fork generation of the process that mounted or connected (see
+    /// [`GENERATION`]): in a forked child, its parent's.
+    pub generation: u64,
 }
 
 impl Live {
     /// Whether this is a server's connection made by another process: a forked
     /// child's copy of its parent's, which the child must not use.
     pub fn is_parents_connection(&self) -> bool {
-        self.fs.client().is_some() && self.pid != std::process::id()
+        self.fs.client().is_some() && self.generation != GENERATION.load(Ordering::Relaxed)
     }
 }
+
+/// Counts the forks this process descends from (raised in every child), so that a
+/// child knows its parent's connection for what it is even if it could not replace
+/// it at the fork (another thread held the state's lock then).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 enum State {
     /// Nothing mounted yet (or released before a `fork`): the next call mounts.
@@ -90,7 +96,7 @@ pub(crate) fn adopt_at_connect(token: u64) {
 /// The mount if it is up, without starting it (and without waiting for a lock).
 pub(crate) fn current() -> Option<Arc<Live>> {
     match &*STATE.try_read()? {
-        State::Up(l) => Some(l.clone()),
+        State::Up(l) if !l.is_parents_connection() => Some(l.clone()),
         _ => None,
     }
 }
@@ -107,11 +113,19 @@ pub(crate) fn live() -> Result<Arc<Live>, i32> {
         return Err(libc::EBUSY);
     }
     match &*STATE.read() {
-        State::Up(l) => return Ok(l.clone()),
+        State::Up(l) if !l.is_parents_connection() => return Ok(l.clone()),
         State::Failed(e) => return Err(*e),
-        State::Down => {}
+        State::Up(_) | State::Down => {}
     }
     let mut state = STATE.write();
+    if let State::Up(l) = &*state {
+        if l.is_parents_connection() {
+            if let Some(c) = l.fs.client() {
+                c.abandon();
+            }
+            *state = State::Down;
+        }
+    }
     match &*state {
         State::Up(l) => Ok(l.clone()),
         State::Failed(e) => Err(*e),
@@ -185,7 +199,7 @@ fn start() -> Result<Live, (i32, String)> {
             cred: process_cred(),
         },
         image,
-        pid: std::process::id(),
+        generation: GENERATION.load(Ordering::Relaxed),
     })
 }
 
@@ -215,7 +229,7 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
     Ok(Live {
         fs: Backend::Remote(easyio_serve::Remote(client)),
         image: socket,
-        pid: std::process::id(),
+        generation: GENERATION.load(Ordering::Relaxed),
     })
 }
 
@@ -295,6 +309,7 @@ fn register_hooks() {
 /// the child's calls under the prefix are EBUSY. A server's connection is the
 /// parent's too: the child lets its copy go and connects anew at its next call.
 extern "C" fn in_child() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
     let Some(mut state) = STATE.try_write() else {
         return;
     };
