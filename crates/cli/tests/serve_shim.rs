@@ -256,3 +256,73 @@ EOF"#;
     assert_nothing_left_open(&server);
     server.stop();
 }
+
+#[test]
+fn a_lock_holds_against_another_process_until_its_holder_is_killed() {
+    need("python3", "python3");
+    let dir = Scratch::new("shim-lock");
+    let server = Server::start(&dir.0, &[]);
+    let shim_python = |code: &str| {
+        let mut c = Command::new("python3");
+        c.args(["-c", code])
+            .env("R", mount())
+            .env("LD_PRELOAD", shim())
+            .env("EASYIO_SERVER", &server.socket)
+            .env("EASYIO_MOUNT", mount())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let holder_code = r#"
+import fcntl, os, sys, time
+fd = os.open(os.environ["R"] + "/locked", os.O_CREAT | os.O_RDWR, 0o644)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0)
+print("held", flush=True)
+time.sleep(600)
+"#;
+    let tester_code = r#"
+import fcntl, os, sys
+fd = os.open(os.environ["R"] + "/locked", os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 5)
+    print("granted")
+except OSError as e:
+    print("refused", e.errno)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 100)
+print("elsewhere granted")
+"#;
+    let mut holder = shim_python(holder_code).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "held\n", "holder: {}", server.log_text());
+    let out = common::run_bounded(&mut shim_python(tester_code), LIMIT).0;
+    assert_eq!(
+        text(&out.stdout),
+        format!("refused {}\nelsewhere granted\n", libc::EAGAIN),
+        "{}",
+        text(&out.stderr)
+    );
+    // The holder dies without unlocking: its connection ends, and its locks with it.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = common::run_bounded(&mut shim_python(tester_code), LIMIT).0;
+        if text(&out.stdout).starts_with("granted") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "the killed holder's lock stayed: {}",
+            text(&out.stdout)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_nothing_left_open(&server);
+    server.stop();
+}
