@@ -15,17 +15,25 @@ pub(crate) enum Backend {
     Remote(Remote),
 }
 
-/// Defines a call of both backends: `$local` with the session `$s`; a server's
-/// client makes the call of the same name and arguments.
+/// Defines a call of both backends: mounted here, `$local` with `$s` — a session
+/// of the process's credentials (`|s|`, for the calls that check them), or the file
+/// system itself (`fs |f|`, for calls on open descriptors: no session to make); a
+/// server's client makes the call of the same name and arguments.
 macro_rules! both {
-    ($( fn $name:ident(&self $(, $a:ident : $t:ty)*) -> $r:ty => |$s:ident| $local:expr; )*) => {
+    (@here $fs:ident $cred:ident |$s:ident| $local:expr) => {{
+        let $s = $fs.as_user($cred);
+        $local
+    }};
+    (@here $fs:ident $cred:ident fs |$f:ident| $local:expr) => {{
+        let _ = $cred;
+        let $f: &FileSystem = $fs;
+        $local
+    }};
+    ($( fn $name:ident(&self $(, $a:ident : $t:ty)*) -> $r:ty => $($how:ident)? |$s:ident| $local:expr; )*) => {
         impl Backend {
             $( pub(crate) fn $name(&self $(, $a: $t)*) -> fs::Result<$r> {
                 match self {
-                    Backend::Local { fs, cred } => {
-                        let $s = fs.as_user(cred);
-                        $local
-                    }
+                    Backend::Local { fs, cred } => both!(@here fs cred $($how)? |$s| $local),
                     Backend::Remote(r) => r.$name($($a),*),
                 }
             } )*
@@ -65,18 +73,18 @@ both! {
     fn removexattr(&self, path: &str, name: &str) -> () => |s| s.removexattr(path, name);
     fn lremovexattr(&self, path: &str, name: &str) -> () => |s| s.lremovexattr(path, name);
     fn fremovexattr(&self, fd: Fd, name: &str) -> () => |s| s.fremovexattr(fd, name);
-    fn fstat(&self, fd: Fd) -> Stat => |s| s.fs().fstat(fd);
-    fn read(&self, fd: Fd, buf: &mut [u8]) -> usize => |s| s.fs().read(fd, buf);
-    fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> usize => |s| s.fs().pread(fd, buf, off);
-    fn write(&self, fd: Fd, buf: &[u8]) -> usize => |s| s.fs().write(fd, buf);
-    fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> usize => |s| s.fs().pwrite(fd, buf, off);
-    fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> u64 => |s| s.fs().lseek(fd, off, whence);
-    fn fsync(&self, fd: Fd) -> () => |s| s.fs().fsync(fd);
-    fn ftruncate(&self, fd: Fd, len: u64) -> () => |s| s.fs().ftruncate(fd, len);
-    fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> () => |s| s.fallocate(fd, mode, off, len);
-    fn close(&self, fd: Fd) -> () => |s| s.fs().close(fd);
-    fn readdir_fd(&self, fd: Fd, offset: u64) -> Vec<DirEntryAt> => |s| s.fs().readdir_fd(fd, offset);
-    fn statfs(&self) -> StatFs => |s| s.fs().statfs();
+    fn fstat(&self, fd: Fd) -> Stat => fs |f| f.fstat(fd);
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> usize => fs |f| f.read(fd, buf);
+    fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> usize => fs |f| f.pread(fd, buf, off);
+    fn write(&self, fd: Fd, buf: &[u8]) -> usize => fs |f| f.write(fd, buf);
+    fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> usize => fs |f| f.pwrite(fd, buf, off);
+    fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> u64 => fs |f| f.lseek(fd, off, whence);
+    fn fsync(&self, fd: Fd) -> () => fs |f| f.fsync(fd);
+    fn ftruncate(&self, fd: Fd, len: u64) -> () => fs |f| f.ftruncate(fd, len);
+    fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> () => fs |f| f.fallocate(fd, mode, off, len);
+    fn close(&self, fd: Fd) -> () => fs |f| f.close(fd);
+    fn readdir_fd(&self, fd: Fd, offset: u64) -> Vec<DirEntryAt> => fs |f| f.readdir_fd(fd, offset);
+    fn statfs(&self) -> StatFs => fs |f| f.statfs();
 }
 
 impl Backend {

@@ -17,15 +17,34 @@ use crate::table::{self, Desc};
 /// The mount a descriptor belongs to; EBUSY in a forked child of a process that
 /// mounted the image (the parent holds it). A child's descriptors of a server's
 /// connection are its own connection's, which adopted them.
-pub(crate) fn mount_of(d: &Desc) -> Result<Arc<Live>, i32> {
+pub(crate) fn mount_of(d: &Desc) -> Result<LiveRef<'_>, i32> {
     if is_forked_child() {
         // Says so once and answers EBUSY.
         live()?;
     }
     if d.live.is_parents_connection() {
-        return live();
+        return live().map(LiveRef::Own);
     }
-    Ok(d.live.clone())
+    Ok(LiveRef::Desc(&d.live))
+}
+
+/// The mount of a descriptor: its own (borrowed: a descriptor call takes no
+/// reference count that threads would contend on), or this process's connection in
+/// place of a parent's.
+pub(crate) enum LiveRef<'a> {
+    Desc(&'a Live),
+    Own(Arc<Live>),
+}
+
+impl std::ops::Deref for LiveRef<'_> {
+    type Target = Live;
+
+    fn deref(&self) -> &Live {
+        match self {
+            LiveRef::Desc(l) => l,
+            LiveRef::Own(l) => l,
+        }
+    }
 }
 
 /// The calls of a mount (path calls checked with the process's credentials).
@@ -43,9 +62,9 @@ pub(crate) fn at<T>(
         Err(e) => Some(Err(e)),
         Ok(Target::Kernel) => None,
         Ok(Target::Easy { dir, path }) => Some((|| {
-            let l: Arc<Live> = match &dir {
+            let l = match &dir {
                 Some(d) => mount_of(d)?,
-                None => live()?,
+                None => LiveRef::Own(live()?),
             };
             f(session(&l), dir.as_ref().map(|d| d.fd), &path).map_err(errno_of)
         })()),
