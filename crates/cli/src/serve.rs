@@ -23,8 +23,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
     /// Also serve the image through FUSE on this empty directory, so programs that
-    /// use files and clients of the socket share one file system (clients then read
-    /// through requests, not directly).
+    /// use files and clients of the socket share one file system.
     #[arg(long, value_name = "DIR")]
     mount: Option<PathBuf>,
     /// Who moves file data.
@@ -52,9 +51,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let slowmem = a.slowmem.model();
     let fs = Arc::new(easyio_fuse::open_image(&a.image, a.mode, false, slowmem)?);
-    // Clients read directly unless every read must pay for emulated slow memory, or
-    // FUSE writes (which do not keep the published page tables) share the image.
-    let direct = slowmem.is_none() && mount.is_none();
+    // Clients read directly unless every read must pay for emulated slow memory.
+    // Writes through FUSE keep the page tables as clients' do (`fs::DataChanges`).
+    let direct = slowmem.is_none();
     let server =
         easyio_serve::Server::bind(fs.clone(), &a.image, &a.socket, a.allow_other, direct)?;
     let fuse = match &mount {

@@ -42,6 +42,7 @@ mod recovery;
 mod rename;
 mod session_xattr;
 mod space;
+mod watch;
 pub mod xattr;
 
 use std::collections::HashMap;
@@ -74,6 +75,7 @@ use epoch::Epoch;
 pub use epoch::ExternalReaders;
 use file::OpenFile;
 use inode::Inode;
+pub use watch::DataChanges;
 
 /// Longest name of a directory entry, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -242,6 +244,8 @@ pub struct FileSystem {
     /// See [`MountOptions::read_only`]; `pm` is then a read-only view of the region.
     read_only: bool,
     unmounted: std::sync::atomic::AtomicBool,
+    /// See [`DataChanges`].
+    watcher: std::sync::OnceLock<Arc<dyn DataChanges>>,
 }
 
 impl FileSystem {

@@ -229,6 +229,7 @@ fn mount_with(
         lock_across_wait: opts.lock_across_wait,
         read_only: false,
         unmounted: AtomicBool::new(false),
+        watcher: std::sync::OnceLock::new(),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report, fixes))
@@ -366,6 +367,7 @@ fn mount_read_only(
         lock_across_wait: false,
         read_only: true,
         unmounted: AtomicBool::new(false),
+        watcher: std::sync::OnceLock::new(),
     };
     Ok((fs, report))
 }

@@ -178,13 +178,17 @@ impl Server {
         let user = self.fs.as_user(&cred);
         let mut a = a;
         if let (Some(size), Some(fh)) = (a.size, fh) {
-            user.ftruncate(fd(fh), size)?;
+            self.fs
+                .watched_reshape(ino, size, || user.ftruncate(fd(fh), size))?;
             a.size = None;
         }
         if a == SetAttr::default() {
             return user.getattr(ino);
         }
-        user.setattr(ino, &a)
+        match a.size {
+            Some(size) => self.fs.watched_reshape(ino, size, || user.setattr(ino, &a)),
+            None => user.setattr(ino, &a),
+        }
     }
 
     /// Creates `name` in `parent` and opens it, as `open(O_CREAT)` from a handle on the
@@ -202,7 +206,18 @@ impl Server {
         let cred = crate::cred::of(req, umask);
         let user = self.fs.as_user(&cred);
         let f = self.open_flags(flags) | FsFlags(flags & libc::O_EXCL | libc::O_CREAT);
-        let r = user.openat(Some(dir), name, f, mode);
+        // A file that exists (created since the kernel looked) is truncated by
+        // `O_TRUNC`: its readers elsewhere must know (see `fs::DataChanges`).
+        let existing = match flags & libc::O_TRUNC {
+            0 => None,
+            _ => user.fstatat(Some(dir), name, 0).ok().map(|st| st.ino),
+        };
+        let r = match existing {
+            Some(ino) => self
+                .fs
+                .watched_reshape(ino, 0, || user.openat(Some(dir), name, f, mode)),
+            None => user.openat(Some(dir), name, f, mode),
+        };
         let _ = self.fs.close(dir);
         let fd = r?;
         match self.fs.fstat(fd) {
@@ -218,7 +233,11 @@ impl Server {
     /// read-only, as Linux does; the `fs` crate checks write permission for it).
     fn open_as(&self, req: &Request, ino: u64, flags: i32) -> fs::Result<Fd> {
         let cred = crate::cred::of(req, 0);
-        self.fs.as_user(&cred).open_ino(ino, self.open_flags(flags))
+        let open = || self.fs.as_user(&cred).open_ino(ino, self.open_flags(flags));
+        match flags & libc::O_TRUNC {
+            0 => open(),
+            _ => self.fs.watched_reshape(ino, 0, open),
+        }
     }
 
     fn xattr_reply(r: fs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
@@ -473,12 +492,12 @@ impl Filesystem for Server {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -486,12 +505,21 @@ impl Filesystem for Server {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         };
+        // An appending handle writes at the end, whatever the offset.
+        let at = (flags.0 & libc::O_APPEND == 0).then_some(offset);
+        let len = data.len() as u64;
         let Some(u) = &self.uthreads else {
-            return written(self.fs.pwrite(fd(fh), data, offset), reply);
+            let r = self
+                .fs
+                .watched_write(ino.0, at, len, || self.fs.pwrite(fd(fh), data, offset));
+            return written(r, reply);
         };
         // The request's buffer is the reader thread's: the uthread gets a copy.
         let (fs, data) = (self.fs.clone(), data.to_vec());
-        u.run(move || written(fs.pwrite(fd(fh), &data, offset), reply));
+        u.run(move || {
+            let r = fs.watched_write(ino.0, at, len, || fs.pwrite(fd(fh), &data, offset));
+            written(r, reply)
+        });
     }
 
     fn flush(
@@ -697,14 +725,17 @@ impl Filesystem for Server {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.fallocate(fd(fh), mode, offset, length), reply);
+        let r = self
+            .fs
+            .watched_reshape(ino.0, 0, || self.fs.fallocate(fd(fh), mode, offset, length));
+        Self::empty(r, reply);
     }
 
     fn lseek(

@@ -265,6 +265,26 @@ impl Direct {
     }
 }
 
+/// The FUSE mount of the same process changes files through this too (see
+/// `fs::DataChanges`), so its writes keep the page tables as a client's do.
+impl fs::DataChanges for Direct {
+    fn write(
+        &self,
+        fs: &FileSystem,
+        ino: u64,
+        at: Option<u64>,
+        len: u64,
+        change: &mut dyn FnMut(),
+    ) {
+        let at = at.map_or(At::End, At::Offset);
+        Direct::write(self, fs, ino, at, len, change);
+    }
+
+    fn reshape(&self, fs: &FileSystem, ino: u64, len: u64, change: &mut dyn FnMut()) {
+        self.truncate(fs, ino, len, change);
+    }
+}
+
 impl fs::ExternalReaders for Direct {
     fn pinned_before(&self, e: u64) -> bool {
         self.slots.lock().iter().any(|s| {

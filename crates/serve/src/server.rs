@@ -86,6 +86,7 @@ impl Server {
         let direct = if direct {
             let d = Arc::new(Direct::new().map_err(|e| Error::os("shared memory", e))?);
             fs.set_external_readers(d.clone());
+            fs.set_data_changes(d.clone());
             Some(d)
         } else {
             None
