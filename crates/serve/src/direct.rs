@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fs::{FileSystem, BLOCK_SIZE};
@@ -58,6 +58,8 @@ pub enum At {
 /// One file's published size and page → block entries.
 pub(crate) struct PageTable {
     words: Words,
+    /// One past the highest page ever given an entry other than [`ASK`].
+    high: AtomicU64,
 }
 
 impl PageTable {
@@ -68,6 +70,9 @@ impl PageTable {
 
     fn set(&self, pg: u64, v: u64) {
         if pg < TABLE_PAGES {
+            if v != ASK {
+                self.high.fetch_max(pg + 1, Ordering::SeqCst);
+            }
             self.words
                 .at(PAGE0 + pg as usize)
                 .store(v, Ordering::SeqCst);
@@ -145,7 +150,10 @@ impl Direct {
         let words = Words::create("easyio-pages", PAGE0 + TABLE_PAGES as usize, false)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
-        let t = Arc::new(PageTable { words });
+        let t = Arc::new(PageTable {
+            words,
+            high: AtomicU64::new(0),
+        });
         // The first pages now; the rest as they are read through requests.
         let pages = size.div_ceil(BLOCK_SIZE).min(FIRST_PAGES);
         t.publish(fs, ino, 0, pages).map_err(|e| e.errno())?;
@@ -230,8 +238,13 @@ impl Direct {
         let old = t.size();
         t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
         // Pages past the new end, and the new last page (its tail is zeroed), stop
-        // being the file's: readers ask for them from now on.
-        let (first, end) = (len / BLOCK_SIZE, old.div_ceil(BLOCK_SIZE).min(TABLE_PAGES));
+        // being the file's: readers ask for them from now on. A size unknown since a
+        // failed publication: up to the highest page ever published.
+        let old_end = match old {
+            UNKNOWN => t.high.load(Ordering::SeqCst),
+            size => size.div_ceil(BLOCK_SIZE),
+        };
+        let (first, end) = (len / BLOCK_SIZE, old_end.min(TABLE_PAGES));
         t.forget(first, end);
         let r = f();
         // Published again: the new last page, and every page if the truncation was
