@@ -14,7 +14,8 @@ use crate::signals;
 pub struct MountArgs {
     /// The image (a region file, e.g. in /dev/shm, or a devdax device).
     image: PathBuf,
-    /// An existing empty directory to mount on.
+    /// An existing directory to mount on (what it holds is hidden while mounted, as
+    /// with any mount).
     mountpoint: PathBuf,
     /// Stay in the foreground, logging to standard error.
     #[arg(short, long)]

@@ -22,7 +22,7 @@ pub struct ServeArgs {
     /// replaced).
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
-    /// Also serve the image through FUSE on this empty directory, so programs that
+    /// Also serve the image through FUSE on this directory, so programs that
     /// use files and clients of the socket share one file system.
     #[arg(long, value_name = "DIR")]
     mount: Option<PathBuf>,
