@@ -3,7 +3,7 @@
 //! take the calls of [`fs::Session`] under the same names, so the shim's modules do
 //! not know which one they call.
 
-use easyio_serve::{Client, HeldLock, LockKind, Remote};
+use easyio_serve::{Client, HeldLock, LockKind, LockOwner, Remote};
 use fs::{Cred, DirEntryAt, Fd, FileSystem, OpenFlags, Stat, StatFs, Time, Whence};
 
 /// The file system the shim calls.
@@ -112,7 +112,7 @@ impl Backend {
     pub(crate) fn lock(
         &self,
         fd: Fd,
-        how: (bool, bool),
+        how: (LockOwner, bool),
         kind: LockKind,
         range: (u64, u64),
     ) -> fs::Result<Option<HeldLock>> {

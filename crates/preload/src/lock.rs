@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use easyio_serve::LockKind;
+use easyio_serve::{LockKind, LockOwner};
 use fs::Whence;
 
 use crate::guard::errno_of;
@@ -32,6 +32,10 @@ pub(crate) fn fcntl(d: &Desc, l: &Live, cmd: c_int, arg: *mut c_void) -> Result<
         libc::F_UNLCK => LockKind::Unlock,
         _ => return Err(libc::EINVAL),
     };
+    let owner = match cmd {
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK => LockOwner::OpenFile,
+        _ => LockOwner::Process,
+    };
     let open_file = matches!(
         cmd,
         libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK
@@ -46,7 +50,7 @@ pub(crate) fn fcntl(d: &Desc, l: &Live, cmd: c_int, arg: *mut c_void) -> Result<
         }
         match l
             .fs
-            .lock(d.fd, (open_file, true), kind, range)
+            .lock(d.fd, (owner, true), kind, range)
             .map_err(errno_of)?
         {
             None => f.l_type = libc::F_UNLCK as i16,
@@ -66,7 +70,7 @@ pub(crate) fn fcntl(d: &Desc, l: &Live, cmd: c_int, arg: *mut c_void) -> Result<
     }
     may_lock(d, kind)?;
     let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
-    set(l, d, (open_file, wait), kind, range)
+    set(l, d, (owner, wait), kind, range)
 }
 
 /// `flock(fd, op)`: a lock of the open file on the whole file.
@@ -77,20 +81,26 @@ pub(crate) fn flock(d: &Desc, l: &Live, op: c_int) -> Result<c_int, i32> {
         libc::LOCK_UN => LockKind::Unlock,
         _ => return Err(libc::EINVAL),
     };
-    set(l, d, (true, op & libc::LOCK_NB == 0), kind, (0, 0))
+    set(
+        l,
+        d,
+        (LockOwner::Flock, op & libc::LOCK_NB == 0),
+        kind,
+        (0, 0),
+    )
 }
 
 /// Sets a lock, asking again while it conflicts if `wait`.
 fn set(
     l: &Live,
     d: &Desc,
-    (open_file, wait): (bool, bool),
+    (owner, wait): (LockOwner, bool),
     kind: LockKind,
     range: (u64, u64),
 ) -> Result<c_int, i32> {
     let mut pause = Duration::from_micros(100);
     loop {
-        match l.fs.lock(d.fd, (open_file, false), kind, range) {
+        match l.fs.lock(d.fd, (owner, false), kind, range) {
             Ok(_) => return Ok(0),
             Err(e) if wait && e.errno() == libc::EAGAIN => {
                 std::thread::sleep(pause);
@@ -122,7 +132,8 @@ fn range(d: &Desc, l: &Live, f: &libc::flock) -> Result<(u64, u64), i32> {
     };
     let start = base.checked_add(f.l_start).ok_or(libc::EOVERFLOW)?;
     let (start, len) = if f.l_len < 0 {
-        (start + f.l_len, -f.l_len)
+        let back = f.l_len.checked_neg().ok_or(libc::EINVAL)?;
+        (start - back, back)
     } else {
         (start, f.l_len)
     };

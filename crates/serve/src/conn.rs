@@ -11,7 +11,7 @@ use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, SetAttr, Whence};
 use parking_lot::Mutex;
 
 use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
-use crate::locks::{Kind, Locks, Owner};
+use crate::locks::{Kind, LockOwner, Locks, Owner};
 use crate::wire::{self, Answer, On, Request, Status, MAX_ENTRIES, MAX_IO};
 
 /// What every connection of a server shares: counts, and the descriptors kept for a
@@ -97,6 +97,7 @@ fn let_go(fs: &FileSystem, counts: &Counts, file: Arc<Held>) -> fs::Result<()> {
     match Arc::into_inner(file) {
         Some(Held(fd)) => {
             counts.locks.release(Owner::File(id), None);
+            counts.locks.release(Owner::Flock(id), None);
             counts.open.fetch_sub(1, Ordering::SeqCst);
             fs.close(fd)
         }
@@ -220,11 +221,11 @@ impl<'a> Conn<'a> {
             Request::Lock {
                 fd,
                 test,
-                open_file,
+                owner,
                 kind,
                 start,
                 len,
-            } => self.lock(fd, (test, open_file), kind, (start, len))?,
+            } => self.lock(fd, (test, owner), kind, (start, len))?,
             Request::Read { fd, len } => {
                 let mut buf = vec![0u8; (len as usize).min(MAX_IO)];
                 let n = fs.read(self.own(fd)?.0, &mut buf)?;
@@ -426,26 +427,35 @@ impl<'a> Conn<'a> {
     fn lock(
         &self,
         fd: u32,
-        (test, open_file): (bool, bool),
+        (test, who): (bool, LockOwner),
         kind: Kind,
         (start, len): (u64, u64),
     ) -> fs::Result<Answer> {
         let (_, o) = self.own(fd)?;
+        // Offsets are `off_t`: a range past its largest is EOVERFLOW, as in Linux.
         let end = match len {
             0 => u64::MAX,
             n => start
                 .checked_add(n)
+                .filter(|&e| e <= i64::MAX as u64)
                 .ok_or(fs::Error::Errno(libc::EOVERFLOW))?,
         };
-        let owner = match open_file {
-            true => Owner::File(file_id(&o.file)),
-            false => Owner::Process(self.id),
+        if start > i64::MAX as u64 {
+            return Err(fs::Error::Errno(libc::EOVERFLOW));
+        }
+        let owner = match who {
+            LockOwner::OpenFile => Owner::File(file_id(&o.file)),
+            LockOwner::Flock => Owner::Flock(file_id(&o.file)),
+            LockOwner::Process => Owner::Process(self.id),
         };
         let locks = &self.counts.locks;
         if test {
             return Ok(Answer::Lock(locks.get(o.ino, owner, kind, (start, end))));
         }
-        let pid = if open_file { -1 } else { self.pid as i32 };
+        let pid = match who {
+            LockOwner::Process => self.pid as i32,
+            _ => -1,
+        };
         locks
             .set(o.ino, (owner, pid), kind, (start, end))
             .map_err(fs::Error::Errno)?;
@@ -989,10 +999,10 @@ mod tests {
                 mode: 0o644,
             }),
             1 => (prop::option::of(fd.clone()), path.clone(), any::<i32>()).prop_map(|(dir, path, flags)| Request::Unlinkat { dir, path, flags }),
-            1 => (fd.clone(), any::<bool>(), any::<bool>(), 0..3u8, off.clone(), off.clone()).prop_map(|(fd, test, open_file, k, start, len)| Request::Lock {
+            1 => (fd.clone(), any::<bool>(), 0..3u8, 0..3u8, off.clone(), off.clone()).prop_map(|(fd, test, o, k, start, len)| Request::Lock {
                 fd,
                 test,
-                open_file,
+                owner: [LockOwner::Process, LockOwner::OpenFile, LockOwner::Flock][o as usize],
                 kind: [LockKind::Read, LockKind::Write, LockKind::Unlock][k as usize],
                 start,
                 len,

@@ -36,4 +36,4 @@ pub mod wire;
 pub use client::{Client, RegionView, Remote};
 pub use error::{Error, Result};
 pub use server::Server;
-pub use wire::{HeldLock, LockKind, On};
+pub use wire::{HeldLock, LockKind, LockOwner, On};

@@ -1,8 +1,9 @@
 //! Advisory locks between client processes, as the kernel keeps them: POSIX record
 //! locks (`F_SETLK`, owned by a process: its connection) and open-file locks
-//! (`F_OFD_SETLK` and `flock`, owned by an open file, which a forked child shares).
-//! A lock conflicts with another owner's overlapping lock when either is a write
-//! lock. Waiting (`F_SETLKW`, `flock` without `LOCK_NB`) is the client's: it asks
+//! (`F_OFD_SETLK`, owned by an open file, which a forked child shares) conflict with
+//! each other; `flock` locks (owned by an open file too) only with `flock` locks, as
+//! in Linux. A lock conflicts with another owner's overlapping lock of the same
+//! family when either is a write lock. Waiting (`F_SETLKW`, `flock` without `LOCK_NB`) is the client's: it asks
 //! again until the lock is granted. There is no deadlock detection (`EDEADLK`).
 
 use std::collections::HashMap;
@@ -16,8 +17,28 @@ pub(crate) enum Owner {
     /// A process: POSIX record locks, released when it closes any descriptor of the
     /// file or ends.
     Process(u64),
-    /// An open file: `F_OFD_*` and `flock` locks, released with its last descriptor.
+    /// An open file: `F_OFD_*` locks, released with its last descriptor.
     File(usize),
+    /// An open file's `flock` lock (whole file), released with its last descriptor.
+    Flock(usize),
+}
+
+impl Owner {
+    /// `flock` locks and `fcntl` locks never conflict with each other.
+    fn is_flock(self) -> bool {
+        matches!(self, Owner::Flock(_))
+    }
+}
+
+/// Who a client asks to own a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockOwner {
+    /// The calling process (`F_SETLK`).
+    Process,
+    /// The open file (`F_OFD_SETLK`).
+    OpenFile,
+    /// The open file, a `flock` lock.
+    Flock,
 }
 
 /// A lock's kind, as `l_type` says it.
@@ -152,9 +173,12 @@ impl Locks {
 
 fn conflict(locks: &[Lock], owner: Owner, kind: Kind, start: u64, end: u64) -> Option<&Lock> {
     let want_write = kind == Kind::Write;
-    locks
-        .iter()
-        .find(|l| l.owner != owner && l.overlaps(start, end) && (l.write || want_write))
+    locks.iter().find(|l| {
+        l.owner != owner
+            && l.owner.is_flock() == owner.is_flock()
+            && l.overlaps(start, end)
+            && (l.write || want_write)
+    })
 }
 
 #[cfg(test)]
@@ -181,6 +205,24 @@ mod tests {
         l.set(7, A, Kind::Read, (30, 41)).unwrap();
         assert_eq!(l.set(7, A, Kind::Read, (85, 92)), Err(libc::EAGAIN));
         l.set(7, A, Kind::Read, (85, 90)).unwrap();
+    }
+
+    #[test]
+    fn flock_locks_and_fcntl_locks_do_not_meet() {
+        let l = Locks::default();
+        l.set(3, (Owner::Flock(9), -1), Kind::Write, (0, u64::MAX))
+            .unwrap();
+        l.set(3, B, Kind::Write, (0, u64::MAX)).unwrap();
+        l.set(3, (Owner::File(9), -1), Kind::Write, (0, 1))
+            .expect_err("an OFD lock meets B's record lock");
+        assert_eq!(
+            l.set(3, (Owner::Flock(8), -1), Kind::Read, (0, u64::MAX)),
+            Err(libc::EAGAIN),
+            "another open file's flock meets the first"
+        );
+        l.release(Owner::Flock(9), None);
+        l.set(3, (Owner::Flock(8), -1), Kind::Read, (0, u64::MAX))
+            .unwrap();
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use fs::{DirEntry, DirEntryAt, Stat, StatFs, Time};
 use serde::{Deserialize, Serialize};
 
-pub use crate::locks::{Held as HeldLock, Kind as LockKind};
+pub use crate::locks::{Held as HeldLock, Kind as LockKind, LockOwner};
 
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
@@ -280,13 +280,12 @@ pub enum Request<'a> {
     Heir { token: u64, pid: i32 },
     /// An advisory lock on `[start, start + len)` (`len` 0: to the end of any file)
     /// of open file `fd`: set or cleared (`F_SETLK`; `EAGAIN` on a conflict), or
-    /// with `test` the conflicting lock looked for (`F_GETLK` → [`Answer::Lock`]).
-    /// `open_file` makes the open file the owner (`F_OFD_*`, `flock`), else this
-    /// process is.
+    /// with `test` the conflicting lock looked for (`F_GETLK` → [`Answer::Lock`]),
+    /// owned by this process, the open file, or the open file's `flock`.
     Lock {
         fd: u32,
         test: bool,
-        open_file: bool,
+        owner: LockOwner,
         kind: LockKind,
         start: u64,
         len: u64,

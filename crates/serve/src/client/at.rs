@@ -7,7 +7,7 @@ use fs::{DirEntryAt, Stat, Time};
 
 use super::{unexpected, Client};
 use crate::error::{Error, Result};
-use crate::wire::{Answer, HeldLock, LockKind, On, Request, MAX_IO};
+use crate::wire::{Answer, HeldLock, LockKind, LockOwner, On, Request, MAX_IO};
 
 impl Client {
     /// `openat(dir, path, flags, mode)`; `dir` `None` is the root.
@@ -260,19 +260,19 @@ fn sized(answer: Answer, buf: &mut [u8]) -> Result<usize> {
 impl Client {
     /// Sets or clears an advisory lock on `[start, start + len)` of open file `fd`
     /// (`len` 0: to the end of any file); `EAGAIN` while another owner's lock
-    /// conflicts. `open_file`: the open file owns it (`F_OFD_SETLK`, `flock`),
-    /// otherwise this process does (`F_SETLK`).
+    /// conflicts. `owner`: this process (`F_SETLK`), the open file (`F_OFD_SETLK`)
+    /// or the open file's `flock`.
     pub fn lock(
         &self,
         fd: u32,
-        open_file: bool,
+        owner: LockOwner,
         kind: LockKind,
         (start, len): (u64, u64),
     ) -> Result<()> {
         self.done(Request::Lock {
             fd,
             test: false,
-            open_file,
+            owner,
             kind,
             start,
             len,
@@ -284,14 +284,14 @@ impl Client {
     pub fn test_lock(
         &self,
         fd: u32,
-        open_file: bool,
+        owner: LockOwner,
         kind: LockKind,
         (start, len): (u64, u64),
     ) -> Result<Option<HeldLock>> {
         match self.call(&Request::Lock {
             fd,
             test: true,
-            open_file,
+            owner,
             kind,
             start,
             len,

@@ -6,7 +6,7 @@
 use fs::{DirEntryAt, Fd, OpenFlags, Stat, StatFs, Time, Whence};
 
 use super::Client;
-use crate::wire::{HeldLock, LockKind, On};
+use crate::wire::{HeldLock, LockKind, LockOwner, On};
 
 /// A [`Client`] whose calls read as [`fs::Session`]'s.
 pub struct Remote(pub Client);
@@ -95,17 +95,17 @@ like_session! {
 
 impl Remote {
     /// Sets, clears (`test` false) or tests for (`test` true) an advisory lock of
-    /// open file `fd` (`open_file`: the open file owns it, else this process).
+    /// open file `fd`, owned as `owner` says.
     pub fn lock(
         &self,
         fd: Fd,
-        (open_file, test): (bool, bool),
+        (owner, test): (LockOwner, bool),
         kind: LockKind,
         range: (u64, u64),
     ) -> fs::Result<Option<HeldLock>> {
         match test {
-            true => self.0.test_lock(fd.0, open_file, kind, range),
-            false => self.0.lock(fd.0, open_file, kind, range).map(|()| None),
+            true => self.0.test_lock(fd.0, owner, kind, range),
+            false => self.0.lock(fd.0, owner, kind, range).map(|()| None),
         }
         .map_err(error)
     }
