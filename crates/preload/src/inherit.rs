@@ -1,11 +1,13 @@
 //! Descriptors of a server's connection (`EASYIO_SERVER`) across `fork` and `exec`,
 //! as the kernel passes a process's open files on.
 //!
-//! - **fork**: before it, a process holding descriptors of the mount asks the server
-//!   to keep them for its child (a handoff, by token); after it, the parent names
-//!   the child, and the child adopts them on its first call, under the same numbers
-//!   and sharing their offsets with the parent. The server lets only the maker or a
-//!   child of the maker adopt, and closes what was kept once the child is gone.
+//! - **fork**: before it (in the `pthread_atfork` handler, with the descriptor table
+//!   held, see `mount.rs`), a process holding descriptors of the mount asks the
+//!   server to keep them for its child (a handoff, by an unguessable token); after
+//!   it, the parent names the child as the heir, and the child connects and adopts
+//!   them at once, under the same numbers and sharing their offsets with the
+//!   parent. The server lets only the heir (or, before it is named, a child of the
+//!   maker) adopt, and closes what was kept once the heir is gone.
 //! - **exec**: the descriptors the program did not mark close-on-exec (a shell's
 //!   redirections), and a current directory inside the mount, are handed to the new
 //!   program through `EASYIO_INHERIT`; its shim adopts them before `main`. Their
@@ -21,28 +23,23 @@ use crate::table::{self, Desc};
 /// The variable that carries a handoff through `exec`.
 const VAR: &str = "EASYIO_INHERIT";
 
-/// Before `fork`: the token of a handoff of this process's descriptors of a
-/// server, if it has any.
-pub(crate) fn before_fork() -> Option<u64> {
-    if table::is_idle() {
-        return None;
+/// After `fork` returned `pid`: the child connects and adopts what its parent
+/// handed over (at once: a child whose parent exits is no longer its child); the
+/// parent names the child as the heir (or gives the handoff up if the fork failed).
+pub(crate) fn after_fork(pid: libc::pid_t) {
+    if pid == 0 {
+        if crate::mount::adoption_pending() {
+            let _ = crate::mount::live();
+        }
+        return;
     }
-    let l = crate::mount::live().ok()?;
-    l.fs.client()?.handoff().ok()
-}
-
-/// After `fork` returned `pid`: the child adopts handoff `token` at its next call;
-/// the parent names the child (or gives the handoff up if the fork failed).
-pub(crate) fn after_fork(token: Option<u64>, pid: libc::pid_t) {
-    let Some(token) = token else {
+    let Some(token) = crate::mount::take_fork_token() else {
         return;
     };
-    if pid == 0 {
-        crate::mount::adopt_at_connect(token);
-        return;
-    }
-    if let Some(c) = crate::mount::current().as_ref().and_then(|l| l.fs.client()) {
-        let _ = c.heir(token, if pid > 0 { pid } else { -1 });
+    if let Ok(l) = crate::mount::live() {
+        if let Some(c) = l.fs.client() {
+            let _ = c.heir(token, if pid > 0 { pid } else { -1 });
+        }
     }
 }
 
@@ -70,7 +67,9 @@ pub(crate) fn before_exec() -> Option<ExecHandoff> {
     }
     let l = crate::mount::live().ok()?;
     let c = l.fs.client()?;
-    let token = c.handoff().ok()?;
+    let mut fds: Vec<u32> = kept.iter().map(|(_, d)| d.fd.0).collect();
+    fds.dedup();
+    let token = c.handoff(&fds).ok()?;
     let mut value = format!("{token};{}", cwd.as_deref().map_or("-".into(), hex));
     let mut made = Vec::new();
     for (kfd, d) in &kept {
@@ -180,22 +179,25 @@ fn adopt(value: &str) {
         return;
     };
     let cwd = parts.next().filter(|c| *c != "-").and_then(unhex);
-    crate::mount::adopt_at_connect(token);
+    let entries: Vec<(i32, u32, i32, String)> = parts
+        .filter_map(|p| {
+            let f: Vec<&str> = p.split(',').collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+                unhex(f.get(3)?)?,
+            ))
+        })
+        .collect();
+    let keep = entries.iter().map(|e| e.1).collect();
+    crate::mount::adopt_at_connect(token, Some(keep));
     let Ok(l) = crate::mount::live() else {
         return;
     };
     let mut by_fd: std::collections::HashMap<u32, Arc<Desc>> = Default::default();
     let mut std_fds = Vec::new();
-    for p in parts {
-        let f: Vec<&str> = p.split(',').collect();
-        let (Some(kfd), Some(fd), Some(status), Some(path)) = (
-            f.first().and_then(|x| x.parse::<i32>().ok()),
-            f.get(1).and_then(|x| x.parse::<u32>().ok()),
-            f.get(2).and_then(|x| x.parse::<i32>().ok()),
-            f.get(3).and_then(|x| unhex(x)),
-        ) else {
-            continue;
-        };
+    for (kfd, fd, status, path) in entries {
         let desc = by_fd
             .entry(fd)
             .or_insert_with(|| {

@@ -88,9 +88,30 @@ static CHILD_MSG: Once = Once::new();
 static ADOPT: AtomicU64 = AtomicU64::new(0);
 static ADOPT_MSG: Once = Once::new();
 
-/// Makes the next connection adopt handoff `token`.
-pub(crate) fn adopt_at_connect(token: u64) {
+/// The descriptors of the mount this process will keep of what it adopts (the
+/// others are closed at once); `None`: those its table names when it connects.
+static ADOPT_KEEP: parking_lot::Mutex<Option<Vec<u32>>> = parking_lot::Mutex::new(None);
+
+/// Makes the next connection adopt handoff `token`, keeping `keep` of it (`None`:
+/// what the descriptor table names then).
+pub(crate) fn adopt_at_connect(token: u64, keep: Option<Vec<u32>>) {
+    *ADOPT_KEEP.lock() = keep;
     ADOPT.store(token, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// The handoff made by this thread's `fork` in progress (see [`before_fork`]).
+    static FORK_TOKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this process has a handoff to adopt when it connects.
+pub(crate) fn adoption_pending() -> bool {
+    ADOPT.load(Ordering::Relaxed) != 0
+}
+
+/// The handoff the last `fork` of this thread made for its child, if any.
+pub(crate) fn take_fork_token() -> Option<u64> {
+    Some(FORK_TOKEN.with(|t| t.replace(0))).filter(|&t| t != 0)
 }
 
 /// The mount if it is up, without starting it (and without waiting for a lock).
@@ -220,10 +241,22 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
         .collect();
     let token = ADOPT.swap(0, Ordering::Relaxed);
     if token != 0 {
-        if let Err(e) = client.adopt(token) {
-            ADOPT_MSG.say(|| {
+        match client.adopt(token) {
+            Ok(adopted) => {
+                // What the process closed before it connected is closed now.
+                let keep = ADOPT_KEEP.lock().take().unwrap_or_else(|| {
+                    crate::table::entries()
+                        .iter()
+                        .map(|(_, d, _)| d.fd.0)
+                        .collect()
+                });
+                for fd in adopted.iter().filter(|fd| !keep.contains(fd)) {
+                    let _ = client.close(*fd);
+                }
+            }
+            Err(e) => ADOPT_MSG.say(|| {
                 format!("descriptors inherited from the parent or before exec are lost: {e}")
-            });
+            }),
         }
     }
     Ok(Live {
@@ -298,21 +331,59 @@ fn register_hooks() {
     if AT_EXIT.swap(true, Ordering::Relaxed) {
         return;
     }
-    // SAFETY: both are plain functions of the shim that live as long as the process.
+    // SAFETY: plain functions of the shim that live as long as the process.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_child));
+        libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child));
     }
+}
+
+/// Before `fork`: the mount's state and the descriptor table are held across it, so
+/// that the child gets them whole (no other thread halfway through a change, no
+/// lock held for ever in the child); a client of a server asks it to keep every
+/// descriptor of the table for the child (a handoff; see `inherit.rs`).
+extern "C" fn before_fork() {
+    let guard = crate::guard::Guard::enter();
+    let state = STATE.write();
+    // Both released by `in_parent` and `in_child`.
+    let fds = crate::table::hold_across_fork();
+    // The client's own libc calls go to libc (the guard): a thread already inside
+    // the shim that forks hands nothing over.
+    if let (State::Up(l), Some(_)) = (&*state, &guard) {
+        if let (Some(c), false) = (l.fs.client(), l.is_parents_connection()) {
+            if !fds.is_empty() {
+                if let Ok(token) = c.handoff(&fds) {
+                    FORK_TOKEN.with(|t| t.set(token));
+                }
+            }
+        }
+    }
+    std::mem::forget(state);
+}
+
+/// After `fork`, in the parent: lets go what [`before_fork`] held.
+extern "C" fn in_parent() {
+    crate::table::release_after_fork();
+    // SAFETY: `before_fork` on this thread took the write lock and forgot its guard.
+    unsafe { STATE.force_unlock_write() };
 }
 
 /// In a child of `fork`: the parent keeps the image (its lock, its engine threads);
 /// the child's calls under the prefix are EBUSY. A server's connection is the
-/// parent's too: the child lets its copy go and connects anew at its next call.
+/// parent's too: the child lets its copy go and connects anew (see
+/// `inherit::after_fork`), adopting what the parent handed over.
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    let Some(mut state) = STATE.try_write() else {
-        return;
-    };
+    crate::table::release_after_fork();
+    // SAFETY: `before_fork` on this thread (the child's only one) took the write lock
+    // and forgot its guard; the child's copy of the lock is held by no one else.
+    unsafe { STATE.force_unlock_write() };
+    if let Some(token) = Some(FORK_TOKEN.with(|t| t.get())).filter(|&t| t != 0) {
+        adopt_at_connect(token, None);
+    }
+    // Closing the parent's socket must reach libc, not the shim's protection of it.
+    let _guard = crate::guard::Guard::enter();
+    let mut state = STATE.write();
     match &*state {
         State::Up(l) if l.fs.client().is_some() => {
             if let Some(c) = l.fs.client() {

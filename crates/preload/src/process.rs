@@ -13,14 +13,15 @@ use crate::real::libc_call;
 
 #[no_mangle]
 extern "C" fn fork() -> pid_t {
-    let token = crate::guard::Guard::enter().and_then(|_g| {
+    if let Some(_g) = crate::guard::Guard::enter() {
         crate::mount::release_if_idle();
-        crate::inherit::before_fork()
-    });
+    }
+    // A client of a server hands its descriptors over inside the fork (see
+    // `mount::before_fork`).
     let pid = libc_call!(fork: fn() -> pid_t,);
-    if let (Some(_), Some(_g)) = (token, crate::guard::Guard::enter()) {
+    if let Some(_g) = crate::guard::Guard::enter() {
         let e = crate::real::errno();
-        crate::inherit::after_fork(token, pid);
+        crate::inherit::after_fork(pid);
         crate::real::set_errno(e);
     }
     pid

@@ -165,3 +165,21 @@ pub(crate) fn inheritable_placeholder(kfd: i32) -> Result<(), i32> {
         Ok(())
     }
 }
+
+/// Before `fork`: holds the table (read) until [`release_after_fork`], so that the
+/// child's copy is whole and not locked; the file system descriptors it names.
+pub(crate) fn hold_across_fork() -> Vec<u32> {
+    let table = TABLE.read();
+    let mut fds: Vec<u32> = table.values().map(|s| s.desc.fd.0).collect();
+    fds.sort_unstable();
+    fds.dedup();
+    std::mem::forget(table);
+    fds
+}
+
+/// After `fork`, in the parent and in the child: lets the table go.
+pub(crate) fn release_after_fork() {
+    // SAFETY: `hold_across_fork` took a read lock on this thread and forgot its guard
+    // (in the child, the copy of that lock).
+    unsafe { TABLE.force_unlock_read() };
+}

@@ -24,8 +24,8 @@ pub(crate) struct Counts {
     pub open: AtomicU32,
     /// Handoffs made and not yet adopted, by token.
     kept: Mutex<HashMap<u64, Kept>>,
-    /// The last token given.
-    last_token: AtomicU64,
+    /// Handoffs made, for tokens.
+    handoffs: AtomicU64,
     /// The last connection's number.
     last_conn: AtomicU64,
     /// Advisory locks.
@@ -45,20 +45,37 @@ impl Counts {
     /// Closes what was kept for processes that are gone (an heir that exited, or
     /// execed a program that never adopted; an owner that died before naming it).
     pub fn sweep(&self, fs: &FileSystem) {
+        // `/proc` is read without the lock: handoffs go on meanwhile.
+        let waiting: Vec<(u64, u32)> = self
+            .kept
+            .lock()
+            .iter()
+            .map(|(&t, k)| (t, k.heir.unwrap_or(k.owner)))
+            .collect();
+        let dead: Vec<(u64, u32)> = waiting.into_iter().filter(|&(_, p)| !alive(p)).collect();
         let gone: Vec<Kept> = {
             let mut kept = self.kept.lock();
-            let dead: Vec<u64> = kept
+            let still: Vec<u64> = dead
                 .iter()
-                .filter(|(_, k)| !alive(k.heir.unwrap_or(k.owner)))
-                .map(|(&t, _)| t)
+                .filter(|(t, p)| kept.get(t).is_some_and(|k| k.heir.unwrap_or(k.owner) == *p))
+                .map(|&(t, _)| t)
                 .collect();
-            dead.iter().filter_map(|t| kept.remove(t)).collect()
+            still.iter().filter_map(|t| kept.remove(t)).collect()
         };
         for k in gone {
             for (_, o) in k.fds {
                 let _ = let_go(fs, self, o.file);
             }
         }
+    }
+
+    /// A new handoff token: not guessable by another client (the keys of a hasher
+    /// seeded at random, over a counter).
+    fn token(&self) -> u64 {
+        use std::hash::BuildHasher;
+        static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        let n = self.handoffs.fetch_add(1, Ordering::SeqCst);
+        KEYS.get_or_init(std::hash::RandomState::new).hash_one(n)
     }
 
     /// Handoffs not yet adopted.
@@ -247,7 +264,7 @@ impl<'a> Conn<'a> {
                 // An appending descriptor writes at the end, whatever its position.
                 let at = match o.append {
                     true => At::End,
-                    false => At::Offset(fs.lseek(fd, 0, Whence::Cur)?),
+                    false => At::Cursor(fd),
                 };
                 let n = self.writing(o.ino, at, data.len(), || fs.write(fd, &data))?;
                 Answer::Count(n as u64)
@@ -275,12 +292,12 @@ impl<'a> Conn<'a> {
             }
             Request::Fsync { fd } => done(fs.fsync(self.own(fd)?.0))?,
             Request::Fstat { fd } => Answer::Stat(s.fstat(self.own(fd)?.0)?),
-            Request::Handoff => Answer::Count(self.handoff()),
+            Request::Handoff { fds } => Answer::Count(self.handoff(&fds)?),
             Request::Heir { token, pid } => {
                 self.heir(token, pid);
                 Answer::Done
             }
-            Request::Adopt { token } => done(self.adopt(token))?,
+            Request::Adopt { token } => Answer::Fds(self.adopt(token)?),
             req => self.path_call(req)?,
         })
     }
@@ -357,19 +374,16 @@ impl<'a> Conn<'a> {
 
     /// Keeps every descriptor of this connection for the process that will adopt
     /// them (a child after `fork`, this process after `exec`); the token to adopt by.
-    fn handoff(&self) -> u64 {
-        let token = self.counts.last_token.fetch_add(1, Ordering::SeqCst) + 1;
-        let fds = self
-            .fds
+    fn handoff(&self, wanted: &[u32]) -> fs::Result<u64> {
+        let fds = wanted
             .iter()
-            .map(|(&fd, o)| {
-                (
-                    fd,
-                    Open {
-                        table: false,
-                        ..o.clone()
-                    },
-                )
+            .filter_map(|fd| self.fds.get(fd).map(|o| (*fd, o)))
+            .map(|(fd, o)| {
+                let o = Open {
+                    table: false,
+                    ..o.clone()
+                };
+                (fd, o)
             })
             .collect();
         let kept = Kept {
@@ -377,17 +391,30 @@ impl<'a> Conn<'a> {
             heir: None,
             fds,
         };
-        self.counts.kept.lock().insert(token, kept);
-        token
+        let mut all = self.counts.kept.lock();
+        if all.values().filter(|k| k.owner == self.pid).count() >= wire::MAX_HANDOFFS {
+            return Err(fs::Error::Errno(libc::EAGAIN));
+        }
+        let token = loop {
+            let t = self.counts.token();
+            if t != 0 && !all.contains_key(&t) {
+                break t;
+            }
+        };
+        all.insert(token, kept);
+        Ok(token)
     }
 
     /// Names the process a handoff of this client's is for; a negative `pid` (the
     /// `fork` failed, the `exec` returned) gives it up.
     fn heir(&self, token: u64, pid: i32) {
+        // Only a child of the maker may be named: naming another process would let it
+        // adopt, or keep the files open as long as it lives.
+        let child = pid > 0 && parent_of(pid as u32) == Some(self.pid);
         let mut kept = self.counts.kept.lock();
         match kept.get_mut(&token) {
-            Some(k) if k.owner == self.pid && pid > 0 => k.heir = Some(pid as u32),
-            Some(k) if k.owner == self.pid => {
+            Some(k) if k.owner == self.pid && child => k.heir = Some(pid as u32),
+            Some(k) if k.owner == self.pid && pid <= 0 => {
                 let k = kept.remove(&token).expect("present");
                 drop(kept);
                 for (_, o) in k.fds {
@@ -398,18 +425,24 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// Adopts the descriptors of handoff `token`: only its maker (after an `exec`)
-    /// or a child of its maker may (`EPERM`); an unknown token is `ENOENT`. A number
-    /// this connection holds already keeps its own file.
-    fn adopt(&mut self, token: u64) -> fs::Result<()> {
+    /// Adopts the descriptors of handoff `token`; the numbers adopted. Only the heir
+    /// named may, or — none named yet — its maker (after an `exec`) or a child of
+    /// its maker (`EPERM`); an unknown token is `ENOENT`. A number this connection
+    /// holds already keeps its own file.
+    fn adopt(&mut self, token: u64) -> fs::Result<Vec<u32>> {
         let mut kept = self.counts.kept.lock();
         let k = kept.get(&token).ok_or(fs::Error::NotFound)?;
-        let mine = self.pid != 0 && (k.owner == self.pid || parent_of(self.pid) == Some(k.owner));
+        let mine = self.pid != 0
+            && match k.heir {
+                Some(heir) => heir == self.pid,
+                None => k.owner == self.pid || parent_of(self.pid) == Some(k.owner),
+            };
         if !mine {
             return Err(fs::Error::NotPermitted("a handoff of another process"));
         }
         let k = kept.remove(&token).expect("present");
         drop(kept);
+        let mut adopted = Vec::new();
         for (fd, o) in k.fds {
             match self.fds.entry(fd) {
                 std::collections::btree_map::Entry::Occupied(_) => {
@@ -417,10 +450,11 @@ impl<'a> Conn<'a> {
                 }
                 std::collections::btree_map::Entry::Vacant(v) => {
                     v.insert(o);
+                    adopted.push(fd);
                 }
             }
         }
-        Ok(())
+        Ok(adopted)
     }
 
     /// An advisory lock request on open file `fd`.
@@ -873,7 +907,7 @@ mod tests {
             fd,
             data: b"ab".to_vec().into(),
         });
-        let Answer::Count(token) = parent.answer(Request::Handoff) else {
+        let Answer::Count(token) = parent.answer(Request::Handoff { fds: vec![fd, 99] }) else {
             panic!()
         };
         let mut stranger = Conn::new(&fs, Cred::root(), &counts, None);
@@ -888,7 +922,27 @@ mod tests {
             .unwrap();
         let mut child = Conn::new(&fs, Cred::root(), &counts, None);
         child.pid = process.id();
-        assert_eq!(child.answer(Request::Adopt { token }), Answer::Done);
+        // Named, the heir alone may adopt: another child of the maker may not.
+        let mut sibling = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut other = Conn::new(&fs, Cred::root(), &counts, None);
+        other.pid = sibling.id();
+        parent.answer(Request::Heir {
+            token,
+            pid: process.id() as i32,
+        });
+        assert_eq!(
+            other.answer(Request::Adopt { token }),
+            Answer::Error(libc::EPERM)
+        );
+        sibling.kill().unwrap();
+        sibling.wait().unwrap();
+        assert_eq!(
+            child.answer(Request::Adopt { token }),
+            Answer::Fds(vec![fd])
+        );
         assert_eq!(
             child.answer(Request::Adopt { token }),
             Answer::Error(libc::ENOENT)
@@ -916,7 +970,7 @@ mod tests {
             Answer::Data(b"abcd".to_vec())
         );
         // Kept for the child's own heir, which dies before adopting.
-        let Answer::Count(token) = child.answer(Request::Handoff) else {
+        let Answer::Count(token) = child.answer(Request::Handoff { fds: vec![fd] }) else {
             panic!()
         };
         child.answer(Request::Heir {
@@ -1007,7 +1061,7 @@ mod tests {
                 start,
                 len,
             }),
-            1 => Just(Request::Handoff),
+            1 => prop::collection::vec(fd.clone(), 0..3).prop_map(|fds| Request::Handoff { fds }),
             1 => any::<u64>().prop_map(|token| Request::Adopt { token }),
             1 => (any::<u64>(), any::<i32>()).prop_map(|(token, pid)| Request::Heir { token, pid }),
             1 => (fd.clone(), any::<u64>()).prop_map(|(fd, offset)| Request::ReaddirFd { fd, offset }),

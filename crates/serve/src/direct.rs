@@ -53,6 +53,9 @@ pub enum At {
     Offset(u64),
     /// At the end of the file (an appending descriptor).
     End,
+    /// At the position of this descriptor, read once the file's changes are
+    /// serialised (two connections may share the descriptor since a `fork`).
+    Cursor(fs::Fd),
 }
 
 /// One file's published size and page → block entries.
@@ -202,6 +205,7 @@ impl Direct {
         let off = match at {
             At::Offset(off) => off,
             At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
+            At::Cursor(fd) => fs.lseek(fd, 0, fs::Whence::Cur).unwrap_or(0),
         };
         let (first, end) = (
             off / BLOCK_SIZE,

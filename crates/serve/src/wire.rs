@@ -272,11 +272,14 @@ pub enum Request<'a> {
     Listxattr { on: On, size: u32 },
     /// `removexattr(name)`.
     Removexattr { on: On, name: String },
-    /// Before a `fork` or an `exec`: keep every descriptor of this connection open
-    /// for the process that will adopt them → [`Answer::Count`] with the token.
-    Handoff,
-    /// The child a [`Request::Handoff`] was made for (the server drops what it kept
-    /// once that process is gone); a negative `pid` gives the handoff up.
+    /// Before a `fork` or an `exec`: keep descriptors `fds` of this connection
+    /// open for the process that will adopt them (a child, or this process after
+    /// `exec`) → [`Answer::Count`] with the token (unguessable). At most
+    /// [`MAX_HANDOFFS`] of a process wait to be adopted (`EAGAIN`).
+    Handoff { fds: Vec<u32> },
+    /// The child a [`Request::Handoff`] was made for: from now on only it may adopt,
+    /// and the server drops what it kept once it is gone (a `pid` that is not a child
+    /// of this process is ignored); a negative `pid` gives the handoff up.
     Heir { token: u64, pid: i32 },
     /// An advisory lock on `[start, start + len)` (`len` 0: to the end of any file)
     /// of open file `fd`: set or cleared (`F_SETLK`; `EAGAIN` on a conflict), or
@@ -290,10 +293,14 @@ pub enum Request<'a> {
         start: u64,
         len: u64,
     },
-    /// Adopts the descriptors kept by handoff `token`, under the same numbers: only
-    /// the process that made it (after an `exec`) or a child of it may.
+    /// Adopts the descriptors kept by handoff `token`, under the same numbers →
+    /// [`Answer::Fds`], the numbers adopted: only the heir named, or (none named
+    /// yet) the process that made it (after an `exec`) or a child of it may.
     Adopt { token: u64 },
 }
+
+/// Handoffs of one process that may wait to be adopted.
+pub const MAX_HANDOFFS: usize = 64;
 
 /// The most entries one [`Request::ReaddirFd`] answers.
 pub const MAX_ENTRIES: usize = 1024;
@@ -333,6 +340,8 @@ pub enum Answer {
     /// A page table comes with this frame: the file's size, then one entry per page
     /// (see the server's `direct` module), `pages` of them.
     Table { ino: u64, pages: u64 },
+    /// Descriptor numbers.
+    Fds(Vec<u32>),
     /// The lock that conflicts, if any.
     Lock(Option<HeldLock>),
     /// Entries of a directory with their cookies.

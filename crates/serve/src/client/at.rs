@@ -222,11 +222,11 @@ impl Client {
         self.done(Request::Removexattr { on, name })
     }
 
-    /// Before a `fork` or an `exec`: the server keeps every descriptor of this
+    /// Before a `fork` or an `exec`: the server keeps descriptors `fds` of this
     /// connection for the process that will adopt them ([`Client::adopt`]); the
     /// token to adopt by.
-    pub fn handoff(&self) -> Result<u64> {
-        self.count(Request::Handoff)
+    pub fn handoff(&self, fds: &[u32]) -> Result<u64> {
+        self.count(Request::Handoff { fds: fds.to_vec() })
     }
 
     /// Names the process handoff `token` is for (after `fork`, the child), so the
@@ -236,10 +236,13 @@ impl Client {
         self.done(Request::Heir { token, pid })
     }
 
-    /// Adopts the descriptors of handoff `token` under their numbers: this process
-    /// made it (and has since `exec`ed), or its parent did.
-    pub fn adopt(&self, token: u64) -> Result<()> {
-        self.done(Request::Adopt { token })
+    /// Adopts the descriptors of handoff `token` under their numbers (this process
+    /// made it and has since `exec`ed, or its parent did); the numbers adopted.
+    pub fn adopt(&self, token: u64) -> Result<Vec<u32>> {
+        match self.call(&Request::Adopt { token })? {
+            Answer::Fds(fds) => Ok(fds),
+            other => Err(unexpected(other)),
+        }
     }
 }
 
