@@ -103,6 +103,7 @@ fn role_entry() {
         "holder" => holder(&c),
         "nobody" => nobody(&c),
         "acker" => acker(&c, arg.parse().unwrap()),
+        "forker" => forker(&c),
         other => panic!("unknown role {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -249,6 +250,37 @@ fn acker(c: &Client, me: u32) {
             writeln!(out, "GONE {victim}").unwrap();
         }
         out.flush().unwrap();
+    }
+}
+
+/// Forks: the child's calls on its parent's connection fail with ENOTCONN (the
+/// socket and the mailbox are the parent's), a connection of its own works, and the
+/// parent's goes on. Prints `child <errno> <errno> <size>` and `parent <size>`.
+fn forker(c: &Client) {
+    let fd = c
+        .open("/forked", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    c.pwrite(fd, b"before fork", 0).unwrap();
+    // SAFETY: the child only makes calls of this crate and exits with `_exit`.
+    match unsafe { libc::fork() } {
+        0 => {
+            let mut buf = [0u8; 32];
+            let read = c.pread(fd, &mut buf, 0).unwrap_err().errno();
+            let stat = c.stat("/forked").unwrap_err().errno();
+            let own = Client::connect(std::env::var(SOCKET).unwrap()).unwrap();
+            let size = own.stat("/forked").unwrap().size;
+            println!("child {read} {stat} {size}");
+            std::io::stdout().flush().unwrap();
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        pid => {
+            let mut status = 0;
+            // SAFETY: waits for the child just made.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            c.pwrite(fd, b"after fork!", 0).unwrap();
+            println!("parent {}", c.fstat(fd).unwrap().size);
+        }
     }
 }
 
@@ -785,6 +817,21 @@ fn mounted(dir: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     let dir = dir.to_str().unwrap();
     mounts.lines().any(|l| l.split(' ').nth(1) == Some(dir))
+}
+
+#[test]
+fn a_forked_child_cannot_use_its_parents_connection() {
+    let dir = Scratch::new("forker");
+    let server = Server::start(&dir.0, &[]);
+    let (st, lines, err) = finish(client_process("forker", &server.socket, ""));
+    assert!(st.success(), "{err}");
+    let child = format!("child {e} {e} 11", e = libc::ENOTCONN);
+    let said: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("child") || l.starts_with("parent"))
+        .collect();
+    assert_eq!(said, [&child, "parent 11"], "{err}");
+    server.stop();
 }
 
 #[test]

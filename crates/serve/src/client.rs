@@ -35,6 +35,26 @@ pub struct Client {
     region: Option<RegionView>,
     direct: Option<Direct>,
     server_pid: u32,
+    /// [`FORKS`] when it connected: a connection is its process's own.
+    forks: u64,
+}
+
+/// Forks this process descends from (raised in every child of `fork`): a
+/// connection made before a fork is the parent's — its socket and mailbox are
+/// shared with the parent — and the child's calls on it fail.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts forks from now on (once per process).
+fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: `forked` is a plain function that lives as long as the process.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked));
+    });
 }
 
 /// The image as this client sees it: mapped `PROT_READ`, so any store into it faults.
@@ -194,6 +214,7 @@ impl Client {
     }
 
     fn connect_full(socket: &Path, mailbox: bool, floor: Option<i32>) -> Result<Client> {
+        watch_forks();
         let stream = UnixStream::connect(socket)
             .map_err(|e| Error::os(format!("connecting to {}", socket.display()), e))?;
         let mut stream = UnixStream::from(above(stream.into(), floor));
@@ -254,6 +275,7 @@ impl Client {
                     region,
                     direct,
                     server_pid,
+                    forks: FORKS.load(Ordering::Relaxed),
                 })
             }
             Welcome::Refused(errno) => Err(Error::Fs(errno)),
@@ -279,6 +301,7 @@ impl Client {
 
     /// Makes one call whose answer may carry descriptors.
     fn call_with_fds(&self, req: &Request) -> Result<(Answer, Vec<OwnedFd>)> {
+        self.own_process()?;
         let mut guard = self.channel.lock();
         let Some(channel) = guard.as_mut() else {
             return Err(Error::Disconnected(io::ErrorKind::NotConnected.into()));
@@ -311,6 +334,17 @@ impl Client {
                 Ok(fd)
             }
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// `ENOTCONN` in a child of the process that connected: the connection is the
+    /// parent's (connect anew).
+    fn own_process(&self) -> Result<()> {
+        match FORKS.load(Ordering::Relaxed) == self.forks {
+            true => Ok(()),
+            false => Err(Error::Disconnected(io::Error::other(
+                "this connection is the parent process's (made before fork)",
+            ))),
         }
     }
 
@@ -359,6 +393,7 @@ impl Client {
     /// Copied straight from the mapping when the server allows direct reads (a
     /// request only when the file changed since its map was fetched).
     pub fn pread(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
+        self.own_process()?;
         match (&self.direct, &self.region) {
             (Some(d), Some(r)) => self.pread_direct(d, r, fd, buf, off),
             _ => self.pread_requested(fd, buf, off),
