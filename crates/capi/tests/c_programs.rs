@@ -169,7 +169,9 @@ fn demo_builds_with_pkg_config_and_runs() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo.c");
     cc(&src, &s.0.join("demo"), &flags);
     let out = ok(
-        Command::new(s.0.join("demo")).arg(s.0.join("demo.img")),
+        Command::new(s.0.join("demo"))
+            .arg(s.0.join("demo.img"))
+            .env("LD_LIBRARY_PATH", s.0.join("prefix/lib")),
         Duration::from_secs(120),
     );
     assert!(out.contains("demo: ok"), "{out}");
@@ -237,6 +239,9 @@ fn posix_compare(s: &Scratch, socket: Option<&Path>) -> String {
     let kernel_dir = s.0.join("kernel");
     std::fs::create_dir(&kernel_dir).unwrap();
     let mut cmd = Command::new(s.0.join("posix_compare"));
+    // The library just installed, not another build's that `cargo test`'s
+    // LD_LIBRARY_PATH may name first.
+    cmd.env("LD_LIBRARY_PATH", s.0.join("prefix/lib"));
     cmd.arg(s.0.join("posix.img")).arg(&kernel_dir).args(socket);
     ok(&mut cmd, Duration::from_secs(120))
 }

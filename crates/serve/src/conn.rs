@@ -30,6 +30,9 @@ pub(crate) struct Counts {
     last_conn: AtomicU64,
     /// Advisory locks.
     locks: Locks,
+    /// Processes whose connection ended while they still ran: their record locks
+    /// go when they do.
+    lock_holders: Mutex<std::collections::HashSet<u32>>,
 }
 
 /// Descriptors kept by a [`Request::Handoff`] until they are adopted.
@@ -66,6 +69,11 @@ impl Counts {
             for (_, o) in k.fds {
                 let _ = let_go(fs, self, o.file);
             }
+        }
+        let holders: Vec<u32> = self.lock_holders.lock().iter().copied().collect();
+        for pid in holders.into_iter().filter(|&p| !alive(p)) {
+            self.lock_holders.lock().remove(&pid);
+            self.locks.release(Owner::Process(pid as u64), None);
         }
     }
 
@@ -154,7 +162,8 @@ pub(crate) struct Conn<'a> {
     cred: Cred,
     /// The client's process (0: unknown, as in tests; it may adopt nothing).
     pub pid: u32,
-    /// This connection's number: the owner of its process's record locks.
+    /// This connection's number (the owner of its record locks when its process is
+    /// unknown).
     id: u64,
     /// Descriptors this connection holds.
     fds: BTreeMap<u32, Open>,
@@ -229,9 +238,7 @@ impl<'a> Conn<'a> {
                 let (_, o) = self.own(fd)?;
                 // Closing any descriptor of a file drops the process's record locks
                 // on it, as POSIX says.
-                self.counts
-                    .locks
-                    .release(Owner::Process(self.id), Some(o.ino));
+                self.counts.locks.release(self.process(), Some(o.ino));
                 self.forget(fd, o)?;
                 Answer::Done
             }
@@ -457,6 +464,16 @@ impl<'a> Conn<'a> {
         Ok(adopted)
     }
 
+    /// The owner of this client's record locks: its process (every connection of one
+    /// process shares them, as POSIX says); a connection of its own when the process
+    /// is unknown (tests).
+    fn process(&self) -> Owner {
+        match self.pid {
+            0 => Owner::Process((1 << 63) | self.id),
+            pid => Owner::Process(pid as u64),
+        }
+    }
+
     /// An advisory lock request on open file `fd`.
     fn lock(
         &self,
@@ -480,7 +497,7 @@ impl<'a> Conn<'a> {
         let owner = match who {
             LockOwner::OpenFile => Owner::File(file_id(&o.file)),
             LockOwner::Flock => Owner::Flock(file_id(&o.file)),
-            LockOwner::Process => Owner::Process(self.id),
+            LockOwner::Process => self.process(),
         };
         let locks = &self.counts.locks;
         if test {
@@ -719,7 +736,14 @@ impl<'a> Conn<'a> {
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
-        self.counts.locks.release(Owner::Process(self.id), None);
+        // A process's record locks outlive its connection while it runs (across an
+        // `exec`, as POSIX keeps them); the sweep drops them once it is gone.
+        match self.pid {
+            0 => self.counts.locks.release(self.process(), None),
+            pid => {
+                self.counts.lock_holders.lock().insert(pid);
+            }
+        }
         for (fd, o) in std::mem::take(&mut self.fds) {
             let _ = self.forget(fd, o);
         }

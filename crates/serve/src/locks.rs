@@ -1,5 +1,6 @@
 //! Advisory locks between client processes, as the kernel keeps them: POSIX record
-//! locks (`F_SETLK`, owned by a process: its connection) and open-file locks
+//! locks (`F_SETLK`, owned by a process, whatever connection of it asks, and kept
+//! across its `exec`) and open-file locks
 //! (`F_OFD_SETLK`, owned by an open file, which a forked child shares) conflict with
 //! each other; `flock` locks (owned by an open file too) only with `flock` locks, as
 //! in Linux. A lock conflicts with another owner's overlapping lock of the same
@@ -14,8 +15,8 @@ use serde::{Deserialize, Serialize};
 /// Who holds a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
-    /// A process: POSIX record locks, released when it closes any descriptor of the
-    /// file or ends.
+    /// A process (by pid): POSIX record locks, released when it closes any descriptor
+    /// of the file or ends.
     Process(u64),
     /// An open file: `F_OFD_*` locks, released with its last descriptor.
     File(usize),
