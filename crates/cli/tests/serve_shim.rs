@@ -258,7 +258,7 @@ EOF"#;
 }
 
 #[test]
-fn a_lock_holds_against_another_process_until_its_holder_is_killed() {
+fn a_lock_holds_against_another_process_across_its_exec_until_it_is_killed() {
     need("python3", "python3");
     let dir = Scratch::new("shim-lock");
     let server = Server::start(&dir.0, &[]);
@@ -274,12 +274,14 @@ fn a_lock_holds_against_another_process_until_its_holder_is_killed() {
             .stderr(Stdio::piped());
         c
     };
+    // The holder takes the lock, then execs another program with the descriptor
+    // kept open: as in Linux, the process keeps its lock across the exec.
     let holder_code = r#"
 import fcntl, os, sys, time
 fd = os.open(os.environ["R"] + "/locked", os.O_CREAT | os.O_RDWR, 0o644)
 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0)
-print("held", flush=True)
-time.sleep(600)
+os.set_inheritable(fd, True)
+os.execvp("python3", ["python3", "-c", "import time; print('held', flush=True); time.sleep(600)"])
 "#;
     let tester_code = r#"
 import fcntl, os, sys
