@@ -12,8 +12,13 @@
 //! socket. The socket also tells each side that the other is gone: a sleeping reader
 //! of it gets the end of the stream.
 //!
+//! Descriptors an answer carries (`SCM_RIGHTS`) go over the socket before the answer
+//! is set, and the answer says so (its `fds` word): only then does the client read the
+//! socket, so that a call with nothing on the socket makes no system call.
+//!
 //! Layout: word 0 the state, word 1 the payload length, word 2 whether the client
-//! sleeps, word 3 whether the server sleeps; the payload from byte [`DATA`] on.
+//! sleeps, word 3 whether the server sleeps, word 4 whether descriptors came with the
+//! answer; the payload from byte [`DATA`] on.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -44,6 +49,7 @@ const STATE: usize = 0;
 const LEN: usize = 1;
 const CLIENT_SLEEPS: usize = 2;
 const SERVER_SLEEPS: usize = 3;
+const FDS: usize = 4;
 
 /// Which side of the mailbox this process is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,65 +115,74 @@ impl Mailbox {
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: words 0..4 lie in the first DATA bytes of the live mapping, 8-aligned
+        // SAFETY: words 0..5 lie in the first DATA bytes of the live mapping, 8-aligned
         // (the mapping is page-aligned); every access to them is atomic.
         unsafe { &*self.ptr.cast::<AtomicU64>().add(i) }
     }
 
     /// Copies the payload out: `None` if its length is past the mailbox.
     pub fn take(&self) -> Option<Vec<u8>> {
-        let len = usize::try_from(self.word(LEN).load(Ordering::SeqCst)).ok()?;
-        if len > MAX_FRAME {
-            return None;
-        }
-        let mut buf = vec![0u8; len];
-        // SAFETY: DATA + len <= BYTES: inside the live mapping; `buf` is a distinct
-        // buffer. The other side may store into the payload meanwhile (it breaks only
-        // its own call): the copy is then of whatever bytes were there.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(DATA), buf.as_mut_ptr(), len) };
-        Some(buf)
+        let mut buf = Vec::new();
+        self.take_into(&mut buf).then_some(buf)
     }
 
-    /// Puts a payload (at most [`MAX_FRAME`] bytes) and sets the state to `state`,
-    /// ringing the other side if it sleeps.
-    pub fn put(&self, payload: &[u8], state: u64, bell: &UnixStream) -> io::Result<()> {
-        if payload.len() > MAX_FRAME {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "message too long",
-            ));
-        }
-        // SAFETY: DATA + len <= BYTES (checked above): inside the live mapping; the
-        // source is a distinct buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.ptr.add(DATA), payload.len())
+    /// Copies the payload into `buf` (replacing what it held, keeping its capacity
+    /// for the next call); `false` if its length is past the mailbox.
+    pub fn take_into(&self, buf: &mut Vec<u8>) -> bool {
+        let Some(len) = usize::try_from(self.word(LEN).load(Ordering::SeqCst))
+            .ok()
+            .filter(|&len| len <= MAX_FRAME)
+        else {
+            return false;
         };
-        self.word(LEN).store(payload.len() as u64, Ordering::SeqCst);
+        buf.clear();
+        buf.reserve(len);
+        // SAFETY: DATA + len <= BYTES: inside the live mapping; `buf` is a distinct
+        // buffer with room for `len` bytes, all of them written before `set_len`. The
+        // other side may store into the payload meanwhile (it breaks only its own
+        // call): the copy is then of whatever bytes were there.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(DATA), buf.as_mut_ptr(), len);
+            buf.set_len(len);
+        }
+        true
+    }
+
+    /// Says whether descriptors went over the socket for the answer about to be set
+    /// (the server's call, before it posts the answer).
+    pub fn note_fds(&self, sent: bool) {
+        self.word(FDS).store(u64::from(sent), Ordering::SeqCst);
+    }
+
+    /// Whether descriptors came with the answer just taken (the client's look).
+    pub fn fds_came(&self) -> bool {
+        self.word(FDS).load(Ordering::SeqCst) != 0
+    }
+
+    /// Encodes `msg` straight into the mailbox and sets the state to `state` (the
+    /// client's [`POSTED`] request, the server's [`ANSWERED`] answer), ringing the
+    /// other side if it sleeps. The side whose turn it is owns the payload: the other
+    /// does not touch it until the state says so (a client that does anyway breaks
+    /// only its own call). An answer too long for the mailbox is `InvalidInput`.
+    pub fn post<T: serde::Serialize>(
+        &self,
+        msg: &T,
+        state: u64,
+        bell: &UnixStream,
+    ) -> io::Result<()> {
+        // SAFETY: the payload area (BYTES - DATA bytes of the live mapping) is this
+        // side's until the state store below; this slice lives only for the encoding.
+        let area = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(DATA), BYTES - DATA) };
+        let len = postcard::to_slice(msg, area)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+            .len();
+        self.word(LEN).store(len as u64, Ordering::SeqCst);
         self.word(STATE).store(state, Ordering::SeqCst);
         let peer = match self.side {
             Side::Client => SERVER_SLEEPS,
             Side::Server => CLIENT_SLEEPS,
         };
         if self.word(peer).load(Ordering::SeqCst) != 0 {
-            ring(bell)?;
-        }
-        Ok(())
-    }
-
-    /// Encodes `msg` straight into the mailbox and posts it ([`POSTED`]), ringing the
-    /// server if it sleeps. The client's call only: the server does not touch the
-    /// payload until the state says so.
-    pub fn post<T: serde::Serialize>(&self, msg: &T, bell: &UnixStream) -> io::Result<()> {
-        // SAFETY: the payload area (BYTES - DATA bytes of the live mapping) belongs to
-        // the client while no request is posted; this slice lives only for the
-        // encoding below.
-        let area = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(DATA), BYTES - DATA) };
-        let len = postcard::to_slice(msg, area)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
-            .len();
-        self.word(LEN).store(len as u64, Ordering::SeqCst);
-        self.word(STATE).store(POSTED, Ordering::SeqCst);
-        if self.word(SERVER_SLEEPS).load(Ordering::SeqCst) != 0 {
             ring(bell)?;
         }
         Ok(())

@@ -244,21 +244,32 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
 /// Answers the calls a client posts in its mailbox until it goes (its socket ends).
 fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Result<()> {
     let mut ignored = Vec::new();
+    // One buffer for every request of the connection: a request costs no allocation.
+    let mut request = Vec::new();
     loop {
         match m.wait(mailbox::POSTED, SERVER_SPIN, bell, &mut ignored) {
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             r => r?,
         }
         ignored.clear();
-        let (answer, table) = match m.take() {
-            Some(payload) => conn.answer_bytes(&payload),
-            None => (wire::Answer::Error(libc::EMSGSIZE), None),
+        let (answer, table) = match m.take_into(&mut request) {
+            true => conn.answer_bytes(&request),
+            false => (wire::Answer::Error(libc::EMSGSIZE), None),
         };
-        if let Some(fd) = table.as_ref().and_then(|t| t.words().fd()) {
+        let fd = table.as_ref().and_then(|t| t.words().fd());
+        if let Some(fd) = fd {
             mailbox::send_fds(bell, &[fd.as_fd()])?;
         }
-        let bytes = wire::answer_frame(&answer);
-        m.put(&bytes[4..], mailbox::ANSWERED, bell)?;
+        m.note_fds(fd.is_some());
+        match m.post(&answer, mailbox::ANSWERED, bell) {
+            // An answer too long for the mailbox (a directory of very many names).
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => m.post(
+                &wire::Answer::Error(libc::EOVERFLOW),
+                mailbox::ANSWERED,
+                bell,
+            )?,
+            r => r?,
+        }
     }
 }
 
