@@ -194,6 +194,21 @@ fn copy_published(r: &RegionView, t: &Words, off: u64, buf: &mut [u8]) -> Option
         }
         done += take;
     }
+    // Read-ahead: the page after the last one read is where a sequential reader goes
+    // next. Touching its first line now starts the walk of the mapping's page tables
+    // (a block of a file overwritten in place of others lies anywhere in the region)
+    // while the caller uses these bytes.
+    let next = (off + n as u64).div_ceil(block);
+    if n > 0 && next < TABLE_PAGES {
+        if let Some(b) = t
+            .get(PAGE0 + next as usize)
+            .map(|w| w.load(Ordering::Relaxed))
+        {
+            if b != ASK && b != HOLE {
+                r.prefetch(b.saturating_mul(block));
+            }
+        }
+    }
     Some(n)
 }
 
@@ -801,6 +816,25 @@ impl RegionView {
 }
 
 impl RegionView {
+    /// Hints that region byte `off` is about to be read (nothing if it is past the
+    /// end).
+    pub fn prefetch(&self, off: u64) {
+        let Some(at) = usize::try_from(off)
+            .ok()
+            .and_then(|o| o.checked_add(self.region_offset))
+            .filter(|&a| a < self.map_len)
+        else {
+            return;
+        };
+        // SAFETY: `at` lies inside the live mapping (checked above); a prefetch reads
+        // nothing into the program and cannot fault.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.map.add(at).cast::<i8>(),
+            )
+        };
+    }
+
     /// Copies region bytes `[off, off + buf.len())` (offsets in the file system's
     /// region) into `buf`; false, and nothing copied, if that is past the end.
     pub fn read_region(&self, off: u64, buf: &mut [u8]) -> bool {
