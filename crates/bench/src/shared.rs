@@ -104,13 +104,19 @@ pub struct Report {
     pub machine: Machine,
     /// The measurements.
     pub rows: Vec<Row>,
+    /// The reader's reads per CPU-second alone on its file as first written, blocks
+    /// in file order (the row "reader with 2 writers" reads the file as writers
+    /// leave it, with and without them).
+    pub reader_fresh_file: f64,
     /// How to read them.
     pub note: &'static str,
 }
 
 const NOTE: &str = "latencies are medians; create throughput the median of three runs; \
 the reader's rate is per CPU-second it used \
-(2 cores shared by the reader, the writers, the server and its copy threads); \
+(2 cores shared by the reader, the writers, the server and its copy threads), \
+alone and beside the writers on the file as writers leave it (copy-on-write scatters its \
+blocks over the region, which by itself makes reading it slower: see the line above); \
 the server is a separate `easyio serve` process, and every client is a separate process \
 except the latency and reader client, which is this one";
 
@@ -126,11 +132,13 @@ pub fn run(a: SharedArgs, easyio_exe: &Path) -> anyhow::Result<()> {
     let _cleanup = Remove(vec![image.clone(), image.with_extension("sock")]);
     let local = in_process(&image, a.ops)?;
     let mut server = Server::start(easyio_exe, &image)?;
-    let rows = measure_shared(&a, easyio_exe, &server.socket, &local);
+    let measured = measure_shared(&a, easyio_exe, &server.socket, &local);
     server.stop()?;
+    let (rows, reader_fresh_file) = measured?;
     let report = Report {
         machine: Machine::this(),
-        rows: rows?,
+        rows,
+        reader_fresh_file,
         note: NOTE,
     };
     if a.json {
@@ -268,7 +276,7 @@ fn measure_shared(
     exe: &Path,
     socket: &Path,
     local: &Local,
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<(Vec<Row>, f64)> {
     let c = Client::connect(socket)?;
     if c.direct_stats().is_none() {
         bail!("the server did not grant direct reads");
@@ -279,6 +287,11 @@ fn measure_shared(
         row("write 4K", "µs", local.write_us, remote.write_us),
         row("create", "µs", local.create_us, remote.create_us),
     ];
+    // The reader alone on the file as written (its blocks in file order), then on
+    // the file as writers leave it, then beside the writers: the ratio compares the
+    // last two, which read the same kind of layout.
+    let fresh = reader_rate(&c, a.seconds, exe, socket, 0)?;
+    scatter(exe, socket, a.seconds)?;
     let alone = reader_rate(&c, a.seconds, exe, socket, 0)?;
     let beside = reader_rate(&c, a.seconds, exe, socket, 2)?;
     rows.push(row("reader with 2 writers", "reads/CPU-s", alone, beside));
@@ -296,7 +309,7 @@ fn measure_shared(
         median(one),
         median(two),
     ));
-    Ok(rows)
+    Ok((rows, fresh))
 }
 
 fn row(what: &'static str, unit: &'static str, baseline: f64, shared: f64) -> Row {
@@ -370,6 +383,27 @@ fn reader_rate(
         finish(k, "writer")?;
     }
     Ok(reads as f64 / cpu.max(1e-9))
+}
+
+/// Runs the two writers of [`reader_rate`] alone for `seconds`: overwritten blocks move
+/// (copy-on-write), so the reader's file ends up in blocks scattered over the region,
+/// as it is whenever writers have been at it.
+fn scatter(exe: &Path, socket: &Path, seconds: f64) -> anyhow::Result<()> {
+    let kids: Vec<Child> = (0..2)
+        .map(|i| {
+            spawn_role(
+                exe,
+                socket,
+                "writer",
+                i,
+                &["--seconds", &seconds.to_string()],
+            )
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for k in kids {
+        finish(k, "writer")?;
+    }
+    Ok(())
 }
 
 /// Files created per second by `procs` client processes at once.
@@ -593,5 +627,12 @@ fn print_report(r: &Report) {
         )
     );
     println!("baseline: the library in this process (last two rows: the reader alone, one creating process)");
+    if let Some(x) = r.rows.iter().find(|x| x.what == "reader with 2 writers") {
+        println!(
+            "the reader alone on its file as first written (blocks in file order): {:.2} reads/CPU-s, {:.2}x its rate on the file as writers leave it",
+            r.reader_fresh_file,
+            r.reader_fresh_file / x.baseline
+        );
+    }
     println!("note: {}", r.note);
 }

@@ -31,6 +31,7 @@ fn bench_shared_json_has_every_measurement_beside_its_peer() {
             "create, 2 processes"
         ]
     );
+    assert!(v["reader_fresh_file"].as_f64().unwrap() > 0.0, "{v}");
     for r in rows {
         let (b, s, ratio) = (
             r["baseline"].as_f64().unwrap(),
