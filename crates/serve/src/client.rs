@@ -102,13 +102,12 @@ impl Channel {
             wire::send(&mut self.stream, req)?;
             return receive_with_fds(&self.stream);
         };
-        m.post(req, mailbox::POSTED, &self.stream)?;
+        m.post(req, mailbox::POSTED, false, &self.stream)?;
         m.wait(mailbox::ANSWERED, CLIENT_SPIN, &self.stream, &mut self.fds)?;
         let payload = m
             .take()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "an answer too long"))?;
         let fds_came = m.fds_came();
-        m.set(mailbox::IDLE);
         // Descriptors sent with the answer are on the socket before it, and the
         // answer says so; with none, the socket is left alone (no system call). The
         // end of the stream here is the next call's to report: this one was answered.

@@ -3,22 +3,25 @@
 //! its calls one after the other), so that a call costs no system call while both
 //! sides are busy.
 //!
-//! The client writes a request frame's payload and its length, then sets the state
-//! to [`POSTED`]; the server thread copies the payload out (the client could change
-//! it meanwhile), answers into the same place and sets [`ANSWERED`]; the client
-//! copies the answer out and sets [`IDLE`]. A side that has nothing to do spins for a
+//! The client writes a request frame's payload, then sets the state to [`POSTED`];
+//! the server thread copies the payload out (the client could change it meanwhile),
+//! answers into the same place and sets [`ANSWERED`]; the client copies the answer
+//! out, and the next request follows. The state, the payload's length and whether
+//! descriptors came with an answer share one word, written with one store: a message
+//! moves that word's cache line between the two cores once each way. A side that has
+//! nothing to do spins for a
 //! moment, then says it sleeps (its `sleeps` word) and blocks reading the connection's
 //! socket; the other side, seeing that word, rings it awake with one byte on the
 //! socket. The socket also tells each side that the other is gone: a sleeping reader
 //! of it gets the end of the stream.
 //!
 //! Descriptors an answer carries (`SCM_RIGHTS`) go over the socket before the answer
-//! is set, and the answer says so (its `fds` word): only then does the client read the
-//! socket, so that a call with nothing on the socket makes no system call.
+//! is set, and the answer says so: only then does the client read the socket, so that
+//! a call with nothing on the socket makes no system call.
 //!
-//! Layout: word 0 the state, word 1 the payload length, word 2 whether the client
-//! sleeps, word 3 whether the server sleeps, word 4 whether descriptors came with the
-//! answer; the payload from byte [`DATA`] on.
+//! Layout: word 0 the message (bits 0–1 the state, 0 before the first request, bit 2 whether descriptors came,
+//! bits 32–63 the payload's length), word 2 whether the client sleeps, word 3 whether
+//! the server sleeps; the payload from byte [`DATA`] on.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -31,8 +34,6 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlag
 
 use crate::wire::MAX_FRAME;
 
-/// Nothing posted.
-pub const IDLE: u64 = 0;
 /// A request waits for the server.
 pub const POSTED: u64 = 1;
 /// An answer waits for the client.
@@ -45,11 +46,14 @@ pub const BYTES: usize = DATA + MAX_FRAME;
 /// How long a wait spins without giving its core away.
 const PURE_SPIN: Duration = Duration::from_micros(2);
 
-const STATE: usize = 0;
-const LEN: usize = 1;
+const MESSAGE: usize = 0;
 const CLIENT_SLEEPS: usize = 2;
 const SERVER_SLEEPS: usize = 3;
-const FDS: usize = 4;
+
+/// The state's bits of the message word.
+const STATE_BITS: u64 = 0b11;
+/// The message word's bit saying descriptors came with the answer.
+const FDS_CAME: u64 = 0b100;
 
 /// Which side of the mailbox this process is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -115,7 +119,7 @@ impl Mailbox {
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: words 0..5 lie in the first DATA bytes of the live mapping, 8-aligned
+        // SAFETY: words 0..4 lie in the first DATA bytes of the live mapping, 8-aligned
         // (the mapping is page-aligned); every access to them is atomic.
         unsafe { &*self.ptr.cast::<AtomicU64>().add(i) }
     }
@@ -129,12 +133,10 @@ impl Mailbox {
     /// Copies the payload into `buf` (replacing what it held, keeping its capacity
     /// for the next call); `false` if its length is past the mailbox.
     pub fn take_into(&self, buf: &mut Vec<u8>) -> bool {
-        let Some(len) = usize::try_from(self.word(LEN).load(Ordering::SeqCst))
-            .ok()
-            .filter(|&len| len <= MAX_FRAME)
-        else {
+        let len = (self.word(MESSAGE).load(Ordering::SeqCst) >> 32) as usize;
+        if len > MAX_FRAME {
             return false;
-        };
+        }
         buf.clear();
         buf.reserve(len);
         // SAFETY: DATA + len <= BYTES: inside the live mapping; `buf` is a distinct
@@ -148,26 +150,22 @@ impl Mailbox {
         true
     }
 
-    /// Says whether descriptors went over the socket for the answer about to be set
-    /// (the server's call, before it posts the answer).
-    pub fn note_fds(&self, sent: bool) {
-        self.word(FDS).store(u64::from(sent), Ordering::SeqCst);
-    }
-
     /// Whether descriptors came with the answer just taken (the client's look).
     pub fn fds_came(&self) -> bool {
-        self.word(FDS).load(Ordering::SeqCst) != 0
+        self.word(MESSAGE).load(Ordering::SeqCst) & FDS_CAME != 0
     }
 
     /// Encodes `msg` straight into the mailbox and sets the state to `state` (the
-    /// client's [`POSTED`] request, the server's [`ANSWERED`] answer), ringing the
-    /// other side if it sleeps. The side whose turn it is owns the payload: the other
-    /// does not touch it until the state says so (a client that does anyway breaks
-    /// only its own call). An answer too long for the mailbox is `InvalidInput`.
+    /// client's [`POSTED`] request, the server's [`ANSWERED`] answer, saying whether
+    /// descriptors went over the socket for it: `fds_sent`), ringing the other side
+    /// if it sleeps. The side whose turn it is owns the payload: the other does not
+    /// touch it until the state says so (a client that does anyway breaks only its
+    /// own call). A message too long for the mailbox is `InvalidInput`.
     pub fn post<T: serde::Serialize>(
         &self,
         msg: &T,
         state: u64,
+        fds_sent: bool,
         bell: &UnixStream,
     ) -> io::Result<()> {
         // SAFETY: the payload area (BYTES - DATA bytes of the live mapping) is this
@@ -176,8 +174,9 @@ impl Mailbox {
         let len = postcard::to_slice(msg, area)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
             .len();
-        self.word(LEN).store(len as u64, Ordering::SeqCst);
-        self.word(STATE).store(state, Ordering::SeqCst);
+        let fds = if fds_sent { FDS_CAME } else { 0 };
+        self.word(MESSAGE)
+            .store((len as u64) << 32 | fds | state, Ordering::SeqCst);
         let peer = match self.side {
             Side::Client => SERVER_SLEEPS,
             Side::Server => CLIENT_SLEEPS,
@@ -188,9 +187,9 @@ impl Mailbox {
         Ok(())
     }
 
-    /// Sets the state (the client's [`IDLE`] after it took an answer).
-    pub fn set(&self, state: u64) {
-        self.word(STATE).store(state, Ordering::SeqCst);
+    /// The state part of the message word.
+    fn state(&self) -> u64 {
+        self.word(MESSAGE).load(Ordering::SeqCst) & STATE_BITS
     }
 
     /// Waits until the state is `want`: spins for `spin`, then sleeps on the socket
@@ -205,7 +204,7 @@ impl Mailbox {
     ) -> io::Result<()> {
         let t0 = Instant::now();
         let mut n = 0u32;
-        while self.word(STATE).load(Ordering::SeqCst) != want {
+        while self.state() != want {
             n = n.wrapping_add(1);
             if n.is_multiple_of(64) {
                 let waited = t0.elapsed();
@@ -232,7 +231,7 @@ impl Mailbox {
         let flag = self.word(mine);
         flag.store(1, Ordering::SeqCst);
         let r = loop {
-            if self.word(STATE).load(Ordering::SeqCst) == want {
+            if self.state() == want {
                 break Ok(());
             }
             if let Err(e) = listen(bell, fds, true) {

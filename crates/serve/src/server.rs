@@ -260,12 +260,12 @@ fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Re
         if let Some(fd) = fd {
             mailbox::send_fds(bell, &[fd.as_fd()])?;
         }
-        m.note_fds(fd.is_some());
-        match m.post(&answer, mailbox::ANSWERED, bell) {
+        match m.post(&answer, mailbox::ANSWERED, fd.is_some(), bell) {
             // An answer too long for the mailbox (a directory of very many names).
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => m.post(
                 &wire::Answer::Error(libc::EOVERFLOW),
                 mailbox::ANSWERED,
+                fd.is_some(),
                 bell,
             )?,
             r => r?,
