@@ -548,6 +548,67 @@ fn a_reader_process_never_sees_a_torn_or_older_block_while_another_writes() {
 }
 
 #[test]
+fn staging_buffers_carry_writes_and_reads_and_a_scribbling_client_harms_nothing() {
+    let dir = Scratch::new("staging");
+    let server = Server::start(&dir.0, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    let fd = c
+        .open("/staged.dat", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let mut buf = c.staging_buffer(64 << 10).unwrap();
+    assert!(buf.len() >= 64 << 10);
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    buf[1000..41_000].copy_from_slice(&data);
+    // From inside the buffer, at an offset and at the position.
+    assert_eq!(c.pwrite(fd, &buf[1000..41_000], 5).unwrap(), 40_000);
+    assert_eq!(c.write(fd, &buf[1000..1005]).unwrap(), 5);
+    let mut plain = vec![0u8; 40_005];
+    assert_eq!(c.pread(fd, &mut plain, 0).unwrap(), 40_005);
+    assert_eq!(&plain[..5], &data[..5]);
+    assert_eq!(&plain[5..], &data[..]);
+    // Into the buffer: at the position (a request) and at an offset.
+    assert_eq!(c.lseek(fd, 5, libc::SEEK_SET).unwrap(), 5);
+    buf[..100].fill(0);
+    assert_eq!(c.read(fd, &mut buf[..100]).unwrap(), 100);
+    assert_eq!(&buf[..100], &data[..100]);
+    assert_eq!(c.pread(fd, &mut buf[200..300], 39_955).unwrap(), 50);
+    assert_eq!(&buf[200..250], &data[39_950..]);
+    // A thread that keeps changing the buffer while it is written from: the writes
+    // carry whatever bytes were there, and the server and the image are unharmed.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let base = buf.as_mut_ptr() as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut k = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k = k.wrapping_add(1);
+                // SAFETY: the test's own staging buffer, 64 KiB long; the scribbles
+                // race the server's copies on purpose (plain bytes either way).
+                unsafe { std::ptr::write_bytes(base as *mut u8, k, 64 << 10) };
+            }
+        });
+        for i in 0..2000u64 {
+            let piece = &buf[..4096];
+            assert_eq!(c.pwrite(fd, piece, (i % 16) * 4096).unwrap(), 4096);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(c.fstat(fd).unwrap().size, 16 * 4096);
+    // The `pwrite`, the `write`, the `read` and the 2000 `pwrite`s went as staged
+    // calls; the `pread` copied straight from the image (direct), with no call.
+    assert_eq!(c.staged_calls(), 3 + 2000);
+    drop(buf);
+    // Given back: another buffer can be had, and the connection still works.
+    let again = c.staging_buffer(4096).unwrap();
+    assert!(again.len() >= 4096);
+    drop(again);
+    c.close(fd).unwrap();
+    assert_eq!(c.status().unwrap().open_here, 0);
+    drop(c);
+    server.stop();
+}
+
+#[test]
 fn a_client_that_stores_into_the_image_is_killed_and_the_image_is_intact() {
     let dir = Scratch::new("segv");
     let server = Server::start(&dir.0, &[]);

@@ -24,6 +24,9 @@ use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
 mod at;
 mod session;
+mod staged;
+
+pub use staged::StagingBuf;
 
 pub use session::Remote;
 
@@ -37,6 +40,12 @@ pub struct Client {
     server_pid: u32,
     /// [`FORKS`] when it connected: a connection is its process's own.
     forks: u64,
+    /// Staging buffers mapped, by the server's number for each.
+    staging: Mutex<Vec<(u32, crate::staging::Buffer)>>,
+    /// Whether any was ever mapped (calls of a client with none skip the lock).
+    has_staging: std::sync::atomic::AtomicBool,
+    /// Data calls carried by staging buffers.
+    staged_calls: AtomicU64,
 }
 
 /// Forks this process descends from (raised in every child of `fork`): a
@@ -294,6 +303,9 @@ impl Client {
                     direct,
                     server_pid,
                     forks: FORKS.load(Ordering::Relaxed),
+                    staging: Mutex::new(Vec::new()),
+                    has_staging: std::sync::atomic::AtomicBool::new(false),
+                    staged_calls: AtomicU64::new(0),
                 })
             }
             Welcome::Refused(errno) => Err(Error::Fs(errno)),
@@ -494,6 +506,9 @@ impl Client {
     }
 
     fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
+        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+            return self.read_staged(fd, at, buf.len(), Some(off));
+        }
         let mut done = 0;
         while done < buf.len() {
             let len = (buf.len() - done).min(MAX_IO) as u32;
@@ -510,6 +525,9 @@ impl Client {
 
     /// `read` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn read(&self, fd: u32, buf: &mut [u8]) -> Result<usize> {
+        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+            return self.read_staged(fd, at, buf.len(), None);
+        }
         let len = buf.len().min(MAX_IO) as u32;
         let data = self.data(Request::Read { fd, len })?;
         buf[..data.len()].copy_from_slice(&data);
@@ -525,6 +543,9 @@ impl Client {
 
     /// `pwrite` of all of `buf` at `off` (in requests of at most [`MAX_IO`] bytes).
     pub fn pwrite(&self, fd: u32, buf: &[u8], off: u64) -> Result<usize> {
+        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+            return self.write_staged(fd, at, buf.len(), Some(off));
+        }
         let mut done = 0;
         for piece in buf.chunks(MAX_IO) {
             let off = off + done as u64;
@@ -539,6 +560,9 @@ impl Client {
 
     /// `write` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn write(&self, fd: u32, buf: &[u8]) -> Result<usize> {
+        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+            return self.write_staged(fd, at, buf.len(), None);
+        }
         let data = buf[..buf.len().min(MAX_IO)].into();
         Ok(self.count(Request::Write { fd, data })? as usize)
     }

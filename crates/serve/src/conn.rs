@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
 use crate::locks::{Kind, LockOwner, Locks, Owner};
+use crate::staging;
 use crate::wire::{self, Answer, On, Request, Status, MAX_ENTRIES, MAX_IO};
 
 /// What every connection of a server shares: counts, and the descriptors kept for a
@@ -174,6 +175,31 @@ pub(crate) struct Conn<'a> {
     /// Whether this client reads directly (it was given the image): only then does
     /// it get page tables.
     pub reads_directly: bool,
+    /// The staging buffers this connection holds, by number.
+    staging: HashMap<u32, staging::Buffer>,
+    /// The number of the last staging buffer made.
+    last_staging: u32,
+}
+
+/// What an answer carries over the socket beside it.
+pub(crate) enum Attached {
+    Nothing,
+    /// A page table: its segment's descriptor.
+    Table(Arc<PageTable>),
+    /// A new staging buffer's descriptor.
+    Staging(std::os::fd::OwnedFd),
+}
+
+impl Attached {
+    /// The descriptor to send with the answer.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            Attached::Nothing => None,
+            Attached::Table(t) => t.words().fd().map(|f| f.as_fd()),
+            Attached::Staging(fd) => Some(fd.as_fd()),
+        }
+    }
 }
 
 impl<'a> Conn<'a> {
@@ -193,12 +219,14 @@ impl<'a> Conn<'a> {
             counts,
             direct,
             reads_directly: direct.is_some(),
+            staging: HashMap::new(),
+            last_staging: 0,
         }
     }
 
     /// The answer to one frame's payload (`EBADMSG` if it is not a request), and the
-    /// page table to send with it.
-    pub fn answer_bytes(&mut self, payload: &[u8]) -> (Answer, Option<Arc<PageTable>>) {
+    /// descriptor to send with it.
+    pub fn answer_bytes(&mut self, payload: &[u8]) -> (Answer, Attached) {
         match wire::decode::<Request>(payload) {
             Some(Request::Table { fd }) => match self.table(fd) {
                 Ok((ino, t)) => (
@@ -206,13 +234,42 @@ impl<'a> Conn<'a> {
                         ino,
                         pages: TABLE_PAGES,
                     },
-                    Some(t),
+                    Attached::Table(t),
                 ),
-                Err(errno) => (Answer::Error(errno), None),
+                Err(errno) => (Answer::Error(errno), Attached::Nothing),
             },
-            Some(req) => (self.answer(req), None),
-            None => (Answer::Error(libc::EBADMSG), None),
+            Some(Request::Staging { len }) => match self.new_staging(len) {
+                Ok((id, len, fd)) => (Answer::Staging { id, len }, Attached::Staging(fd)),
+                Err(errno) => (Answer::Error(errno), Attached::Nothing),
+            },
+            Some(req) => (self.answer(req), Attached::Nothing),
+            None => (Answer::Error(libc::EBADMSG), Attached::Nothing),
         }
+    }
+
+    /// A new staging buffer of at least `len` bytes: its number, its length and its
+    /// descriptor; `EINVAL` for a length of 0 or past the largest, `ENOMEM` past
+    /// what a connection may hold.
+    fn new_staging(&mut self, len: u64) -> Result<(u32, u64, std::os::fd::OwnedFd), i32> {
+        if len == 0 || len > staging::MAX_BYTES {
+            return Err(libc::EINVAL);
+        }
+        let held: u64 = self.staging.values().map(|b| b.len() as u64).sum();
+        if self.staging.len() >= staging::MAX_COUNT || held + len > staging::MAX_TOTAL {
+            return Err(libc::ENOMEM);
+        }
+        let (buffer, fd) =
+            staging::Buffer::create(len).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        self.last_staging = self.last_staging.wrapping_add(1).max(1);
+        let id = self.last_staging;
+        let len = buffer.len() as u64;
+        self.staging.insert(id, buffer);
+        Ok((id, len, fd))
+    }
+
+    /// Staging buffer `id` of this connection (`EINVAL` if it holds none).
+    fn staging(&self, id: u32) -> fs::Result<&staging::Buffer> {
+        self.staging.get(&id).ok_or(fs::Error::Errno(libc::EINVAL))
     }
 
     /// The answer to `req`.
@@ -305,9 +362,90 @@ impl<'a> Conn<'a> {
                 Answer::Done
             }
             Request::Adopt { token } => Answer::Fds(self.adopt(token)?),
+            Request::DropStaging { id } => {
+                self.staging
+                    .remove(&id)
+                    .ok_or(fs::Error::Errno(libc::EINVAL))?;
+                Answer::Done
+            }
+            Request::WriteStaged {
+                fd,
+                id,
+                at,
+                len,
+                off,
+            } => Answer::Count(self.write_staged(fd, id, at, len, off)? as u64),
+            Request::ReadStaged {
+                fd,
+                id,
+                at,
+                len,
+                off,
+            } => Answer::Count(self.read_staged(fd, id, at, len, off)? as u64),
+            // Answered by `answer_bytes`, which sends their descriptors.
+            Request::Table { .. } | Request::Staging { .. } => {
+                return Err(fs::Error::Errno(libc::EPROTO))
+            }
             req => self.path_call(req)?,
         })
     }
+    /// A write from staging buffer `id`, as [`Request::WriteStaged`] says; `EFAULT`
+    /// for bytes outside the buffer.
+    fn write_staged(
+        &self,
+        fd: u32,
+        id: u32,
+        at: u64,
+        len: u64,
+        off: Option<u64>,
+    ) -> fs::Result<usize> {
+        let (fd, o) = self.own(fd)?;
+        let fs = self.fs;
+        // SAFETY: the bytes are only copied into the file; a client that changes them
+        // meanwhile tears its own write, nothing else.
+        let data =
+            unsafe { self.staging(id)?.bytes(at, len) }.ok_or(fs::Error::Errno(libc::EFAULT))?;
+        // As `write` and `pwrite`: an appending descriptor writes at the end.
+        match (off, o.append) {
+            (_, true) => self.writing(o.ino, At::End, data.len(), || match off {
+                Some(off) => fs.pwrite(fd, data, off),
+                None => fs.write(fd, data),
+            }),
+            (Some(off), false) => self.writing(o.ino, At::Offset(off), data.len(), || {
+                fs.pwrite(fd, data, off)
+            }),
+            (None, false) => self.writing(o.ino, At::Cursor(fd), data.len(), || fs.write(fd, data)),
+        }
+    }
+
+    /// A read into staging buffer `id`, as [`Request::ReadStaged`] says; `EFAULT` for
+    /// bytes outside the buffer.
+    fn read_staged(
+        &self,
+        fd: u32,
+        id: u32,
+        at: u64,
+        len: u64,
+        off: Option<u64>,
+    ) -> fs::Result<usize> {
+        let (fd, o) = self.own(fd)?;
+        // SAFETY: this connection's thread is the only one of this process that
+        // touches its buffers, and the slice ends with this call; the client may read
+        // the bytes meanwhile and get whatever is there.
+        let buf = unsafe { self.staging(id)?.bytes_mut(at, len) }
+            .ok_or(fs::Error::Errno(libc::EFAULT))?;
+        match off {
+            Some(off) => {
+                let n = self.fs.pread(fd, buf, off)?;
+                if let (Some(d), true) = (self.direct, o.table) {
+                    d.publish_read(self.fs, o.ino, off, n as u64);
+                }
+                Ok(n)
+            }
+            None => self.fs.read(fd, buf),
+        }
+    }
+
     /// `open`. With direct reads, `O_TRUNC` of a regular file is a truncation of the
     /// file opened (checked as `truncate` is: write permission), so that its page
     /// table is kept honest.
@@ -789,6 +927,141 @@ mod tests {
         direct.release(ino);
     }
 
+    /// Asks `c` for a staging buffer of `len` bytes: its number, and the client's
+    /// mapping of it.
+    fn staging_of(c: &mut Conn<'_>, len: u64) -> (u32, staging::Buffer) {
+        let (answer, attached) =
+            c.answer_bytes(&wire::frame(&Request::Staging { len }).unwrap()[4..]);
+        let Answer::Staging { id, len } = answer else {
+            panic!("{answer:?}")
+        };
+        let Attached::Staging(fd) = attached else {
+            panic!("no descriptor")
+        };
+        (id, staging::Buffer::map(&fd, len as usize).unwrap())
+    }
+
+    #[test]
+    fn staged_writes_and_reads_copy_between_the_clients_buffer_and_the_file() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let direct = Direct::new().unwrap();
+        let counts = Counts::default();
+        let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
+        let Answer::Fd(fd) = c.answer(Request::Open {
+            path: "/f".into(),
+            flags: libc::O_CREAT | libc::O_RDWR,
+            mode: 0o644,
+        }) else {
+            panic!()
+        };
+        let (id, client) = staging_of(&mut c, 10_000);
+        assert!(client.len() >= 10_000);
+        let data: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
+        // SAFETY: this test is the only user of the client's mapping.
+        unsafe { client.bytes_mut(100, 9000).unwrap().copy_from_slice(&data) };
+        let write = |c: &mut Conn<'_>, at, len, off| {
+            c.answer(Request::WriteStaged {
+                fd,
+                id,
+                at,
+                len,
+                off,
+            })
+        };
+        assert_eq!(write(&mut c, 100, 9000, Some(50)), Answer::Count(9000));
+        // At the position (0 after the open) as `write`: the first 10 bytes again.
+        assert_eq!(write(&mut c, 100, 10, None), Answer::Count(10));
+        let Answer::Data(got) = c.answer(Request::Pread {
+            fd,
+            len: 9050,
+            off: 0,
+        }) else {
+            panic!()
+        };
+        assert_eq!(&got[..10], &data[..10]);
+        assert_eq!(&got[10..50], &[0u8; 40]);
+        assert_eq!(&got[50..], &data[..]);
+        // Read back into the buffer's start: a short read at the end of the file.
+        let read = c.answer(Request::ReadStaged {
+            fd,
+            id,
+            at: 0,
+            len: 100,
+            off: Some(9000),
+        });
+        assert_eq!(read, Answer::Count(50));
+        // SAFETY: as above.
+        assert_eq!(unsafe { client.bytes(0, 50) }.unwrap(), &data[8950..]);
+        // Ranges outside the buffer, unknown buffers, descriptors not open.
+        let past = client.len() as u64;
+        assert_eq!(write(&mut c, past, 1, Some(0)), Answer::Error(libc::EFAULT));
+        assert_eq!(
+            write(&mut c, 1, u64::MAX, Some(0)),
+            Answer::Error(libc::EFAULT)
+        );
+        let read = c.answer(Request::ReadStaged {
+            fd,
+            id,
+            at: past - 1,
+            len: 2,
+            off: Some(0),
+        });
+        assert_eq!(read, Answer::Error(libc::EFAULT));
+        let other = c.answer(Request::WriteStaged {
+            fd,
+            id: id + 1,
+            at: 0,
+            len: 1,
+            off: None,
+        });
+        assert_eq!(other, Answer::Error(libc::EINVAL));
+        let closed = c.answer(Request::WriteStaged {
+            fd: fd + 7,
+            id,
+            at: 0,
+            len: 1,
+            off: None,
+        });
+        assert_eq!(closed, Answer::Error(libc::EBADF));
+        assert_eq!(c.answer(Request::DropStaging { id }), Answer::Done);
+        assert_eq!(write(&mut c, 0, 1, Some(0)), Answer::Error(libc::EINVAL));
+        assert_eq!(
+            c.answer(Request::DropStaging { id }),
+            Answer::Error(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn a_connection_holds_staging_buffers_within_its_limits() {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let counts = Counts::default();
+        let mut c = Conn::new(&fs, Cred::root(), &counts, None);
+        let ask = |c: &mut Conn<'_>, len| {
+            c.answer_bytes(&wire::frame(&Request::Staging { len }).unwrap()[4..])
+                .0
+        };
+        assert_eq!(ask(&mut c, 0), Answer::Error(libc::EINVAL));
+        assert_eq!(
+            ask(&mut c, staging::MAX_BYTES + 1),
+            Answer::Error(libc::EINVAL)
+        );
+        for _ in 0..staging::MAX_TOTAL / staging::MAX_BYTES {
+            assert!(matches!(
+                ask(&mut c, staging::MAX_BYTES),
+                Answer::Staging { .. }
+            ));
+        }
+        assert_eq!(ask(&mut c, 1), Answer::Error(libc::ENOMEM));
+        // Giving one back makes room again.
+        let id = *c.staging.keys().next().unwrap();
+        assert_eq!(c.answer(Request::DropStaging { id }), Answer::Done);
+        assert!(matches!(ask(&mut c, 4096), Answer::Staging { .. }));
+    }
+
     #[test]
     fn writes_on_an_appending_descriptor_are_published_where_they_land() {
         let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
@@ -1093,6 +1366,10 @@ mod tests {
             1 => (fd.clone(), any::<u32>()).prop_map(|(fd, size)| Request::Getxattr { on: On::Fd(fd), name: "user.a".into(), size }),
             1 => (path.clone(), prop::collection::vec(any::<u8>(), 0..100), any::<i32>()).prop_map(|(p, value, flags)| Request::Setxattr { on: On::Path(p), name: "user.a".into(), value, flags }),
             1 => path.prop_map(|p| Request::Listxattr { on: On::Link(p), size: 4096 }),
+            1 => (0..20_000u64).prop_map(|len| Request::Staging { len }),
+            1 => (0..4u32).prop_map(|id| Request::DropStaging { id }),
+            2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::WriteStaged { fd, id, at, len, off }),
+            2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::ReadStaged { fd, id, at, len, off }),
 
         ]
     }

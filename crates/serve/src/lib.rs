@@ -15,7 +15,9 @@
 //!   belong to the connection that opened them, or that adopted them from the
 //!   process that handed them over before a `fork` or an `exec` (only that process
 //!   itself or a child of it may adopt them). Advisory locks are kept between
-//!   processes as the kernel keeps them.
+//!   processes as the kernel keeps them. A client may ask for staging buffers of
+//!   shared memory ([`staging`]): writes from them and reads into them make no copy
+//!   through the mailbox.
 //! - **Crashes.** A client that dies (its socket closes) has its descriptors closed,
 //!   so nothing it held leaks and what it unlinked is freed; what the server
 //!   acknowledged is in the image. A server that dies makes every later call of its
@@ -31,9 +33,10 @@ mod locks;
 mod mailbox;
 mod server;
 pub mod shm;
+pub mod staging;
 pub mod wire;
 
-pub use client::{Client, RegionView, Remote};
+pub use client::{Client, RegionView, Remote, StagingBuf};
 pub use error::{Error, Result};
 pub use server::Server;
 pub use wire::{HeldLock, LockKind, LockOwner, On};

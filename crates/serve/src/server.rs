@@ -16,7 +16,7 @@ use std::time::Duration;
 use fs::{Cred, FileSystem};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
-use crate::conn::{Conn, Counts};
+use crate::conn::{Attached, Conn, Counts};
 use crate::direct::Direct;
 use crate::error::{Error, Result};
 use crate::mailbox::{self, Mailbox};
@@ -231,10 +231,10 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
         return answer_mailbox(&mut conn, &m, &stream);
     }
     while let Some(payload) = wire::receive(&mut stream)? {
-        let (answer, table) = conn.answer_bytes(&payload);
+        let (answer, attached) = conn.answer_bytes(&payload);
         let bytes = wire::answer_frame(&answer);
-        match table.as_ref().and_then(|t| t.words().fd()) {
-            Some(fd) => send_with(&stream, &bytes, &[fd.as_fd()])?,
+        match attached.fd() {
+            Some(fd) => send_with(&stream, &bytes, &[fd])?,
             None => io::Write::write_all(&mut stream, &bytes)?,
         }
     }
@@ -252,13 +252,13 @@ fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Re
             r => r?,
         }
         ignored.clear();
-        let (answer, table) = match m.take_into(&mut request) {
+        let (answer, attached) = match m.take_into(&mut request) {
             true => conn.answer_bytes(&request),
-            false => (wire::Answer::Error(libc::EMSGSIZE), None),
+            false => (wire::Answer::Error(libc::EMSGSIZE), Attached::Nothing),
         };
-        let fd = table.as_ref().and_then(|t| t.words().fd());
+        let fd = attached.fd();
         if let Some(fd) = fd {
-            mailbox::send_fds(bell, &[fd.as_fd()])?;
+            mailbox::send_fds(bell, &[fd])?;
         }
         match m.post(&answer, mailbox::ANSWERED, fd.is_some(), bell) {
             // An answer too long for the mailbox (a directory of very many names).

@@ -19,7 +19,7 @@ pub use crate::locks::{Held as HeldLock, Kind as LockKind, LockOwner};
 
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The longest frame either side accepts (a write or read of [`MAX_IO`] bytes fits).
 pub const MAX_FRAME: usize = MAX_IO + 4096;
@@ -297,6 +297,32 @@ pub enum Request<'a> {
     /// [`Answer::Fds`], the numbers adopted: only the heir named, or (none named
     /// yet) the process that made it (after an `exec`) or a child of it may.
     Adopt { token: u64 },
+    /// A staging buffer of at least `len` bytes (see the `staging` module; at most
+    /// 64 MiB, 64 buffers and 256 MiB a connection) → [`Answer::Staging`], with the
+    /// buffer's descriptor.
+    Staging { len: u64 },
+    /// Gives staging buffer `id` back.
+    DropStaging { id: u32 },
+    /// Writes bytes `[at, at + len)` of staging buffer `id` to open file `fd`: at
+    /// `off` as `pwrite`, or (`off` `None`) at the descriptor's position as `write`
+    /// → [`Answer::Count`].
+    WriteStaged {
+        fd: u32,
+        id: u32,
+        at: u64,
+        len: u64,
+        off: Option<u64>,
+    },
+    /// Reads up to `len` bytes of open file `fd` into staging buffer `id` at `at`:
+    /// from `off` as `pread`, or (`off` `None`) from the descriptor's position as
+    /// `read` → [`Answer::Count`], the bytes read.
+    ReadStaged {
+        fd: u32,
+        id: u32,
+        at: u64,
+        len: u64,
+        off: Option<u64>,
+    },
 }
 
 /// Handoffs of one process that may wait to be adopted.
@@ -346,6 +372,8 @@ pub enum Answer {
     Lock(Option<HeldLock>),
     /// Entries of a directory with their cookies.
     EntriesAt(Vec<DirEntryAt>),
+    /// A staging buffer of `len` bytes comes with this answer, named `id`.
+    Staging { id: u32, len: u64 },
     /// Failed with this errno.
     Error(i32),
 }
