@@ -12,7 +12,7 @@ pub(crate) enum Backend {
     Local { fs: Box<FileSystem>, cred: Cred },
     /// A server's: every call is a request (reads may be direct), checked by the
     /// server with this process's credentials as the kernel gives them.
-    Remote(Remote),
+    Remote(Box<Remote>),
 }
 
 /// Defines a call of both backends: mounted here, `$local` with `$s` — a session

@@ -260,7 +260,7 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
         }
     }
     Ok(Live {
-        fs: Backend::Remote(easyio_serve::Remote(client)),
+        fs: Backend::Remote(Box::new(easyio_serve::Remote(client))),
         image: socket,
         generation: GENERATION.load(Ordering::Relaxed),
     })
