@@ -116,6 +116,20 @@ int easyio_wait(struct easyio_fs *fs, uint64_t id, struct easyio_completion *out
 // request must have one waiter at a time.
 ssize_t easyio_wait_many(struct easyio_fs *fs, const uint64_t *ids, size_t n, size_t min, struct easyio_completion *out);
 
+// Allocates an I/O buffer of at least `len` bytes, page-aligned, for the calls of
+// `fs`. On a server's connection ([`crate::easyio_connect`]) it is memory the server
+// also maps: `easyio_pwrite`, `easyio_write`, `easyio_pread` and `easyio_read` of a
+// buffer inside it make no copy through the connection (at most 64 MiB a buffer,
+// and 64 buffers or 256 MiB a connection: ENOMEM past that). On an image mounted in
+// this process it is plain memory. Free it with [`easyio_buffer_free`] on the same
+// handle; what is left is freed by `easyio_unmount`. Returns NULL with errno on
+// failure (EINVAL for a length of 0).
+void *easyio_buffer_alloc(struct easyio_fs *fs, size_t len);
+
+// Frees a buffer [`easyio_buffer_alloc`] gave out on the same handle. Returns 0, or
+// -1 with errno (EINVAL: `buf` is not such a buffer).
+int easyio_buffer_free(struct easyio_fs *fs, void *buf);
+
 // Opens the directory at `path` for listing (ENOTDIR if it is not one).
 struct easyio_dir *easyio_opendir(struct easyio_fs *fs, const char *path);
 

@@ -31,6 +31,7 @@
 
 mod aio;
 mod args;
+mod buffers;
 mod dir;
 mod error;
 mod files;
@@ -41,6 +42,7 @@ mod uthread;
 mod xattr;
 
 pub use aio::*;
+pub use buffers::*;
 pub use dir::*;
 pub use error::easyio_last_error;
 pub use files::*;

@@ -53,6 +53,8 @@ pub(crate) struct Mount {
     pub fs: Target,
     /// `None`: the trusted context (no permission checks).
     pub cred: RwLock<Option<Arc<Cred>>>,
+    /// I/O buffers given out on an image mounted here (`easyio_buffer_alloc`).
+    pub buffers: crate::buffers::Buffers,
 }
 
 pub(crate) static MOUNTS: Registry<Mount> = Registry::new("easyio_fs");
@@ -189,6 +191,7 @@ fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut e
         next_request: AtomicU64::new(1),
         fs: Target::Here(Arc::new(fs)),
         cred: RwLock::new(None),
+        buffers: Default::default(),
     }))
 }
 
@@ -211,6 +214,7 @@ pub extern "C" fn easyio_connect(socket: *const c_char) -> *mut easyio_fs {
             next_request: AtomicU64::new(1),
             fs: Target::Server(Box::new(Remote(client))),
             cred: RwLock::new(None),
+            buffers: Default::default(),
         }))
     })
 }

@@ -50,6 +50,8 @@ struct ops {
     int (*chmod)(const char *p, mode_t mode);
     int (*utimens)(const char *p, const struct timespec t[2]);
     int (*list)(const char *p, char *out, size_t n);
+    void *(*buffer)(size_t n);
+    int (*unbuffer)(void *b);
 };
 
 /* ---- the kernel side: libc in the current directory (a tmpfs directory) ---- */
@@ -91,10 +93,16 @@ static int k_list(const char *p, char *out, size_t size) {
     return join_sorted(names, n, out, size);
 }
 
+static void *k_buffer(size_t n) { return aligned_alloc(4096, (n + 4095) / 4096 * 4096); }
+static int k_unbuffer(void *b) {
+    free(b);
+    return 0;
+}
+
 static const struct ops kernel = {
     k_open, k_openat, close, read, write, pread, pwrite, readv, writev, lseek, fstat,
     k_stat, k_lstat, ftruncate, truncate, fsync, unlink, mkdir, rmdir, rename, k_renameat2,
-    link, symlink, readlink, chmod, k_utimens, k_list,
+    link, symlink, readlink, chmod, k_utimens, k_list, k_buffer, k_unbuffer,
 };
 
 /* ---- the easyio side: the same calls through easyio.h ---- */
@@ -147,10 +155,14 @@ static int e_list(const char *p, char *out, size_t size) {
     return join_sorted(names, n, out, size);
 }
 
+static void *e_buffer(size_t n) { return easyio_buffer_alloc(efs, n); }
+static int e_unbuffer(void *b) { return easyio_buffer_free(efs, b); }
+
 static const struct ops easyio = {
     e_open, e_openat, e_close, e_read, e_write, e_pread, e_pwrite, e_readv, e_writev,
     e_lseek, e_fstat, e_stat, e_lstat, e_ftruncate, e_truncate, e_fsync, e_unlink, e_mkdir,
     e_rmdir, e_rename, e_renameat2, e_link, e_symlink, e_readlink, e_chmod, e_utimens, e_list,
+    e_buffer, e_unbuffer,
 };
 
 /* ---- what each call answered ---- */
@@ -244,6 +256,42 @@ static void files(struct log *l, const struct ops *o) {
     CALL("close append", o->close(fd));
 }
 
+/* A checksum of n bytes that depends on their order. */
+static long long sum(const unsigned char *b, int n) {
+    long long s = 0;
+    for (int i = 0; i < n; i++)
+        s += (long long)(i + 1) * b[i];
+    return s;
+}
+
+/* I/O buffers from the side's allocator (easyio_buffer_alloc: through a server, shared
+ * memory the server copies from and into): writes from one, reads into it at an
+ * offset, at the position and past the end. */
+static void buffers(struct log *l, const struct ops *o) {
+    enum { N = 20000 };
+    unsigned char *b = o->buffer(N);
+    if (!b) {
+        CALL("buffer", -1);
+        return;
+    }
+    for (int i = 0; i < N; i++)
+        b[i] = (unsigned char)(i * 7 % 251);
+    int fd = OPEN("open big O_CREAT", o->open("big", O_CREAT | O_RDWR, 0644));
+    CALL("pwrite from a buffer", o->pwrite(fd, b, N, 3));
+    CALL("write from a buffer", o->write(fd, b + 100, 50));
+    memset(b, 0, N);
+    CALL("pread into a buffer", o->pread(fd, b, N, 0));
+    note(l, "%s%lld %lld %lld", "", sum(b, N), b[3], b[N - 1]);
+    CALL("lseek SET 10", o->lseek(fd, 10, SEEK_SET));
+    memset(b, 0, N);
+    CALL("read into a buffer", o->read(fd, b + 4096, 1000));
+    note(l, "%s%lld %lld %lld", "", sum(b + 4096, 1000), b[4096], b[4096 + 999]);
+    CALL("pread past the end into a buffer", o->pread(fd, b, 100, N - 20));
+    CALL("close big", o->close(fd));
+    CALL("unlink big", o->unlink("big"));
+    CALL("free the buffer", o->unbuffer(b));
+}
+
 /* Names: errors of open, links, renames, modes, times, listing, removal. */
 static void names(struct log *l, const struct ops *o) {
     char buf[64];
@@ -332,9 +380,15 @@ int main(int argc, char **argv) {
     struct log *l = &on_kernel;
     files(l, &kernel);
     names(l, &kernel);
+    buffers(l, &kernel);
     l = &on_easyio;
     files(l, &easyio);
     names(l, &easyio);
+    buffers(l, &easyio);
+    if (easyio_buffer_free(efs, &argc) == 0 || errno != EINVAL) {
+        fprintf(stderr, "posix_compare: freeing a foreign buffer did not fail with EINVAL\n");
+        return 1;
+    }
     if (easyio_unmount(efs) != 0) {
         fprintf(stderr, "posix_compare: unmount: %s\n", easyio_last_error());
         return 1;

@@ -1,0 +1,93 @@
+//! I/O buffers a program asks the library for (`easyio_buffer_alloc`): on a
+//! server's connection, staging buffers the server also maps, so that reads into
+//! them and writes from them make no copy through the connection (zero-copy); on an
+//! image mounted here, plain page-aligned memory.
+
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+use parking_lot::Mutex;
+
+use crate::error::{call, Failure};
+use crate::files::mount_of;
+use crate::mount::{easyio_fs, Target};
+
+/// The buffers given out on an image mounted here, by address; what is left is
+/// freed with the mount.
+#[derive(Default)]
+pub(crate) struct Buffers(Mutex<HashMap<usize, Layout>>);
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        for (at, layout) in self.0.get_mut().drain() {
+            // SAFETY: allocated by `easyio_buffer_alloc` with this layout, and not
+            // freed since (freeing removes it from the map).
+            unsafe { std::alloc::dealloc(at as *mut u8, layout) };
+        }
+    }
+}
+
+/// A failure of the server's connection, with its errno.
+fn served(e: easyio_serve::Error) -> Failure {
+    Failure::new(e.errno(), e.to_string())
+}
+
+/// The alignment of every buffer: a page.
+const ALIGN: usize = 4096;
+
+/// Allocates an I/O buffer of at least `len` bytes, page-aligned, for the calls of
+/// `fs`. On a server's connection ([`crate::easyio_connect`]) it is memory the server
+/// also maps: `easyio_pwrite`, `easyio_write`, `easyio_pread` and `easyio_read` of a
+/// buffer inside it make no copy through the connection (at most 64 MiB a buffer,
+/// and 64 buffers or 256 MiB a connection: ENOMEM past that). On an image mounted in
+/// this process it is plain memory. Free it with [`easyio_buffer_free`] on the same
+/// handle; what is left is freed by `easyio_unmount`. Returns NULL with errno on
+/// failure (EINVAL for a length of 0).
+#[no_mangle]
+pub extern "C" fn easyio_buffer_alloc(fs: *mut easyio_fs, len: usize) -> *mut c_void {
+    call(std::ptr::null_mut(), || {
+        let m = mount_of(fs)?;
+        if len == 0 {
+            return Err(Failure::new(libc::EINVAL, "a buffer of 0 bytes"));
+        }
+        match &m.fs {
+            Target::Server(r) => {
+                let (at, _) = r.0.map_staging(len).map_err(served)?;
+                Ok(at.as_ptr().cast())
+            }
+            Target::Here(_) => {
+                let layout = Layout::from_size_align(len, ALIGN)
+                    .map_err(|_| Failure::new(libc::ENOMEM, "a buffer too large"))?;
+                // SAFETY: `layout` has a non-zero size (checked above).
+                let at = unsafe { std::alloc::alloc(layout) };
+                if at.is_null() {
+                    return Err(Failure::new(libc::ENOMEM, "out of memory"));
+                }
+                m.buffers.0.lock().insert(at as usize, layout);
+                Ok(at.cast())
+            }
+        }
+    })
+}
+
+/// Frees a buffer [`easyio_buffer_alloc`] gave out on the same handle. Returns 0, or
+/// -1 with errno (EINVAL: `buf` is not such a buffer).
+#[no_mangle]
+pub extern "C" fn easyio_buffer_free(fs: *mut easyio_fs, buf: *mut c_void) -> c_int {
+    call(-1, || {
+        let m = mount_of(fs)?;
+        match &m.fs {
+            Target::Server(r) => r.0.release_staging(buf.cast()).map_err(served)?,
+            Target::Here(_) => {
+                let layout = m.buffers.0.lock().remove(&(buf as usize)).ok_or_else(|| {
+                    Failure::new(libc::EINVAL, "not a buffer easyio_buffer_alloc gave out")
+                })?;
+                // SAFETY: allocated by `easyio_buffer_alloc` with this layout; removed
+                // from the map, so freed once.
+                unsafe { std::alloc::dealloc(buf.cast(), layout) };
+            }
+        }
+        Ok(0)
+    })
+}
