@@ -26,6 +26,7 @@ fn bench_shared_json_has_every_measurement_beside_its_peer() {
         [
             "read 4K",
             "write 4K",
+            "write 4K, staged",
             "create",
             "reader with 2 writers",
             "create, 2 processes"
