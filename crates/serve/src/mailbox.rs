@@ -45,6 +45,8 @@ pub const BYTES: usize = DATA + MAX_FRAME;
 
 /// How long a wait spins without giving its core away.
 const PURE_SPIN: Duration = Duration::from_micros(2);
+/// A yield that takes this long ran another thread meanwhile.
+const RAN_ANOTHER: Duration = Duration::from_micros(1);
 
 const MESSAGE: usize = 0;
 const CLIENT_SLEEPS: usize = 2;
@@ -69,6 +71,9 @@ pub struct Mailbox {
     ptr: *mut u8,
     fd: OwnedFd,
     side: Side,
+    /// Whether this side's last yield ran another thread: its core is shared, maybe
+    /// with the other side, so its waits give the core away at once.
+    crowded: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics (the words) and byte
@@ -110,6 +115,7 @@ impl Mailbox {
             ptr: ptr.cast(),
             fd,
             side,
+            crowded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -211,11 +217,14 @@ impl Mailbox {
                 if waited >= spin {
                     return self.sleep(want, bell, fds);
                 }
-                // Past a first moment, give the core away while spinning: on a
-                // machine with fewer cores than busy threads, the other side may be
-                // waiting for this one.
-                if waited >= PURE_SPIN {
+                // Past a first moment — at once if the last yield ran another thread
+                // — give the core away while spinning: on a machine with fewer cores
+                // than busy threads, the other side may be waiting for this one.
+                if waited >= PURE_SPIN || self.crowded.load(Ordering::Relaxed) {
+                    let y = Instant::now();
                     std::thread::yield_now();
+                    self.crowded
+                        .store(y.elapsed() >= RAN_ANOTHER, Ordering::Relaxed);
                 }
             }
             std::hint::spin_loop();
