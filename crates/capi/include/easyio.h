@@ -119,11 +119,13 @@ ssize_t easyio_wait_many(struct easyio_fs *fs, const uint64_t *ids, size_t n, si
 // Allocates an I/O buffer of at least `len` bytes, page-aligned, for the calls of
 // `fs`. On a server's connection ([`crate::easyio_connect`]) it is memory the server
 // also maps: `easyio_pwrite`, `easyio_write`, `easyio_pread` and `easyio_read` of a
-// buffer inside it make no copy through the connection (at most 64 MiB a buffer,
-// and 64 buffers or 256 MiB a connection: ENOMEM past that). On an image mounted in
+// buffer inside it make no copy through the connection. A buffer is at most 64 MiB
+// (EINVAL past that, or for 0); a connection holds at most 16 buffers and 256 MiB,
+// and the server a limit over all its clients (ENOMEM past those). Like any shared
+// mapping it is shared with the children the process forks. On an image mounted in
 // this process it is plain memory. Free it with [`easyio_buffer_free`] on the same
 // handle; what is left is freed by `easyio_unmount`. Returns NULL with errno on
-// failure (EINVAL for a length of 0).
+// failure.
 void *easyio_buffer_alloc(struct easyio_fs *fs, size_t len);
 
 // Frees a buffer [`easyio_buffer_alloc`] gave out on the same handle. Returns 0, or

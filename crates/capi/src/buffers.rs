@@ -39,11 +39,13 @@ const ALIGN: usize = 4096;
 /// Allocates an I/O buffer of at least `len` bytes, page-aligned, for the calls of
 /// `fs`. On a server's connection ([`crate::easyio_connect`]) it is memory the server
 /// also maps: `easyio_pwrite`, `easyio_write`, `easyio_pread` and `easyio_read` of a
-/// buffer inside it make no copy through the connection (at most 64 MiB a buffer,
-/// and 64 buffers or 256 MiB a connection: ENOMEM past that). On an image mounted in
+/// buffer inside it make no copy through the connection. A buffer is at most 64 MiB
+/// (EINVAL past that, or for 0); a connection holds at most 16 buffers and 256 MiB,
+/// and the server a limit over all its clients (ENOMEM past those). Like any shared
+/// mapping it is shared with the children the process forks. On an image mounted in
 /// this process it is plain memory. Free it with [`easyio_buffer_free`] on the same
 /// handle; what is left is freed by `easyio_unmount`. Returns NULL with errno on
-/// failure (EINVAL for a length of 0).
+/// failure.
 #[no_mangle]
 pub extern "C" fn easyio_buffer_alloc(fs: *mut easyio_fs, len: usize) -> *mut c_void {
     call(std::ptr::null_mut(), || {
@@ -78,7 +80,9 @@ pub extern "C" fn easyio_buffer_free(fs: *mut easyio_fs, buf: *mut c_void) -> c_
     call(-1, || {
         let m = mount_of(fs)?;
         match &m.fs {
-            Target::Server(r) => r.0.release_staging(buf.cast()).map_err(served)?,
+            // SAFETY: the C caller gives the buffer back and uses it no more, as the
+            // header asks; a buffer of `easyio_buffer_alloc` is never a `StagingBuf`.
+            Target::Server(r) => unsafe { r.0.release_staging(buf.cast()) }.map_err(served)?,
             Target::Here(_) => {
                 let layout = m.buffers.0.lock().remove(&(buf as usize)).ok_or_else(|| {
                     Failure::new(libc::EINVAL, "not a buffer easyio_buffer_alloc gave out")

@@ -94,14 +94,16 @@ const ALIVE_EVERY: Duration = Duration::from_millis(1);
 
 impl Channel {
     /// Whether the server's end of the socket is still open (a look, not a read:
-    /// bytes waiting there stay for the next call).
+    /// bytes waiting there stay for the next call). `POLLRDHUP` says the other end
+    /// closed even when bytes it sent before (a ring) still wait to be read.
     fn server_alive(&self) -> bool {
-        let mut byte = [0u8; 1];
-        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        match rustix::net::recv(&self.stream, &mut byte, flags) {
-            Ok((0, _)) => false,
-            Ok(_) => true,
-            Err(e) => e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR,
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.stream, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())) {
+            Ok(_) => !fds[0]
+                .revents()
+                .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+            Err(e) => e == rustix::io::Errno::INTR,
         }
     }
 
@@ -506,7 +508,7 @@ impl Client {
     }
 
     fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+        if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
             return self.read_staged(fd, at, buf.len(), Some(off));
         }
         let mut done = 0;
@@ -525,7 +527,7 @@ impl Client {
 
     /// `read` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn read(&self, fd: u32, buf: &mut [u8]) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
+        if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
             return self.read_staged(fd, at, buf.len(), None);
         }
         let len = buf.len().min(MAX_IO) as u32;
@@ -918,5 +920,21 @@ mod tests {
             );
         }
         assert_eq!(slot.at(0).load(Ordering::SeqCst), 0, "cleared when done");
+    }
+
+    #[test]
+    fn a_server_gone_is_seen_even_with_a_ring_byte_left_on_the_socket() {
+        let (ours, server) = UnixStream::pair().unwrap();
+        let c = Channel {
+            stream: ours,
+            mailbox: None,
+            fds: Vec::new(),
+        };
+        assert!(c.server_alive());
+        // A ring the client never read, then the server's end closes.
+        rustix::net::send(&server, &[1], rustix::net::SendFlags::empty()).unwrap();
+        assert!(c.server_alive(), "a byte waiting is not an end");
+        drop(server);
+        assert!(!c.server_alive(), "the end is seen behind the byte");
     }
 }

@@ -34,6 +34,10 @@ pub(crate) struct Counts {
     /// Processes whose connection ended while they still ran: their record locks
     /// go when they do.
     lock_holders: Mutex<std::collections::HashSet<u32>>,
+    /// Bytes of staging buffers all connections hold.
+    staging_bytes: AtomicU64,
+    /// Staging buffers all connections hold.
+    staging_buffers: AtomicU64,
 }
 
 /// Descriptors kept by a [`Request::Handoff`] until they are adopted.
@@ -260,11 +264,40 @@ impl<'a> Conn<'a> {
         }
         let (buffer, fd) =
             staging::Buffer::create(len).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-        self.last_staging = self.last_staging.wrapping_add(1).max(1);
-        let id = self.last_staging;
         let len = buffer.len() as u64;
+        // The server's limits, over all connections.
+        let c = self.counts;
+        let bytes = c.staging_bytes.fetch_add(len, Ordering::SeqCst) + len;
+        let count = c.staging_buffers.fetch_add(1, Ordering::SeqCst) + 1;
+        if bytes > staging::SERVER_BYTES || count > staging::SERVER_COUNT {
+            self.uncount_staging(len);
+            return Err(libc::ENOMEM);
+        }
+        // A number no buffer of this connection has (after 2^32 buffers they wrap).
+        loop {
+            self.last_staging = self.last_staging.wrapping_add(1).max(1);
+            if !self.staging.contains_key(&self.last_staging) {
+                break;
+            }
+        }
+        let id = self.last_staging;
         self.staging.insert(id, buffer);
         Ok((id, len, fd))
+    }
+
+    /// Lets staging buffer `id` go; `EINVAL` if this connection holds none.
+    fn drop_staging(&mut self, id: u32) -> fs::Result<()> {
+        let b = self
+            .staging
+            .remove(&id)
+            .ok_or(fs::Error::Errno(libc::EINVAL))?;
+        self.uncount_staging(b.len() as u64);
+        Ok(())
+    }
+
+    fn uncount_staging(&self, len: u64) {
+        self.counts.staging_bytes.fetch_sub(len, Ordering::SeqCst);
+        self.counts.staging_buffers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Staging buffer `id` of this connection (`EINVAL` if it holds none).
@@ -362,12 +395,7 @@ impl<'a> Conn<'a> {
                 Answer::Done
             }
             Request::Adopt { token } => Answer::Fds(self.adopt(token)?),
-            Request::DropStaging { id } => {
-                self.staging
-                    .remove(&id)
-                    .ok_or(fs::Error::Errno(libc::EINVAL))?;
-                Answer::Done
-            }
+            Request::DropStaging { id } => done(self.drop_staging(id))?,
             Request::WriteStaged {
                 fd,
                 id,
@@ -885,6 +913,9 @@ impl Drop for Conn<'_> {
         for (fd, o) in std::mem::take(&mut self.fds) {
             let _ = self.forget(fd, o);
         }
+        for (_, b) in std::mem::take(&mut self.staging) {
+            self.uncount_staging(b.len() as u64);
+        }
         self.counts.clients.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -1056,6 +1087,31 @@ mod tests {
             ));
         }
         assert_eq!(ask(&mut c, 1), Answer::Error(libc::ENOMEM));
+        // And the server's limits over all connections: buffers of other connections
+        // count against this one's.
+        assert_eq!(counts.staging_buffers.load(Ordering::SeqCst), 4);
+        let mut others: Vec<Conn<'_>> = Vec::new();
+        let mut made = 4;
+        while made < staging::SERVER_COUNT {
+            if others
+                .last()
+                .is_none_or(|o| o.staging.len() == staging::MAX_COUNT)
+            {
+                others.push(Conn::new(&fs, Cred::root(), &counts, None));
+            }
+            let o = others.last_mut().unwrap();
+            assert!(
+                matches!(ask(o, 4096), Answer::Staging { .. }),
+                "buffer {made}"
+            );
+            made += 1;
+        }
+        let mut last = Conn::new(&fs, Cred::root(), &counts, None);
+        assert_eq!(ask(&mut last, 4096), Answer::Error(libc::ENOMEM));
+        // A connection that ends gives its buffers back.
+        others.pop();
+        assert!(matches!(ask(&mut last, 4096), Answer::Staging { .. }));
+        drop((others, last));
         // Giving one back makes room again.
         let id = *c.staging.keys().next().unwrap();
         assert_eq!(c.answer(Request::DropStaging { id }), Answer::Done);

@@ -9,7 +9,8 @@
 //! cannot make the server's next access fault) and sends its descriptor with the
 //! answer; the client maps it read-write. A client may change the bytes while the
 //! server copies them: that tears only its own call's data, as changing a buffer
-//! during `write(2)` does.
+//! during `write(2)` does. When the server lets a buffer go it punches its pages out,
+//! so a client that keeps its mapping keeps no memory the server paid for.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,12 +23,19 @@ pub const MAX_BYTES: u64 = 64 << 20;
 /// The most bytes of staging buffers one connection holds at once.
 pub const MAX_TOTAL: u64 = 256 << 20;
 /// The most staging buffers one connection holds at once.
-pub const MAX_COUNT: usize = 64;
+pub const MAX_COUNT: usize = 16;
+/// The most bytes of staging buffers all connections of a server hold at once.
+pub const SERVER_BYTES: u64 = 2 << 30;
+/// The most staging buffers all connections of a server hold at once (each is a
+/// mapping of the server's).
+pub const SERVER_COUNT: u64 = 1024;
 
 /// A mapped staging buffer.
 pub struct Buffer {
     ptr: NonNull<u8>,
     len: usize,
+    /// The server's side: the segment, whose pages go when the buffer does.
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain shared memory, reached only through raw pointers
@@ -37,8 +45,8 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
-    /// A new buffer of `len` bytes (rounded up to whole pages), zeroed, and its
-    /// descriptor to send to the client.
+    /// A new buffer of `len` bytes (rounded up to whole pages), zeroed, and a
+    /// descriptor of it to send to the client (the server's side).
     pub fn create(len: u64) -> io::Result<(Buffer, OwnedFd)> {
         let len = usize::try_from(len)
             .ok()
@@ -47,7 +55,10 @@ impl Buffer {
             .next_multiple_of(page());
         let fd = crate::shm::sealable("easyio-staging", len)?;
         crate::shm::seal(&fd, true)?;
-        Ok((Buffer::map(&fd, len)?, fd))
+        let sent = fd.try_clone()?;
+        let mut b = Buffer::map(&fd, len)?;
+        b.fd = Some(fd);
+        Ok((b, sent))
     }
 
     /// Maps `len` bytes of the buffer `fd` read-write (the client's side).
@@ -73,7 +84,7 @@ impl Buffer {
             )
         }?;
         let ptr = NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Buffer { ptr, len })
+        Ok(Buffer { ptr, len, fd: None })
     }
 
     /// Bytes of the buffer.
@@ -89,6 +100,11 @@ impl Buffer {
     /// Where the buffer starts in this process.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// [`Buffer::as_ptr`], never null.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
     }
 
     /// The offset of `[ptr, ptr + len)` in the buffer, if it lies inside.
@@ -132,6 +148,16 @@ impl Drop for Buffer {
         // SAFETY: the mapping made in `map`, unmapped once; slices handed out borrow
         // `self`, so none outlives it.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+        if let Some(fd) = &self.fd {
+            // The client may keep its mapping: it then reads zeros, and pages it
+            // writes again are its own.
+            let _ = rustix::fs::fallocate(
+                fd,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                0,
+                self.len as u64,
+            );
+        }
     }
 }
 
@@ -162,6 +188,11 @@ mod tests {
             "sealed against shrinking"
         );
         assert!(Buffer::map(&fd, server.len() + 1).is_err());
+        // Once the server lets it go, a client that kept its mapping sees no byte of
+        // what was there (its pages are gone).
+        drop(server);
+        // SAFETY: as above.
+        assert_eq!(unsafe { client.bytes(4090, 10) }.unwrap(), &[0u8; 10]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::wire::{Answer, Request};
 /// A staging buffer, given back to the server when dropped.
 pub struct StagingBuf<'c> {
     client: &'c Client,
+    id: u32,
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -38,62 +39,94 @@ impl DerefMut for StagingBuf<'_> {
 
 impl Drop for StagingBuf<'_> {
     fn drop(&mut self) {
-        let _ = self.client.release_staging(self.ptr.as_ptr());
+        self.client.release(|(id, _)| *id == self.id);
     }
 }
 
 impl Client {
-    /// A staging buffer of at least `len` bytes (at most 64 MiB; 64 buffers and
-    /// 256 MiB a connection): [`Client::pwrite`], [`Client::write`],
-    /// [`Client::pread`] and [`Client::read`] of a buffer inside it make no copy
-    /// through the mailbox.
+    /// A staging buffer of at least `len` bytes (at most 64 MiB; 16 buffers and
+    /// 256 MiB a connection, and what the server allows in all): [`Client::pwrite`],
+    /// [`Client::write`], [`Client::pread`] and [`Client::read`] of a buffer inside it
+    /// make no copy through the mailbox. Like any shared mapping, it is shared with
+    /// the children this process forks.
     pub fn staging_buffer(&self, len: usize) -> Result<StagingBuf<'_>> {
-        let (ptr, len) = self.map_staging(len)?;
+        let (id, ptr, len) = self.new_staging(len)?;
         Ok(StagingBuf {
             client: self,
+            id,
             ptr,
             len,
         })
     }
 
     /// [`Client::staging_buffer`] for a caller that keeps the buffer itself (the C
-    /// ABI): where it starts and how long it is. It stays mapped until
-    /// [`Client::release_staging`] or the end of the client.
+    /// ABI): where it starts and how long it is (at least `len`). It stays mapped
+    /// until [`Client::release_staging`] or the end of the client.
     pub fn map_staging(&self, len: usize) -> Result<(NonNull<u8>, usize)> {
-        let (answer, fds) = self.call_with_fds(&Request::Staging { len: len as u64 })?;
+        self.new_staging(len).map(|(_, ptr, len)| (ptr, len))
+    }
+
+    fn new_staging(&self, want: usize) -> Result<(u32, NonNull<u8>, usize)> {
+        let (answer, fds) = self.call_with_fds(&Request::Staging { len: want as u64 })?;
         let Answer::Staging { id, len } = answer else {
             return Err(unexpected(answer));
         };
-        let Some(fd) = fds.into_iter().next() else {
-            return Err(Error::Protocol("a staging buffer was not sent".into()));
+        let mapped = (|| {
+            let fd = fds
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Protocol("a staging buffer was not sent".into()))?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&l| l as u64 <= MAX_BYTES && l >= want)
+                .ok_or_else(|| Error::Protocol(format!("a staging buffer of {len} bytes")))?;
+            Buffer::map(&fd, len).map_err(|e| Error::os("mapping a staging buffer", e))
+        })();
+        let buffer = match mapped {
+            Ok(b) => b,
+            Err(e) => {
+                // The server holds it for nothing: give it back.
+                let _ = self.done(Request::DropStaging { id });
+                return Err(e);
+            }
         };
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l as u64 <= MAX_BYTES)
-            .ok_or_else(|| Error::Protocol("a staging buffer too long".into()))?;
-        let buffer = Buffer::map(&fd, len).map_err(|e| Error::os("mapping a staging buffer", e))?;
-        let ptr = NonNull::new(buffer.as_ptr()).expect("a mapping is not null");
+        let (ptr, len) = (buffer.ptr(), buffer.len());
         self.staging.lock().push((id, buffer));
         self.has_staging.store(true, Ordering::Release);
-        Ok((ptr, len))
+        Ok((id, ptr, len))
     }
 
-    /// Gives back the staging buffer that starts at `ptr` and unmaps it; `EINVAL` if
-    /// none does.
-    pub fn release_staging(&self, ptr: *const u8) -> Result<()> {
-        let buffer = {
+    /// Unmaps the staging buffer [`Client::map_staging`] gave out at `ptr` and gives
+    /// it back to the server; `EINVAL` if no buffer starts there. The buffer is gone
+    /// once this returns `Ok`, whatever the server answers (a server that is gone
+    /// freed it already).
+    ///
+    /// # Safety
+    /// Nothing may use the buffer's memory afterwards, and `ptr` must not be the
+    /// start of a [`StagingBuf`] (its drop gives its buffer back).
+    pub unsafe fn release_staging(&self, ptr: *const u8) -> Result<()> {
+        match self.release(|(_, b)| std::ptr::eq(b.as_ptr(), ptr)) {
+            true => Ok(()),
+            false => Err(Error::Fs(libc::EINVAL)),
+        }
+    }
+
+    /// Unmaps the first staging buffer `which` picks and gives it back; whether one
+    /// was.
+    fn release(&self, which: impl Fn(&(u32, Buffer)) -> bool) -> bool {
+        let found = {
             let mut staging = self.staging.lock();
-            let Some(i) = staging
+            staging
                 .iter()
-                .position(|(_, b)| std::ptr::eq(b.as_ptr(), ptr))
-            else {
-                return Err(Error::Fs(libc::EINVAL));
-            };
-            staging.swap_remove(i)
+                .position(which)
+                .map(|i| staging.swap_remove(i))
         };
-        let (id, buffer) = buffer;
+        let Some((id, buffer)) = found else {
+            return false;
+        };
         drop(buffer);
-        self.done(Request::DropStaging { id })
+        let _ = self.done(Request::DropStaging { id });
+        true
     }
 
     /// Data calls so far whose bytes a staging buffer carried.
