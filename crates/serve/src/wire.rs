@@ -297,9 +297,10 @@ pub enum Request<'a> {
     /// [`Answer::Fds`], the numbers adopted: only the heir named, or (none named
     /// yet) the process that made it (after an `exec`) or a child of it may.
     Adopt { token: u64 },
-    /// A staging buffer of at least `len` bytes (see the `staging` module; at most
-    /// 64 MiB, 64 buffers and 256 MiB a connection) → [`Answer::Staging`], with the
-    /// buffer's descriptor.
+    /// A staging buffer of at least `len` bytes (see the `staging` module: at most
+    /// 64 MiB, else `EINVAL`; 16 buffers and 256 MiB a connection, 1024 buffers and
+    /// 2 GiB a server, else `ENOMEM`) → [`Answer::Staging`], with the buffer's
+    /// descriptor.
     Staging { len: u64 },
     /// Gives staging buffer `id` back.
     DropStaging { id: u32 },
