@@ -940,6 +940,13 @@ fn whence_of(w: i32) -> fs::Result<Whence> {
 mod tests {
     use std::sync::Arc;
 
+    /// A fresh file system of 16 MiB in memory.
+    fn memory_fs() -> FileSystem {
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        FileSystem::mount(pm, MountOptions::default()).unwrap().0
+    }
+
     /// The page table of `ino` names exactly the blocks the file system has.
     fn assert_table_is_the_files(fs: &FileSystem, direct: &Direct, ino: u64) {
         use crate::direct::{HOLE, PAGE0, SIZE};
@@ -974,9 +981,7 @@ mod tests {
 
     #[test]
     fn staged_writes_and_reads_copy_between_the_clients_buffer_and_the_file() {
-        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let fs = memory_fs();
         let direct = Direct::new().unwrap();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
@@ -1066,9 +1071,7 @@ mod tests {
 
     #[test]
     fn a_connection_holds_staging_buffers_within_its_limits() {
-        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let fs = memory_fs();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, None);
         let ask = |c: &mut Conn<'_>, len| {
@@ -1120,9 +1123,7 @@ mod tests {
 
     #[test]
     fn writes_on_an_appending_descriptor_are_published_where_they_land() {
-        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let fs = memory_fs();
         let direct = Direct::new().unwrap();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
@@ -1171,9 +1172,7 @@ mod tests {
     /// read-only, a file it may write is truncated however it is opened.
     #[test]
     fn o_trunc_with_direct_reads_checks_and_truncates_as_linux_does() {
-        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let fs = memory_fs();
         let direct = Direct::new().unwrap();
         let counts = Counts::default();
         let mut root = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
@@ -1243,9 +1242,7 @@ mod tests {
     /// holder); what was kept for a process that died goes at the next sweep.
     #[test]
     fn a_handoff_goes_to_a_child_shares_the_file_and_dies_with_its_heir() {
-        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-        let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
+        let fs = memory_fs();
         let counts = Counts::default();
         let mut parent = Conn::new(&fs, Cred::root(), &counts, None);
         parent.pid = std::process::id();
