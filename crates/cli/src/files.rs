@@ -407,6 +407,18 @@ struct Info {
     geometry: GeometryInfo,
     usage: fs::Usage,
     mount: MountReport,
+    protection: Protection,
+}
+
+/// Whether stray stores of the application into a region mounted in its process
+/// are caught.
+#[derive(Serialize)]
+struct Protection {
+    /// The CPU and the kernel offer memory protection keys.
+    pku: bool,
+    /// easyio uses them (not yet: a mounted region is unprotected; a client of
+    /// `easyio serve` maps the image read-only instead).
+    used: bool,
 }
 
 #[derive(Serialize)]
@@ -433,6 +445,10 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         },
         usage: fs.usage(),
         mount: report,
+        protection: Protection {
+            pku: pmem::persist::features().pku,
+            used: false,
+        },
     };
     if a.json {
         report::print_json(&info)?;
@@ -456,6 +472,17 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
                 "clean (allocators loaded)"
             } else {
                 "recovered (allocators rebuilt from the logs)"
+            }
+        )?;
+        writeln!(
+            out,
+            "protection: none in-process, a stray store of the program can reach the region \
+             (easyio does not use protection keys yet; this CPU {}); clients of \
+             `easyio serve` map the image read-only",
+            if info.protection.pku {
+                "has them"
+            } else {
+                "has none"
             }
         )?;
     }

@@ -63,6 +63,15 @@ fn file_commands_round_trip() {
     assert_eq!(fsck["clean_unmount"], true);
     let info: serde_json::Value = serde_json::from_str(&img.ok(&["info", "--json"])).unwrap();
     assert_eq!(info["usage"]["inodes_used"], 1);
+    // What the kernel says of the CPU: both flags, or the keys cannot be used.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let flag = |f: &str| {
+        cpuinfo
+            .lines()
+            .any(|l| l.starts_with("flags") && l.split_whitespace().any(|w| w == f))
+    };
+    assert_eq!(info["protection"]["pku"], flag("pku") && flag("ospke"));
+    assert_eq!(info["protection"]["used"], false);
     let _ = std::fs::remove_file(&local);
     let _ = std::fs::remove_file(&back);
 }

@@ -77,6 +77,9 @@ pub struct CpuFeatures {
     pub movdir64b: bool,
     /// Enqueue command, used to submit to shared DSA work queues.
     pub enqcmd: bool,
+    /// Memory protection keys for user pages (`pkey_mprotect`), and the kernel's
+    /// enabling of them (OSPKE): both are needed to use them.
+    pub pku: bool,
 }
 
 /// The features of the CPU we run on.
@@ -87,7 +90,8 @@ pub fn features() -> &'static CpuFeatures {
 
 fn detect() -> CpuFeatures {
     // Structured extended feature flags: CPUID leaf 7, sub-leaf 0 (Intel SDM vol. 2A,
-    // table 3-8): EBX bit 23 CLFLUSHOPT, bit 24 CLWB; ECX bit 28 MOVDIR64B, bit 29 ENQCMD.
+    // table 3-8): EBX bit 23 CLFLUSHOPT, bit 24 CLWB; ECX bit 3 PKU, bit 4 OSPKE, bit 28
+    // MOVDIR64B, bit 29 ENQCMD.
     let leaf7 = arch::__cpuid_count(7, 0);
     let bit = |reg: u32, n: u32| reg & (1 << n) != 0;
     CpuFeatures {
@@ -97,6 +101,7 @@ fn detect() -> CpuFeatures {
         avx2: std::arch::is_x86_feature_detected!("avx2"),
         movdir64b: bit(leaf7.ecx, 28),
         enqcmd: bit(leaf7.ecx, 29),
+        pku: bit(leaf7.ecx, 3) && bit(leaf7.ecx, 4),
     }
 }
 
