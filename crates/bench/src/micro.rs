@@ -190,6 +190,10 @@ struct Row {
     /// writes, memcpy for reads), timed one by one in the same run as `limit` says:
     /// what `p50_us` would be if the file system cost nothing but the copy.
     bare_p50_us: Option<f64>,
+    /// For writes, the median of one such copy followed by one ordered 8-byte commit
+    /// (store, write-back, fence), timed the same way: what `p50_us` would be if a
+    /// crash-consistent write cost nothing but its copy and its commit.
+    floor_p50_us: Option<f64>,
     /// CPU-microseconds of the whole process per operation.
     cpu_us_per_op: f64,
     /// CPU-seconds of the whole process per GiB moved (data workloads).
@@ -667,20 +671,21 @@ fn row(
         of_limit: None,
         limit: None,
         bare_p50_us: None,
+        floor_p50_us: None,
     })
 }
 
 /// The single-core limit for moving `io` bytes the way `limit` says: persistent copy
 /// (writes) or memcpy (reads), measured now on a scratch region: (GiB/s, median µs of
-/// one bare copy).
-fn single_core_limit(io: u64, limit: Limit) -> anyhow::Result<(f64, f64)> {
+/// one bare copy, and for writes the median µs of one copy and its ordered commit).
+fn single_core_limit(io: u64, limit: Limit) -> anyhow::Result<(f64, f64, Option<f64>)> {
     let region = Region::create_temp(raw::REGION_BYTES)?;
     let path = if limit.read {
         raw::Path::Read
     } else {
         raw::Path::PersistentCopy
     };
-    let (mut bw, mut p50) = (Vec::new(), Vec::new());
+    let (mut bw, mut p50, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..LIMIT_ROUNDS {
         bw.push(raw::measure_span(
             &region,
@@ -690,8 +695,15 @@ fn single_core_limit(io: u64, limit: Limit) -> anyhow::Result<(f64, f64)> {
             limit.span,
         ));
         p50.push(raw::p50_ns(&region, io, path, LIMIT_ROUND, limit.span));
+        if !limit.read {
+            floor.push(raw::committed_p50_ns(&region, io, LIMIT_ROUND, limit.span));
+        }
     }
-    Ok((gib_per_s(io, crate::median(bw)), crate::median(p50) / 1e3))
+    Ok((
+        gib_per_s(io, crate::median(bw)),
+        crate::median(p50) / 1e3,
+        (!floor.is_empty()).then(|| crate::median(floor) / 1e3),
+    ))
 }
 
 /// What the table's note says about the columns.
@@ -702,7 +714,9 @@ const NOTE: &str = "kernel = std::fs on the host tmpfs: its writes are not persi
                     of limit = fraction of one core's raw copy bandwidth measured in this run \
                     the way the workload moves data (reads: one hot block re-read, as the \
                     workloads do; writes: persistent copies into a cold span); \
-                    bare p50 = median µs of one such copy of io bytes alone, timed the same way";
+                    bare p50 = median µs of one such copy of io bytes alone, timed the same way; \
+                    floor p50 (writes) = the same copy followed by one ordered 8-byte commit \
+                    (store, write-back, fence), the least a crash-consistent write costs";
 
 /// `easyio bench micro`: every configuration asked for, then the report.
 pub fn run(a: MicroArgs) -> anyhow::Result<()> {
@@ -772,7 +786,7 @@ fn measure_all(runs: &[RunSpec], region: &Arc<dyn Pmem>, quiet: bool) -> anyhow:
         if w.moves_data() {
             let io = spec.params.io;
             let how = w.limit(io);
-            let (limit, bare_p50) = match limits.get(&(how, io)) {
+            let (limit, bare_p50, floor_p50) = match limits.get(&(how, io)) {
                 Some(&l) => l,
                 None => {
                     let l = single_core_limit(io, how)?;
@@ -782,6 +796,7 @@ fn measure_all(runs: &[RunSpec], region: &Arc<dyn Pmem>, quiet: bool) -> anyhow:
             };
             row.of_limit = Some(row.gib_per_s / limit);
             row.bare_p50_us = Some(bare_p50);
+            row.floor_p50_us = floor_p50;
             row.limit = Some(how.describe(io));
         }
         results.push(row);
@@ -826,6 +841,7 @@ fn table(results: &[Row]) -> String {
                 },
                 format!("{:.2}", r.p50_us),
                 r.bare_p50_us.map_or(String::new(), |b| format!("{b:.2}")),
+                r.floor_p50_us.map_or(String::new(), |b| format!("{b:.2}")),
                 format!("{:.2}", r.p99_us),
                 format!("{:.2}", r.cpu_us_per_op),
                 r.cpu_s_per_gib.map_or(String::new(), |c| format!("{c:.3}")),
@@ -851,6 +867,7 @@ fn table(results: &[Row]) -> String {
             "GiB/s",
             "p50 µs",
             "bare p50",
+            "floor p50",
             "p99 µs",
             "CPU µs/op",
             "CPU-s/GiB",

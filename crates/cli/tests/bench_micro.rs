@@ -45,6 +45,18 @@ fn every_workload_runs_in_every_mode() {
             "{r}"
         );
         assert_eq!(r["cpu_s_per_gib"].is_number(), data, "{r}");
+        // Writes have a floor: their bare copy and an ordered commit, never less than
+        // the bare copy alone.
+        let writes = data && r["limit"].as_str().unwrap().starts_with("persistent copy");
+        assert_eq!(r["floor_p50_us"].is_number(), writes, "{r}");
+        if writes {
+            // Both are medians of separate timings: allow for a nanosecond of noise.
+            let (floor, bare) = (
+                r["floor_p50_us"].as_f64().unwrap(),
+                r["bare_p50_us"].as_f64().unwrap(),
+            );
+            assert!(floor >= bare - 0.01, "{r}");
+        }
     }
 }
 
