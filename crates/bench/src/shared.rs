@@ -4,8 +4,9 @@
 //!
 //! - **Latency** of a 4 KiB random read (a client reads directly from its read-only
 //!   mapping), a 4 KiB random write (a request to the server, its data through the
-//!   mailbox or from a staging buffer) and a create (a request), median of `--ops`,
-//!   in-process and as a client of an `easyio serve` child.
+//!   mailbox or from a staging buffer; new bytes each time, written before the timed
+//!   call, as a program produces its data) and a create (a request), median of
+//!   `--ops`, in-process and as a client of an `easyio serve` child.
 //! - **A reader beside writers** (KucoFS Fig. 8b): one client reads a 64 MiB file
 //!   sequentially in 4 KiB reads alone and while 2 other client processes overwrite
 //!   random blocks of it, both on the file as writers leave it (its blocks scattered
@@ -204,15 +205,31 @@ impl Calls for Client {
 }
 
 /// Median µs of `f` over `ops` calls (the argument: the call's index).
-fn median_us(ops: u64, mut f: impl FnMut(u64) -> anyhow::Result<()>) -> anyhow::Result<f64> {
+fn median_us(ops: u64, f: impl FnMut(u64) -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    median_us_after(ops, |_| (), f)
+}
+
+/// Median µs of `f` over `ops` calls, each after an untimed `prep` of the same index.
+fn median_us_after(
+    ops: u64,
+    mut prep: impl FnMut(u64),
+    mut f: impl FnMut(u64) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     let mut ns = Vec::with_capacity(ops as usize);
     for i in 0..ops {
+        prep(i);
         let t0 = Instant::now();
         f(i)?;
         ns.push(t0.elapsed().as_nanos() as u64);
     }
     ns.sort_unstable();
     Ok(ns[ns.len() / 2] as f64 / 1e3)
+}
+
+/// New bytes for the `i`th write, as a program writes new data each time: between
+/// processes, the server then reads lines the client has just written.
+fn refill(data: &mut [u8], i: u64) {
+    data.fill(i as u8);
 }
 
 /// Read, write and create latencies through `c`; `tag` names its directory.
@@ -227,10 +244,12 @@ fn latencies(c: &impl Calls, ops: u64, tag: &str) -> anyhow::Result<Local> {
     let read_us = median_us(ops, |i| {
         ensure_len(c.pread(fd, &mut buf, offsets[i as usize])?)
     })?;
-    let data = vec![0x5au8; IO];
-    let write_us = median_us(ops, |i| {
-        ensure_len(c.pwrite(fd, &data, offsets[i as usize])?)
-    })?;
+    let data = std::cell::RefCell::new(vec![0x5au8; IO]);
+    let write_us = median_us_after(
+        ops,
+        |i| refill(&mut data.borrow_mut(), i),
+        |i| ensure_len(c.pwrite(fd, &data.borrow(), offsets[i as usize])?),
+    )?;
     c.close(fd)?;
     c.mkdir(&format!("/{tag}"))?;
     let create_us = median_us(ops.min(5_000), |i| {
@@ -256,11 +275,12 @@ fn staged_write_us(c: &Client, ops: u64) -> anyhow::Result<f64> {
     let offsets: Vec<u64> = (0..ops)
         .map(|_| rng.random_range(0..blocks) * IO as u64)
         .collect();
-    let mut buf = c.staging_buffer(IO)?;
-    buf[..IO].fill(0x5a);
-    let us = median_us(ops, |i| {
-        ensure_len(c.pwrite(fd, &buf[..IO], offsets[i as usize])?)
-    })?;
+    let buf = std::cell::RefCell::new(c.staging_buffer(IO)?);
+    let us = median_us_after(
+        ops,
+        |i| refill(&mut buf.borrow_mut()[..IO], i),
+        |i| ensure_len(c.pwrite(fd, &buf.borrow()[..IO], offsets[i as usize])?),
+    )?;
     drop(buf);
     c.close(fd)?;
     if c.staged_calls() < ops {
