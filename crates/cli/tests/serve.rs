@@ -619,6 +619,146 @@ fn staging_buffers_carry_writes_and_reads_and_a_scribbling_client_harms_nothing(
     server.stop();
 }
 
+/// Bytes of each submitted write in the tests below: long enough that the engine
+/// still copies when the server answers.
+const SUBMITTED: usize = 4 << 20;
+
+/// The bytes of the `k`-th submitted write.
+fn submitted_bytes(k: u64) -> Vec<u8> {
+    (0..SUBMITTED as u64)
+        .map(|i| ((i / 4096 * 31 + i * 7 + k * 13) % 251) as u8)
+        .collect()
+}
+
+#[test]
+fn submitted_writes_answer_before_their_copies_and_the_client_polls_the_record() {
+    let dir = Scratch::new("submitted");
+    let server = Server::start(&dir.0, &["--mode", "async"]);
+    let c = Client::connect(&server.socket).unwrap();
+    let reader = Client::connect(&server.socket).unwrap();
+    let fd = c
+        .open("/submitted.dat", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let rfd = reader.open("/submitted.dat", libc::O_RDONLY, 0).unwrap();
+    let mut buf = c.staging_buffer(SUBMITTED).unwrap();
+    let mut running = 0;
+    for k in 0..8u64 {
+        buf[..SUBMITTED].copy_from_slice(&submitted_bytes(k));
+        let sub = c.submit_pwrite(fd, &buf[..SUBMITTED], 0).unwrap();
+        if sub.sn() != 0 {
+            running += 1;
+        }
+        // Committed when answered: another process reads the new bytes at once
+        // (through a request while the pages say "ask": the server's read waits
+        // for the copy), never the old ones.
+        let mut got = vec![0u8; SUBMITTED];
+        assert_eq!(reader.pread(rfd, &mut got, 0).unwrap(), SUBMITTED);
+        assert!(
+            got == submitted_bytes(k),
+            "write {k}: another process read other bytes"
+        );
+        assert_eq!(sub.wait().unwrap(), SUBMITTED);
+    }
+    // In `async` mode the engine copies: the server answered before the copy ended.
+    assert!(
+        running > 0,
+        "no submitted write was answered while its copy ran"
+    );
+    // Once done, the pages are published again: the reader copies them directly.
+    let settled = c.submit_pwrite(fd, &buf[..4096], 0).unwrap();
+    let sn = settled.sn();
+    drop(settled);
+    let (direct_before, _) = reader.direct_stats().unwrap();
+    let mut got = vec![0u8; 4096];
+    for _ in 0..2 {
+        assert_eq!(reader.pread(rfd, &mut got, 0).unwrap(), 4096);
+    }
+    assert_eq!(&got[..], &buf[..4096]);
+    assert!(
+        reader.direct_stats().unwrap().0 > direct_before,
+        "no direct read after the copy"
+    );
+    // Asking for an SN settled already, or one never submitted, is done.
+    assert_eq!(c.call(&Request::Settle { sn }).unwrap(), Answer::Done);
+    assert_eq!(
+        c.call(&Request::Settle { sn: 12345 }).unwrap(),
+        Answer::Done
+    );
+    // A buffer given back while a copy from it runs: the server waits for the copy
+    // before it lets the buffer go.
+    buf[..SUBMITTED].copy_from_slice(&submitted_bytes(99));
+    std::mem::forget(c.submit_pwrite(fd, &buf[..SUBMITTED], 0).unwrap());
+    drop(buf);
+    assert_eq!(reader.pread(rfd, &mut got, 0).unwrap(), 4096);
+    assert_eq!(&got[..], &submitted_bytes(99)[..4096]);
+    // A buffer outside any staging buffer is written before the call returns.
+    let plain = c.submit_pwrite(fd, b"plain", 1).unwrap();
+    assert_eq!((plain.sn(), plain.is_done()), (0, true));
+    assert_eq!(plain.wait().unwrap(), 5);
+    c.close(fd).unwrap();
+    reader.close(rfd).unwrap();
+    drop((c, reader));
+    server.stop();
+}
+
+#[test]
+fn a_submitted_write_whose_server_dies_fails_its_wait_and_does_not_hang() {
+    let dir = Scratch::new("submitted-kill");
+    let server = Server::start(&dir.0, &["--mode", "async"]);
+    let c = Client::connect(&server.socket).unwrap();
+    let fd = c
+        .open("/killed.dat", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let mut buf = c.staging_buffer(SUBMITTED).unwrap();
+    buf[..SUBMITTED].copy_from_slice(&submitted_bytes(1));
+    assert_eq!(
+        c.submit_pwrite(fd, &buf[..SUBMITTED], 0)
+            .unwrap()
+            .wait()
+            .unwrap(),
+        SUBMITTED
+    );
+    let t0 = Instant::now();
+    let mut failed = false;
+    for k in 2..200u64 {
+        match c.submit_pwrite(fd, &buf[..SUBMITTED], 0) {
+            Ok(sub) => {
+                if k == 2 {
+                    common::server::signal(server.child.id(), libc::SIGKILL);
+                }
+                if sub.wait().is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "calls went on after the server was killed");
+    assert!(t0.elapsed() < LIMIT, "a wait hung");
+    assert!(c.submit_pwrite(fd, &buf[..5], 0).is_err());
+    drop(buf);
+    drop(c);
+    // A new server recovers the image; the first write, acknowledged durable, is there.
+    let image = server.image.clone();
+    let socket = server.socket.clone();
+    drop(server);
+    let again = Server::restart(image, socket, &[]);
+    let c = Client::connect(&again.socket).unwrap();
+    let fd = c.open("/killed.dat", libc::O_RDONLY, 0).unwrap();
+    let mut got = vec![0u8; 4096];
+    assert_eq!(
+        c.pread(fd, &mut got, SUBMITTED as u64 - 4096).unwrap(),
+        4096
+    );
+    assert_eq!(&got[..], &submitted_bytes(1)[SUBMITTED - 4096..]);
+    drop(c);
+    again.stop();
+}
+
 #[test]
 fn a_client_that_stores_into_the_image_is_killed_and_the_image_is_intact() {
     let dir = Scratch::new("segv");

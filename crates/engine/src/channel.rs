@@ -30,6 +30,8 @@ pub(crate) struct ChannelCore {
     pub index: u16,
     /// Region offset of the counter word of this channel's persistent record.
     pub counter_off: u64,
+    /// Region offset of the record's durable-counter word (for other processes).
+    durable_off: u64,
     /// Last counter handed out; its lock orders submissions on the channel, so that
     /// counters enter the ring in increasing order.
     pub next: Mutex<u64>,
@@ -69,6 +71,7 @@ impl ChannelCore {
         ChannelCore {
             index,
             counter_off: record::counter_off(area_off, index),
+            durable_off: record::durable_off(area_off, index),
             next: Mutex::new(counter),
             submitted: CachePadded::new(AtomicU64::new(counter)),
             completed: CachePadded::new(AtomicU64::new(counter)),
@@ -168,6 +171,10 @@ impl ChannelCore {
     pub fn publish(&self, pmem: &dyn Pmem, counter: u64) {
         pmem.store_u64(self.counter_off, counter);
         pmem.persist(self.counter_off, 8);
+        // After the fence: a process that reads this word at or past `counter` knows
+        // the counter is durable, not only stored. A hint (recovery never reads it),
+        // so it needs no write-back of its own.
+        pmem.store_u64(self.durable_off, counter);
         self.note_completed(counter);
     }
 

@@ -8,7 +8,8 @@
 //! | 8      | 8    | magic `b"EIOCREC1"`                                            |
 //! | 16     | 4    | channel index, little endian                                   |
 //! | 20     | 4    | record format version, little endian ([`RECORD_VERSION`])     |
-//! | 24     | 40   | zero                                                           |
+//! | 24     | 8    | durable counter: the counter, stored once it is durable        |
+//! | 32     | 32   | zero                                                           |
 //!
 //! Record `c` of an area at offset `A` lies at `A + c * RECORD_BYTES`. The counter is
 //! written with one atomic 8-byte store followed by write-back and a fence, and only
@@ -18,6 +19,15 @@
 //! crash can still lose: a running caller asks [`crate::Engine::is_done`], which says
 //! done only once the counter is durable too. Counters start at 0 (nothing completed);
 //! the first descriptor is counter 1.
+//!
+//! The durable counter is for other processes that map the region (clients of a
+//! server, which have no engine to ask): the engine's publisher stores the counter
+//! there again after the counter's own write-back and fence, so `durable >= sn`
+//! means that the copy and the counter are both durable. It is a hint for running
+//! readers and never read at recovery (a crash may lose it while keeping the
+//! counter; a record formatted by an older build holds 0 there, which only delays a
+//! reader until the next publication). Devices that write records themselves leave
+//! it alone: their waiters ask the engine's owner.
 
 use pmem::Pmem;
 
@@ -40,6 +50,8 @@ const MAGIC_OFF: u64 = COUNTER_OFF + 8;
 const CHANNEL_OFF: u64 = MAGIC_OFF + MAGIC.len() as u64;
 const VERSION_OFF: u64 = CHANNEL_OFF + 4;
 const USED: u64 = VERSION_OFF + 4;
+const DURABLE_OFF: u64 = USED;
+const _: () = assert!(DURABLE_OFF + 8 <= RECORD_BYTES);
 const _: () = assert!(USED <= RECORD_BYTES && RECORD_BYTES == pmem::CACHE_LINE as u64);
 
 /// Region offset of `channel`'s record in the area at `area_off`.
@@ -50,6 +62,12 @@ pub fn record_off(area_off: u64, channel: u16) -> u64 {
 /// Region offset of the counter word of `channel`'s record.
 pub fn counter_off(area_off: u64, channel: u16) -> u64 {
     record_off(area_off, channel) + COUNTER_OFF
+}
+
+/// Region offset of the durable-counter word of `channel`'s record (see the module
+/// documentation).
+pub fn durable_off(area_off: u64, channel: u16) -> u64 {
+    record_off(area_off, channel) + DURABLE_OFF
 }
 
 /// Writes fresh records (counter 0) for channels `0..channels` and makes them durable.

@@ -216,6 +216,17 @@ impl BorrowedToken<'_> {
         self.fs.mover.is_done(self.pending)
     }
 
+    /// The raw SN of the copy while it runs on an engine channel (see
+    /// [`crate::layout::Geometry::sn_done`]: another process that maps the region
+    /// can poll its completion record); `None` once it finished or failed, or if it
+    /// never ran on a channel.
+    pub fn running_sn(&self) -> Option<u64> {
+        match self.pending {
+            Pending::Sn(sn) if !self.is_done() => Some(sn.to_raw()),
+            _ => None,
+        }
+    }
+
     /// Waits (yielding in a uthread) and returns the bytes read or written.
     pub fn wait(mut self) -> Result<usize> {
         self.waited = true;

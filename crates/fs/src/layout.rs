@@ -68,6 +68,20 @@ pub const INODES_PER_BLOCK: u64 = BLOCK_SIZE / INODE_SIZE;
 /// Completion records the layout reserves room for (one 64-byte line each).
 pub const MAX_RECORDS: u64 = BLOCK_SIZE / engine::RECORD_BYTES;
 const _: () = assert!(MAX_RECORDS * engine::RECORD_BYTES == engine::AREA_BYTES);
+/// For another process that maps the region read-only (a client of a server): the
+/// region offset of the word that says how far the channel of raw SN `raw` has
+/// durably completed, and the value it must reach for `raw` to be done (see
+/// `engine::record`: the word is stored after the counter's write-back and fence, so
+/// reaching it means the copy and its record are durable). `None` for a raw value
+/// that names no SN.
+pub fn sn_progress_word(raw: u64) -> Option<(u64, u64)> {
+    let sn = engine::Sn::from_raw(raw)?;
+    Some((
+        engine::record::durable_off(RECORDS_BLOCK * BLOCK_SIZE, sn.channel()),
+        sn.counter(),
+    ))
+}
+
 /// Default data bytes per inode at format time: one inode per 16 KiB.
 pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 /// Inode number of the root directory. Inode 0 is never used, so 0 can mean "none".

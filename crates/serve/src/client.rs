@@ -25,8 +25,10 @@ use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 mod at;
 mod session;
 mod staged;
+mod submit;
 
 pub use staged::StagingBuf;
+pub use submit::Submitted;
 
 pub use session::Remote;
 
@@ -820,6 +822,23 @@ impl RegionView {
     /// Where the region starts in the mapping, bytes.
     pub fn region_offset(&self) -> usize {
         self.region_offset
+    }
+
+    /// The 8-byte word at region offset `off`, read with one load (`None` if it is
+    /// past the end or not aligned).
+    pub fn load_u64(&self, off: u64) -> Option<u64> {
+        let at = usize::try_from(off)
+            .ok()?
+            .checked_add(self.region_offset)
+            .filter(|&a| {
+                a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= self.map_len)
+            })?;
+        // SAFETY: `at` is 8-byte aligned and its 8 bytes lie inside the live mapping
+        // (checked above). A volatile aligned 8-byte load is one instruction on
+        // x86-64, so it sees the server's 8-byte store whole.
+        let v = unsafe { self.map.add(at).cast::<u64>().read_volatile() };
+        std::sync::atomic::fence(Ordering::Acquire);
+        Some(v)
     }
 
     /// Copies image bytes `[off, off + buf.len())` (image offsets, header included)

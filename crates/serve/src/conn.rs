@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use crate::direct::{At, Direct, PageTable, TABLE_PAGES};
 use crate::locks::{Kind, LockOwner, Locks, Owner};
 use crate::staging;
+use crate::submitted::Submitted;
 use crate::wire::{self, Answer, On, Request, Status, MAX_ENTRIES, MAX_IO};
 
 /// What every connection of a server shares: counts, and the descriptors kept for a
@@ -183,6 +184,8 @@ pub(crate) struct Conn<'a> {
     staging: HashMap<u32, staging::Buffer>,
     /// The number of the last staging buffer made.
     last_staging: u32,
+    /// Submitted writes whose copies run.
+    submitted: Submitted<'a>,
 }
 
 /// What an answer carries over the socket beside it.
@@ -225,6 +228,7 @@ impl<'a> Conn<'a> {
             reads_directly: direct.is_some(),
             staging: HashMap::new(),
             last_staging: 0,
+            submitted: Submitted::default(),
         }
     }
 
@@ -287,6 +291,9 @@ impl<'a> Conn<'a> {
 
     /// Lets staging buffer `id` go; `EINVAL` if this connection holds none.
     fn drop_staging(&mut self, id: u32) -> fs::Result<()> {
+        if self.submitted.uses(id) {
+            self.settle_all();
+        }
         let b = self
             .staging
             .remove(&id)
@@ -310,7 +317,15 @@ impl<'a> Conn<'a> {
         self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()))
     }
 
+    /// Waits for every write this connection submitted (before its thread sleeps).
+    pub fn settle_all(&mut self) {
+        self.submitted.settle_all(self.fs, self.direct);
+    }
+
     fn call(&mut self, req: Request) -> fs::Result<Answer> {
+        if !self.submitted.is_empty() {
+            self.submitted.reap(self.fs, self.direct);
+        }
         let s = self.fs.as_user(&self.cred);
         let fs = self.fs;
         Ok(match req {
@@ -410,6 +425,17 @@ impl<'a> Conn<'a> {
                 len,
                 off,
             } => Answer::Count(self.read_staged(fd, id, at, len, off)? as u64),
+            Request::SubmitStaged {
+                fd,
+                id,
+                at,
+                len,
+                off,
+            } => self.submit_staged(fd, (id, at, len), off)?,
+            Request::Settle { sn } => {
+                let r = self.submitted.settle(fs, self.direct, sn);
+                done(r.map_err(fs::Error::Errno))?
+            }
             // Answered by `answer_bytes`, which sends their descriptors.
             Request::Table { .. } | Request::Staging { .. } => {
                 return Err(fs::Error::Errno(libc::EPROTO))
@@ -443,6 +469,60 @@ impl<'a> Conn<'a> {
                 fs.pwrite(fd, data, off)
             }),
             (None, false) => self.writing(o.ino, At::Cursor(fd), data.len(), || fs.write(fd, data)),
+        }
+    }
+
+    /// A submitted write from staging buffer `id`, as [`Request::SubmitStaged`] says;
+    /// `EFAULT` for bytes outside the buffer. The answer carries the copy's SN only
+    /// to a client that can poll it (it maps the image and reads directly: not on
+    /// emulated slow memory, where a record says done before the model does);
+    /// otherwise the copy is waited for here.
+    fn submit_staged(
+        &mut self,
+        fd: u32,
+        (id, at, len): (u32, u64, u64),
+        off: u64,
+    ) -> fs::Result<Answer> {
+        let (fd, o) = self.own(fd)?;
+        let fs = self.fs;
+        let data =
+            // SAFETY: as in `write_staged`; besides, a copy still running keeps the
+            // buffer mapped: it is let go (`drop_staging`, the connection's end)
+            // only once its copies are done.
+            unsafe { self.staging(id)?.bytes(at, len) }.ok_or(fs::Error::Errno(libc::EFAULT))?;
+        let at_ = if o.append { At::End } else { At::Offset(off) };
+        // SAFETY: `data` stays mapped and the client's until the token is done (see
+        // above); the token is kept in `self.submitted` or waited for below.
+        let start = || unsafe { fs.submit_pwrite_borrowed(fd, data, off) };
+        let (token, unpublished) = match self.direct {
+            Some(d) => d.submit(fs, o.ino, at_, len, start),
+            None => (start(), None),
+        };
+        let token = match token {
+            Ok(t) => t,
+            Err(e) => {
+                if let (Some(d), Some(u)) = (self.direct, unpublished) {
+                    d.finish(fs, u);
+                }
+                return Err(e);
+            }
+        };
+        let count = data.len() as u64;
+        match token.running_sn() {
+            Some(sn) if self.reads_directly && self.direct.is_some() => {
+                self.submitted.keep(token, sn, id, unpublished);
+                Ok(Answer::Submitted { count, sn })
+            }
+            _ => {
+                let r = token.wait();
+                if let (Some(d), Some(u)) = (self.direct, unpublished) {
+                    d.finish(fs, u);
+                }
+                Ok(Answer::Submitted {
+                    count: r? as u64,
+                    sn: 0,
+                })
+            }
         }
     }
 
@@ -902,6 +982,8 @@ impl<'a> Conn<'a> {
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
+        // The copies of its submitted writes first: they read its staging buffers.
+        self.settle_all();
         // A process's record locks outlive its connection while it runs (across an
         // `exec`, as POSIX keeps them); the sweep drops them once it is gone.
         match self.pid {
@@ -977,6 +1059,73 @@ mod tests {
             panic!("no descriptor")
         };
         (id, staging::Buffer::map(&fd, len as usize).unwrap())
+    }
+
+    #[test]
+    fn a_submitted_write_keeps_its_pages_asking_until_its_copy_is_finished() {
+        use crate::direct::{ASK, PAGE0, SIZE, UNKNOWN};
+        let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(64 << 20));
+        FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+        let options = MountOptions {
+            mode: fs::Mode::Async,
+            ..MountOptions::default()
+        };
+        let fs = FileSystem::mount(pm, options).unwrap().0;
+        let direct = Direct::new().unwrap();
+        let counts = Counts::default();
+        let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
+        let Answer::Fd(fd) = c.answer(Request::Open {
+            path: "/f".into(),
+            flags: libc::O_CREAT | libc::O_RDWR,
+            mode: 0o644,
+        }) else {
+            panic!()
+        };
+        let len = 8u64 << 20;
+        let (id, client) = staging_of(&mut c, len);
+        // SAFETY: this test is the only user of the client's mapping.
+        unsafe { client.bytes_mut(0, len).unwrap().fill(0x5a) };
+        let ino = c.own(fd).unwrap().1.ino;
+        let table = direct.table(&fs, ino).unwrap();
+        let word = |i: usize| table.words().at(i).load(Ordering::SeqCst);
+        let submit = Request::SubmitStaged {
+            fd,
+            id,
+            at: 0,
+            len,
+            off: 0,
+        };
+        let mut running = 0;
+        for _ in 0..8 {
+            let Answer::Submitted { count, sn } = c.answer(submit.clone()) else {
+                panic!()
+            };
+            assert_eq!(count, len);
+            if sn != 0 && !c.submitted.is_empty() {
+                running += 1;
+                // While the copy runs, readers are sent to the server.
+                assert_eq!(
+                    (word(SIZE), word(PAGE0), word(PAGE0 + 2047)),
+                    (UNKNOWN, ASK, ASK)
+                );
+            }
+            assert_eq!(c.answer(Request::Settle { sn }), Answer::Done);
+            assert!(c.submitted.is_empty());
+            assert_eq!(word(SIZE), len);
+            assert_table_is_the_files(&fs, &direct, ino);
+        }
+        assert!(
+            running > 0,
+            "every copy was done when its write was answered"
+        );
+        // A buffer given back with a copy running waits for the copy.
+        let _ = c.answer(submit.clone());
+        assert_eq!(c.answer(Request::DropStaging { id }), Answer::Done);
+        assert!(c.submitted.is_empty());
+        assert_eq!(c.answer(submit), Answer::Error(libc::EINVAL));
+        direct.release(ino);
+        drop(c);
+        fs.unmount().unwrap();
     }
 
     #[test]
@@ -1423,6 +1572,8 @@ mod tests {
             1 => (0..4u32).prop_map(|id| Request::DropStaging { id }),
             2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::WriteStaged { fd, id, at, len, off }),
             2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::ReadStaged { fd, id, at, len, off }),
+            2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, off.clone()).prop_map(|(fd, id, at, len, off)| Request::SubmitStaged { fd, id, at, len, off }),
+            1 => any::<u64>().prop_map(|sn| Request::Settle { sn }),
 
         ]
     }
@@ -1454,10 +1605,14 @@ mod tests {
         fn any_payloads_leave_the_image_consistent(
             payloads in prop::collection::vec(payload(), 1..120),
             with_direct in any::<bool>(),
+            engine_copies in any::<bool>(),
         ) {
             let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(32 << 20));
             FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-            let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+            // The async mode's copies run on after a submitted write is answered.
+            let mode = if engine_copies { fs::Mode::Async } else { fs::Mode::Cpu };
+            let options = MountOptions { mode, ..MountOptions::default() };
+            let (fs, _) = FileSystem::mount(pm.clone(), options).unwrap();
             let counts = Counts::default();
             let direct = with_direct.then(|| Direct::new().unwrap());
             {

@@ -113,6 +113,14 @@ impl PageTable {
     }
 }
 
+/// The pages of a submitted write, asking until its copy is done.
+pub(crate) struct Unpublished {
+    table: Arc<PageTable>,
+    ino: u64,
+    first: u64,
+    end: u64,
+}
+
 /// The published epoch, the page tables and the clients' epoch slots.
 pub(crate) struct Direct {
     epoch: Words,
@@ -217,6 +225,55 @@ impl Direct {
         self.republish(fs, &t, ino, first, end);
         fs.retire_held(held);
         r
+    }
+
+    /// Runs `f`, which starts a write of `len` bytes `at` file `ino` whose copy
+    /// goes on after it returns (a submitted write). Readers may not copy the new
+    /// blocks before the copy is done, so the pages the write covers, and the size,
+    /// say "ask" until [`Direct::finish`] publishes them: meanwhile a reader asks the
+    /// server, whose read waits for the copy. The blocks the write displaces are
+    /// retired at once: once the pages say "ask", nothing names them.
+    pub fn submit<R>(
+        &self,
+        fs: &FileSystem,
+        ino: u64,
+        at: At,
+        len: u64,
+        f: impl FnOnce() -> R,
+    ) -> (R, Option<Unpublished>) {
+        let _one_change_at_a_time = self.stripe(ino);
+        let Some(t) = self.published(ino) else {
+            return (f(), None);
+        };
+        let off = match at {
+            At::Offset(off) => off,
+            At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
+            At::Cursor(fd) => fs.lseek(fd, 0, fs::Whence::Cur).unwrap_or(0),
+        };
+        let (first, end) = (
+            off / BLOCK_SIZE,
+            off.saturating_add(len).div_ceil(BLOCK_SIZE),
+        );
+        t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
+        t.forget(first, end);
+        let (r, held) = fs.holding_retired(f);
+        fs.retire_held(held);
+        (
+            r,
+            Some(Unpublished {
+                table: t,
+                ino,
+                first,
+                end,
+            }),
+        )
+    }
+
+    /// Publishes what a submitted write left asking, once its copy is done (or
+    /// failed: the file's blocks are published as the file system has them).
+    pub fn finish(&self, fs: &FileSystem, u: Unpublished) {
+        let _one_change_at_a_time = self.stripe(u.ino);
+        self.republish(fs, &u.table, u.ino, u.first, u.end);
     }
 
     /// Publishes the pages of file `ino` that bytes `[off, off + len)` cover, if it

@@ -2,7 +2,9 @@
 //! cargo-fuzz target in `fuzz/` and the corpus-replay test run.
 //!
 //! The input: one byte of settings (bit 0: clients read directly, so writes go
-//! through the page tables; bit 1: the client is an unprivileged user, not root), then
+//! through the page tables; bit 1: the client is an unprivileged user, not root; bit
+//! 2: the file system runs in `async` mode, so copies of submitted writes run on
+//! after their answers), then
 //! payloads, each a little-endian `u16` length and that many bytes, answered in order
 //! by one connection on a fresh in-memory file system. Nothing may panic; when the
 //! connection ends, nothing it opened may stay open and no page table may stay
@@ -33,7 +35,15 @@ pub fn requests(data: &[u8]) {
         ..FormatOptions::default()
     };
     FileSystem::format(&*pm, &format).expect("format");
-    let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).expect("mount");
+    let mode = match settings & 4 {
+        0 => fs::Mode::Cpu,
+        _ => fs::Mode::Async,
+    };
+    let options = MountOptions {
+        mode,
+        ..MountOptions::default()
+    };
+    let (fs, _) = FileSystem::mount(pm.clone(), options).expect("mount");
     let direct = (settings & 1 != 0).then(|| Arc::new(Direct::new().expect("shared memory")));
     if let Some(d) = &direct {
         fs.set_external_readers(d.clone());

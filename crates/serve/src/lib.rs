@@ -34,9 +34,10 @@ mod mailbox;
 mod server;
 pub mod shm;
 pub mod staging;
+mod submitted;
 pub mod wire;
 
-pub use client::{Client, RegionView, Remote, StagingBuf};
+pub use client::{Client, RegionView, Remote, StagingBuf, Submitted};
 pub use error::{Error, Result};
 pub use server::Server;
 pub use wire::{HeldLock, LockKind, LockOwner, On};

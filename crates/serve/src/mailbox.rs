@@ -208,6 +208,15 @@ impl Mailbox {
         bell: &UnixStream,
         fds: &mut Vec<OwnedFd>,
     ) -> io::Result<()> {
+        match self.spin(want, spin) {
+            true => Ok(()),
+            false => self.sleep(want, bell, fds),
+        }
+    }
+
+    /// The spinning part of [`Mailbox::wait`]: whether the state became `want`
+    /// within `spin`.
+    pub fn spin(&self, want: u64, spin: Duration) -> bool {
         let t0 = Instant::now();
         let mut n = 0u32;
         while self.state() != want {
@@ -215,7 +224,7 @@ impl Mailbox {
             if n.is_multiple_of(64) {
                 let waited = t0.elapsed();
                 if waited >= spin {
-                    return self.sleep(want, bell, fds);
+                    return false;
                 }
                 // Past a first moment — at once if the last yield ran another thread
                 // — give the core away while spinning: on a machine with fewer cores
@@ -229,10 +238,12 @@ impl Mailbox {
             }
             std::hint::spin_loop();
         }
-        Ok(())
+        true
     }
 
-    fn sleep(&self, want: u64, bell: &UnixStream, fds: &mut Vec<OwnedFd>) -> io::Result<()> {
+    /// The sleeping part of [`Mailbox::wait`]: says it sleeps, then blocks on the
+    /// socket until the state is `want`.
+    pub fn sleep(&self, want: u64, bell: &UnixStream, fds: &mut Vec<OwnedFd>) -> io::Result<()> {
         let mine = match self.side {
             Side::Client => CLIENT_SLEEPS,
             Side::Server => SERVER_SLEEPS,

@@ -230,7 +230,12 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     if let Some(m) = mailbox {
         return answer_mailbox(&mut conn, &m, &stream);
     }
-    while let Some(payload) = wire::receive(&mut stream)? {
+    loop {
+        // Submitted writes are finished before this thread blocks on the socket.
+        conn.settle_all();
+        let Some(payload) = wire::receive(&mut stream)? else {
+            break;
+        };
         let (answer, attached) = conn.answer_bytes(&payload);
         let bytes = wire::answer_frame(&answer);
         match attached.fd() {
@@ -247,9 +252,14 @@ fn answer_mailbox(conn: &mut Conn<'_>, m: &Mailbox, bell: &UnixStream) -> io::Re
     // One buffer for every request of the connection: a request costs no allocation.
     let mut request = Vec::new();
     loop {
-        match m.wait(mailbox::POSTED, SERVER_SPIN, bell, &mut ignored) {
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            r => r?,
+        if !m.spin(mailbox::POSTED, SERVER_SPIN) {
+            // Nothing of the client's runs on while this thread sleeps: its
+            // submitted writes are finished and published first.
+            conn.settle_all();
+            match m.sleep(mailbox::POSTED, bell, &mut ignored) {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                r => r?,
+            }
         }
         ignored.clear();
         let (answer, attached) = match m.take_into(&mut request) {

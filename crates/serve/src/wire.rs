@@ -19,7 +19,7 @@ pub use crate::locks::{Held as HeldLock, Kind as LockKind, LockOwner};
 
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The longest frame either side accepts (a write or read of [`MAX_IO`] bytes fits).
 pub const MAX_FRAME: usize = MAX_IO + 4096;
@@ -324,6 +324,23 @@ pub enum Request<'a> {
         len: u64,
         off: Option<u64>,
     },
+    /// Starts writing bytes `[at, at + len)` of staging buffer `id` to open file `fd`
+    /// at `off`, as `pwrite` (EASYIO's orderless write across processes) → once the
+    /// write is committed, [`Answer::Submitted`]: the bytes written and the SN of
+    /// the copy if it still runs. The client leaves those bytes alone until the SN
+    /// is done: it polls the SN's completion record in its read-only mapping of the
+    /// image (`fs::layout::sn_progress_word`), or asks with [`Request::Settle`].
+    SubmitStaged {
+        fd: u32,
+        id: u32,
+        at: u64,
+        len: u64,
+        off: u64,
+    },
+    /// Waits for the copy of SN `sn` that a [`Request::SubmitStaged`] of this
+    /// connection answered with (and for the copies submitted before it) → Done, or
+    /// `EIO` if it failed; Done also for an SN this connection does not know.
+    Settle { sn: u64 },
 }
 
 /// Handoffs of one process that may wait to be adopted.
@@ -375,6 +392,9 @@ pub enum Answer {
     EntriesAt(Vec<DirEntryAt>),
     /// A staging buffer of `len` bytes comes with this answer, named `id`.
     Staging { id: u32, len: u64 },
+    /// A write was committed: `count` bytes, whose copy runs until raw SN `sn` is
+    /// done (0: finished already).
+    Submitted { count: u64, sn: u64 },
     /// Failed with this errno.
     Error(i32),
 }

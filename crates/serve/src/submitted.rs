@@ -1,0 +1,114 @@
+//! Writes a client submitted and whose copies still run (EASYIO's orderless write
+//! across processes, [`crate::wire::Request::SubmitStaged`]): the server answers
+//! once the write is committed, with the SN of its copy, and the client polls that
+//! SN's completion record in its read-only mapping of the image while it computes.
+//!
+//! The server keeps each such copy until it is done: its staging buffer stays
+//! mapped meanwhile (letting the buffer go, or the connection ending, waits for the
+//! copies first), and the pages it writes say "ask" in their page table until the
+//! copy is done and [`crate::direct::Direct::finish`] publishes them. Copies are
+//! finished in the order they were submitted, when the connection next looks
+//! ([`Submitted::reap`]: before each request) and before its thread sleeps.
+
+use std::collections::VecDeque;
+
+use fs::{BorrowedToken, FileSystem};
+
+use crate::direct::{Direct, Unpublished};
+
+/// Copies a connection may have running; one more waits for the oldest first.
+pub const MAX_RUNNING: usize = 64;
+/// Failed copies remembered until the client settles them (older ones are
+/// forgotten: their SNs settle as done, and the client's poll of the record never
+/// saw them done).
+const MAX_FAILED: usize = 1024;
+
+/// One running copy.
+struct Copy<'a> {
+    token: BorrowedToken<'a>,
+    sn: u64,
+    /// The staging buffer it copies from.
+    buffer: u32,
+    unpublished: Option<Unpublished>,
+}
+
+/// A connection's running copies, oldest first, and the SNs of those that failed.
+#[derive(Default)]
+pub(crate) struct Submitted<'a> {
+    running: VecDeque<Copy<'a>>,
+    failed: VecDeque<(u64, i32)>,
+}
+
+impl<'a> Submitted<'a> {
+    /// Keeps the copy of `sn` (`token`'s, from staging buffer `buffer`) until it is
+    /// done.
+    pub fn keep(
+        &mut self,
+        token: BorrowedToken<'a>,
+        sn: u64,
+        buffer: u32,
+        unpublished: Option<Unpublished>,
+    ) {
+        self.running.push_back(Copy {
+            token,
+            sn,
+            buffer,
+            unpublished,
+        });
+    }
+
+    /// Whether no copy runs.
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Whether a running copy reads from staging buffer `buffer`.
+    pub fn uses(&self, buffer: u32) -> bool {
+        self.running.iter().any(|c| c.buffer == buffer)
+    }
+
+    /// Finishes the oldest copies that are done (one load each), and the oldest one
+    /// whatever it takes if `MAX_RUNNING` run.
+    pub fn reap(&mut self, fs: &FileSystem, direct: Option<&Direct>) {
+        while let Some(c) = self.running.front() {
+            if !c.token.is_done() && self.running.len() < MAX_RUNNING {
+                break;
+            }
+            let c = self.running.pop_front().expect("a front copy");
+            self.finish(fs, direct, c);
+        }
+    }
+
+    /// Waits for the copy of `sn` and every one submitted before it: `Err(errno)`
+    /// if it failed. An SN not running and not failed finished well.
+    pub fn settle(&mut self, fs: &FileSystem, direct: Option<&Direct>, sn: u64) -> Result<(), i32> {
+        if let Some(i) = self.running.iter().position(|c| c.sn == sn) {
+            for c in self.running.drain(..=i).collect::<Vec<_>>() {
+                self.finish(fs, direct, c);
+            }
+        }
+        match self.failed.iter().position(|&(s, _)| s == sn) {
+            Some(i) => Err(self.failed.remove(i).expect("a failed copy").1),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every running copy.
+    pub fn settle_all(&mut self, fs: &FileSystem, direct: Option<&Direct>) {
+        while let Some(c) = self.running.pop_front() {
+            self.finish(fs, direct, c);
+        }
+    }
+
+    fn finish(&mut self, fs: &FileSystem, direct: Option<&Direct>, c: Copy<'a>) {
+        if let Err(e) = c.token.wait() {
+            if self.failed.len() == MAX_FAILED {
+                self.failed.pop_front();
+            }
+            self.failed.push_back((c.sn, e.errno()));
+        }
+        if let (Some(d), Some(u)) = (direct, c.unpublished) {
+            d.finish(fs, u);
+        }
+    }
+}
