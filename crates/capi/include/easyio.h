@@ -97,7 +97,10 @@ int64_t easyio_submit_pread(struct easyio_fs *fs, int fd, void *buf, size_t len,
 
 // Starts writing `len` bytes from `buf` at `off` (at the end with `O_APPEND`): the
 // write is committed when this returns (a read after it sees the data), durable
-// when the request completes. Returns a request id (>= 1) or -1 with errno.
+// when the request completes. Returns a request id (>= 1) or -1 with errno. On a
+// server's connection the copy runs on after this returns only from a buffer of
+// `easyio_buffer_alloc` (and with the server in `async` mode); from other memory
+// the write is made before this returns.
 int64_t easyio_submit_pwrite(struct easyio_fs *fs, int fd, const void *buf, size_t len, off_t off);
 
 // Whether request `id` is complete (one load and a compare): 1 and its completion
@@ -298,7 +301,10 @@ int easyio_futimens(struct easyio_fs *fs, int fd, const struct timespec *times);
 // takes the ids from the socket; [`easyio_set_cred`] is EPERM on such a handle).
 // Reads of open files are copied straight from the image, mapped read-only, when
 // the server allows it. [`easyio_unmount`] disconnects (the server closes what was
-// left open). Asynchronous requests (`easyio_submit_*`) are EOPNOTSUPP. Returns
+// left open). `easyio_submit_pwrite` from a buffer of `easyio_buffer_alloc` returns
+// once the server committed the write and completes when the server's copy is
+// durable (polled in the image's completion record, with no request); other
+// asynchronous requests are made at once and complete as they are submitted. Returns
 // NULL with errno: ENOENT or ECONNREFUSED (no server there), EACCES, EPROTO
 // (another version of easyio), EAGAIN (the server has too many clients).
 struct easyio_fs *easyio_connect(const char *socket);

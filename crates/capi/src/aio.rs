@@ -15,7 +15,7 @@ use fs::BorrowedToken;
 use crate::args::{bytes, bytes_mut, offset, slice, slice_mut};
 use crate::error::{call, CResult, Failure};
 use crate::files::mount_of;
-use crate::mount::{easyio_fs, Mount};
+use crate::mount::{easyio_fs, Mount, Target};
 
 /// The completion of a request.
 #[repr(C)]
@@ -27,15 +27,57 @@ pub struct easyio_completion {
     pub res: i64,
 }
 
+/// A request in flight.
+pub(crate) enum InFlight {
+    /// On an image mounted here: the file system's token for the copy.
+    Here(BorrowedToken<'static>),
+    /// A write a server committed, whose copy it runs (its SN is polled in the
+    /// image's completion record).
+    Server(easyio_serve::Submitted<'static, 'static>),
+    /// Made at once through a server (a read; a write from a buffer outside the
+    /// staging buffers): its result.
+    Finished(i64),
+}
+
+impl InFlight {
+    /// Whether the copy is done (one load and a compare).
+    fn is_done(&self) -> bool {
+        match self {
+            InFlight::Here(t) => t.is_done(),
+            InFlight::Server(s) => s.is_done(),
+            InFlight::Finished(_) => true,
+        }
+    }
+
+    /// Waits for the copy: bytes read or written, or -errno.
+    fn result(self) -> i64 {
+        let r = match self {
+            InFlight::Here(t) => t.wait().map_err(|e| e.errno()),
+            InFlight::Server(s) => s.wait().map_err(|e| e.errno()),
+            InFlight::Finished(res) => return res,
+        };
+        match r {
+            Ok(n) => n as i64,
+            Err(errno) => -i64::from(errno),
+        }
+    }
+}
+
 /// Keeps a started request under a new id.
-fn enqueue(m: &Mount, token: BorrowedToken<'_>) -> i64 {
+fn enqueue(m: &Mount, req: InFlight) -> i64 {
+    let id = m.next_request.fetch_add(1, Ordering::Relaxed);
+    m.requests.lock().insert(id, req);
+    id as i64
+}
+
+/// A token of the file system mounted here, kept as a request.
+fn here(token: BorrowedToken<'_>) -> InFlight {
     // SAFETY: the token borrows `m.fs`, which the mount keeps in an `Arc` that
     // outlives every request: requests are dropped (waiting for their copies) before
     // the file system, in `easyio_unmount` and by the field order of `Mount`.
-    let token: BorrowedToken<'static> = unsafe { std::mem::transmute(token) };
-    let id = m.next_request.fetch_add(1, Ordering::Relaxed);
-    m.requests.lock().insert(id, token);
-    id as i64
+    InFlight::Here(unsafe {
+        std::mem::transmute::<BorrowedToken<'_>, BorrowedToken<'static>>(token)
+    })
 }
 
 /// Starts reading `len` bytes at `off` of descriptor `fd` into `buf`; returns a
@@ -58,19 +100,22 @@ pub extern "C" fn easyio_submit_pread(
             offset(off, "offset")?,
             bytes_mut(buf, len, "buf")?,
         );
-        // SAFETY: the caller keeps `buf` for the request until it completes (the
-        // header's contract), and the token waits for the copy before it goes.
-        let token = unsafe {
-            m.fs.here("an asynchronous read")?
-                .submit_pread_borrowed(f, buf, off)?
+        let req = match &m.fs {
+            // SAFETY: the caller keeps `buf` for the request until it completes (the
+            // header's contract), and the token waits for the copy before it goes.
+            Target::Here(fs) => here(unsafe { fs.submit_pread_borrowed(f, buf, off)? }),
+            Target::Server(r) => InFlight::Finished(r.pread(f, buf, off)? as i64),
         };
-        Ok(enqueue(&m, token))
+        Ok(enqueue(&m, req))
     })
 }
 
 /// Starts writing `len` bytes from `buf` at `off` (at the end with `O_APPEND`): the
 /// write is committed when this returns (a read after it sees the data), durable
-/// when the request completes. Returns a request id (>= 1) or -1 with errno.
+/// when the request completes. Returns a request id (>= 1) or -1 with errno. On a
+/// server's connection the copy runs on after this returns only from a buffer of
+/// `easyio_buffer_alloc` (and with the server in `async` mode); from other memory
+/// the write is made before this returns.
 #[no_mangle]
 pub extern "C" fn easyio_submit_pwrite(
     fs: *mut easyio_fs,
@@ -86,31 +131,39 @@ pub extern "C" fn easyio_submit_pwrite(
             offset(off, "offset")?,
             bytes(buf, len, "buf")?,
         );
-        // SAFETY: the caller keeps `buf` unchanged until the request completes (the
-        // header's contract), and the token waits for the copy before it goes.
-        let token = unsafe {
-            m.fs.here("an asynchronous write")?
-                .submit_pwrite_borrowed(f, buf, off)?
+        let req = match &m.fs {
+            // SAFETY: the caller keeps `buf` unchanged until the request completes
+            // (the header's contract), and the token waits for the copy before it
+            // goes.
+            Target::Here(fs) => here(unsafe { fs.submit_pwrite_borrowed(f, buf, off)? }),
+            Target::Server(r) => {
+                let s =
+                    r.0.submit_pwrite(f.0, buf, off)
+                        .map_err(|e| fs::Error::Errno(e.errno()))?;
+                // SAFETY: the caller keeps `buf` as above; the client lives in
+                // `m.fs`, which outlives every request (see `here`).
+                InFlight::Server(unsafe {
+                    std::mem::transmute::<
+                        easyio_serve::Submitted<'_, '_>,
+                        easyio_serve::Submitted<'static, 'static>,
+                    >(s)
+                })
+            }
         };
-        Ok(enqueue(&m, token))
+        Ok(enqueue(&m, req))
     })
 }
 
 /// The completion of a finished (or now waited-for) request.
-fn complete(id: u64, token: BorrowedToken<'static>) -> easyio_completion {
-    let res = match token.wait() {
-        Ok(n) => n as i64,
-        Err(e) => -i64::from(e.errno()),
-    };
-    easyio_completion { id, res }
+fn complete(id: u64, req: InFlight) -> easyio_completion {
+    easyio_completion {
+        id,
+        res: req.result(),
+    }
 }
 
 /// The request `id`, taken out of the mount's table if `done` says so.
-fn take_if(
-    m: &Mount,
-    id: u64,
-    done: impl FnOnce(&BorrowedToken<'static>) -> bool,
-) -> CResult<Option<BorrowedToken<'static>>> {
+fn take_if(m: &Mount, id: u64, done: impl FnOnce(&InFlight) -> bool) -> CResult<Option<InFlight>> {
     let mut reqs = m.requests.lock();
     let t = reqs
         .get(&id)
@@ -126,7 +179,7 @@ pub extern "C" fn easyio_poll(fs: *mut easyio_fs, id: u64, out: *mut easyio_comp
     call(-1, || {
         let m = mount_of(fs)?;
         let out = crate::args::out(out, "out")?;
-        Ok(match take_if(&m, id, BorrowedToken::is_done)? {
+        Ok(match take_if(&m, id, InFlight::is_done)? {
             Some(t) => {
                 *out = complete(id, t);
                 1
@@ -180,7 +233,7 @@ pub extern "C" fn easyio_wait_many(
         loop {
             for (i, &id) in ids.iter().enumerate() {
                 if !done[i] {
-                    if let Some(t) = take_if(&m, id, BorrowedToken::is_done)? {
+                    if let Some(t) = take_if(&m, id, InFlight::is_done)? {
                         outs[written] = complete(id, t);
                         (done[i], written) = (true, written + 1);
                     }

@@ -7,9 +7,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use easyio_serve::Remote;
-use fs::{
-    BorrowedToken, Cred, DirEntryAt, Fd, FileSystem, FormatOptions, MountOptions, Stat, Whence,
-};
+use fs::{Cred, DirEntryAt, Fd, FileSystem, FormatOptions, MountOptions, Stat, Whence};
 use parking_lot::{Mutex, RwLock};
 use pmem::{Pmem, Region};
 
@@ -48,7 +46,7 @@ pub struct easyio_mount_options {
 pub(crate) struct Mount {
     /// Declared before `fs`: requests (which borrow it) are dropped, waiting for their
     /// copies, before it.
-    pub requests: Mutex<HashMap<u64, BorrowedToken<'static>>>,
+    pub requests: Mutex<HashMap<u64, crate::aio::InFlight>>,
     pub next_request: AtomicU64,
     pub fs: Target,
     /// `None`: the trusted context (no permission checks).
@@ -66,20 +64,6 @@ pub(crate) enum Target {
     /// A server's (`easyio_connect`): every call is a request, checked by the
     /// server with this process's credentials as the kernel gives them.
     Server(Box<Remote>),
-}
-
-impl Target {
-    /// The file system mounted here; `EOPNOTSUPP` for what a server does not offer
-    /// (asynchronous requests).
-    pub fn here(&self, what: &str) -> CResult<&Arc<FileSystem>> {
-        match self {
-            Target::Here(fs) => Ok(fs),
-            Target::Server(_) => Err(Failure::new(
-                libc::EOPNOTSUPP,
-                format!("{what} is not offered by a server's connection"),
-            )),
-        }
-    }
 }
 
 /// Defines each call on an open descriptor (or by path, trusted) of both targets,
@@ -200,7 +184,10 @@ fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut e
 /// takes the ids from the socket; [`easyio_set_cred`] is EPERM on such a handle).
 /// Reads of open files are copied straight from the image, mapped read-only, when
 /// the server allows it. [`easyio_unmount`] disconnects (the server closes what was
-/// left open). Asynchronous requests (`easyio_submit_*`) are EOPNOTSUPP. Returns
+/// left open). `easyio_submit_pwrite` from a buffer of `easyio_buffer_alloc` returns
+/// once the server committed the write and completes when the server's copy is
+/// durable (polled in the image's completion record, with no request); other
+/// asynchronous requests are made at once and complete as they are submitted. Returns
 /// NULL with errno: ENOENT or ECONNREFUSED (no server there), EACCES, EPROTO
 /// (another version of easyio), EAGAIN (the server has too many clients).
 #[no_mangle]

@@ -202,7 +202,7 @@ fn c_calls_answer_as_the_kernel_does() {
 }
 
 /// The same calls through `easyio_connect` to a server (this test's thread) of the
-/// image; the image is consistent after the server stops.
+/// image, mounted in `async` mode; the image is consistent after the server stops.
 #[test]
 fn c_calls_answer_as_the_kernel_does_through_a_server() {
     static STOP: AtomicBool = AtomicBool::new(false);
@@ -210,7 +210,13 @@ fn c_calls_answer_as_the_kernel_does_through_a_server() {
     let img = s.0.join("served.img");
     let region = pmem::Region::create(&img, 16 << 20).unwrap();
     fs::FileSystem::format(&region, &fs::FormatOptions::default()).unwrap();
-    let (fs, _) = fs::FileSystem::mount(Arc::new(region), fs::MountOptions::default()).unwrap();
+    // In `async` mode: writes from staging buffers submitted through the server
+    // complete while the engine's copies run.
+    let options = fs::MountOptions {
+        mode: fs::Mode::Async,
+        ..fs::MountOptions::default()
+    };
+    let (fs, _) = fs::FileSystem::mount(Arc::new(region), options).unwrap();
     let socket = s.0.join("sock");
     let server = easyio_serve::Server::bind(Arc::new(fs), &img, &socket, false, true).unwrap();
     let serving = std::thread::spawn(move || server.run(|| STOP.load(Ordering::SeqCst)));
