@@ -14,6 +14,11 @@
 //!   have 2 cores, so wall-clock rates would measure the scheduler).
 //! - **Create throughput** of one client process and of two at once, each creating
 //!   files in a directory of its own (median of three runs each).
+//! - **Overlap** (EASYIO §4, across processes): with the file system in `async` mode,
+//!   64 KiB writes each followed by [`WORK_US`] µs of the program's own work, written
+//!   (the call returns once the data is durable) or submitted (the work runs while
+//!   the engine copies, then a wait), in-process and as a client (from a staging
+//!   buffer; the client polls the completion record). Median µs per write and work.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -40,6 +45,10 @@ const READER_FILE: u64 = 64 << 20;
 const IO: usize = 4096;
 /// Size of the image.
 const IMAGE: u64 = 512 << 20;
+/// Bytes of one write of the overlap measurement.
+const OVERLAP_IO: usize = 64 << 10;
+/// µs of the program's own work after each write of the overlap measurement.
+const WORK_US: u64 = 20;
 /// Longest a client process of this benchmark may run beyond its time.
 const GRACE: Duration = Duration::from_secs(120);
 
@@ -112,8 +121,25 @@ pub struct Report {
     /// in file order (the row "reader with 2 writers" reads the file as writers
     /// leave it, with and without them).
     pub reader_fresh_file: f64,
+    /// Writes overlapped with the program's work (median µs per write and work).
+    pub overlap: Overlap,
     /// How to read them.
     pub note: &'static str,
+}
+
+/// 64 KiB writes each followed by [`WORK_US`] µs of work, the file system in `async`
+/// mode: median µs per write and work.
+#[derive(Serialize, Clone, Copy, Debug, Default)]
+pub struct Overlap {
+    /// In-process, `pwrite` then the work.
+    pub here_written: f64,
+    /// In-process, `submit_pwrite`, the work, then the wait.
+    pub here_submitted: f64,
+    /// A client, `pwrite` from a staging buffer then the work.
+    pub client_written: f64,
+    /// A client, `submit_pwrite` from a staging buffer, the work, then the wait
+    /// (polling the completion record).
+    pub client_submitted: f64,
 }
 
 const NOTE: &str = "latencies are medians; create throughput the median of three runs; \
@@ -135,14 +161,16 @@ pub fn run(a: SharedArgs, easyio_exe: &Path) -> anyhow::Result<()> {
     ));
     let _cleanup = Remove(vec![image.clone(), image.with_extension("sock")]);
     let local = in_process(&image, a.ops)?;
-    let mut server = Server::start(easyio_exe, &image)?;
+    let mut server = Server::start(easyio_exe, &image, &[])?;
     let measured = measure_shared(&a, easyio_exe, &server.socket, &local);
     server.stop()?;
     let (rows, reader_fresh_file) = measured?;
+    let overlap = overlap(&image, easyio_exe, a.ops.min(5_000))?;
     let report = Report {
         machine: Machine::this(),
         rows,
         reader_fresh_file,
+        overlap,
         note: NOTE,
     };
     if a.json {
@@ -313,6 +341,103 @@ fn in_process(image: &Path, ops: u64) -> anyhow::Result<Local> {
     let local = latencies(&fs, ops, "created-here")?;
     fs.unmount()?;
     Ok(local)
+}
+
+/// The overlap measurement on `image` (made by [`in_process`]): in-process, then
+/// through an `easyio serve --mode async` child.
+fn overlap(image: &Path, exe: &Path, ops: u64) -> anyhow::Result<Overlap> {
+    let pm: Arc<dyn Pmem> = Arc::new(Region::open(image)?);
+    let options = MountOptions {
+        mode: fs::Mode::Async,
+        ..MountOptions::default()
+    };
+    let (fs, _) = FileSystem::mount(pm, options)?;
+    let fd = fs.open("/latency.dat", OpenFlags::RDWR, 0)?;
+    let mut data = vec![0u8; OVERLAP_IO];
+    let mut o = Overlap {
+        here_written: overlapped(ops, &mut data, |d, off| Ok(fs.pwrite(fd, d, off)?))?,
+        ..Overlap::default()
+    };
+    let owned = std::cell::RefCell::new(Some(data));
+    let buffer = || owned.borrow_mut().take().expect("the buffer is back");
+    o.here_submitted = median_us_after(
+        ops,
+        |i| refill(owned.borrow_mut().as_mut().expect("the buffer is back"), i),
+        |i| {
+            let token = fs.submit_pwrite(fd, buffer(), at(i))?;
+            work();
+            let (n, buf) = token.wait()?;
+            *owned.borrow_mut() = Some(buf);
+            ensure(n, OVERLAP_IO)
+        },
+    )?;
+    fs.close(fd)?;
+    fs.unmount()?;
+    let mut server = Server::start(exe, image, &["--mode", "async"])?;
+    let measured = (|| {
+        let c = Client::connect(&server.socket)?;
+        let fd = c.open("/latency.dat", libc::O_RDWR, 0)?;
+        let mut buf = c.staging_buffer(OVERLAP_IO)?;
+        o.client_written = overlapped(ops, &mut buf[..OVERLAP_IO], |d, off| {
+            Ok(c.pwrite(fd, d, off)?)
+        })?;
+        let buf = std::cell::RefCell::new(buf);
+        o.client_submitted = median_us_after(
+            ops,
+            |i| refill(&mut buf.borrow_mut()[..OVERLAP_IO], i),
+            |i| {
+                let b = buf.borrow();
+                let sub = c.submit_pwrite(fd, &b[..OVERLAP_IO], at(i))?;
+                work();
+                ensure(sub.wait()?, OVERLAP_IO)
+            },
+        )?;
+        drop(buf);
+        c.close(fd)?;
+        anyhow::Ok(())
+    })();
+    server.stop()?;
+    measured?;
+    Ok(o)
+}
+
+/// Median µs of a write by `write` of new bytes in `data`, then the work.
+fn overlapped(
+    ops: u64,
+    data: &mut [u8],
+    write: impl Fn(&[u8], u64) -> anyhow::Result<usize>,
+) -> anyhow::Result<f64> {
+    let data = std::cell::RefCell::new(data);
+    median_us_after(
+        ops,
+        |i| refill(&mut data.borrow_mut(), i),
+        |i| {
+            ensure(write(&data.borrow(), at(i))?, OVERLAP_IO)?;
+            work();
+            Ok(())
+        },
+    )
+}
+
+/// Where the `i`th write of the overlap measurement lands (64 KiB-aligned, all over
+/// the latency file).
+fn at(i: u64) -> u64 {
+    (i * 7919 % (LATENCY_FILE / OVERLAP_IO as u64)) * OVERLAP_IO as u64
+}
+
+/// The program's own work: [`WORK_US`] µs on this thread.
+fn work() {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_micros(WORK_US) {
+        std::hint::spin_loop();
+    }
+}
+
+fn ensure(n: usize, want: usize) -> anyhow::Result<()> {
+    if n != want {
+        bail!("a call of {want} bytes moved {n}");
+    }
+    Ok(())
 }
 
 /// Everything measured against the server on `socket`.
@@ -593,13 +718,14 @@ struct Server {
 }
 
 impl Server {
-    fn start(exe: &Path, image: &Path) -> anyhow::Result<Server> {
+    fn start(exe: &Path, image: &Path, extra: &[&str]) -> anyhow::Result<Server> {
         let socket = image.with_extension("sock");
         let mut child = Command::new(exe)
             .arg("serve")
             .arg(image)
             .arg("--socket")
             .arg(&socket)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -681,5 +807,15 @@ fn print_report(r: &Report) {
             r.reader_fresh_file / x.baseline
         );
     }
+    let o = &r.overlap;
+    println!(
+        "overlap (async mode; 64 KiB write + {WORK_US} µs of work, µs each): in-process written {:.2}, submitted {:.2} ({:.2}x); client written {:.2}, submitted {:.2} ({:.2}x)",
+        o.here_written,
+        o.here_submitted,
+        o.here_submitted / o.here_written,
+        o.client_written,
+        o.client_submitted,
+        o.client_submitted / o.client_written
+    );
     println!("note: {}", r.note);
 }

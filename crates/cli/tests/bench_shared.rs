@@ -33,6 +33,16 @@ fn bench_shared_json_has_every_measurement_beside_its_peer() {
         ]
     );
     assert!(v["reader_fresh_file"].as_f64().unwrap() > 0.0, "{v}");
+    // Each 64 KiB write and its 20 µs of work take at least the work.
+    for k in [
+        "here_written",
+        "here_submitted",
+        "client_written",
+        "client_submitted",
+    ] {
+        let us = v["overlap"][k].as_f64().unwrap();
+        assert!((20.0..10_000.0).contains(&us), "overlap {k}: {us} µs");
+    }
     for r in rows {
         let (b, s, ratio) = (
             r["baseline"].as_f64().unwrap(),
