@@ -416,9 +416,11 @@ struct Info {
 struct Protection {
     /// The CPU and the kernel offer memory protection keys.
     pku: bool,
-    /// easyio uses them (not yet: a mounted region is unprotected; a client of
+    /// The region mounted here is tagged with one (`EASYIO_PROTECT=1`; a client of
     /// `easyio serve` maps the image read-only instead).
     used: bool,
+    /// The key, when used.
+    key: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -447,7 +449,8 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         mount: report,
         protection: Protection {
             pku: pmem::persist::features().pku,
-            used: false,
+            used: fs.pmem().protection_key().is_some(),
+            key: fs.pmem().protection_key(),
         },
     };
     if a.json {
@@ -474,16 +477,23 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
                 "recovered (allocators rebuilt from the logs)"
             }
         )?;
+        let p = &info.protection;
+        let how = match (p.key, p.pku) {
+            (Some(k), _) => format!(
+                "on (protection key {k}): a stray store of the program into the region faults"
+            ),
+            (None, true) => format!(
+                "off: a stray store of the program can reach the region ({}=1 turns \
+                 protection keys on; this CPU has them)",
+                pmem::pkey::ENV
+            ),
+            (None, false) => "none: a stray store of the program can reach the region (this \
+                 CPU or kernel has no protection keys)"
+                .to_string(),
+        };
         writeln!(
             out,
-            "protection: none in-process, a stray store of the program can reach the region \
-             (easyio does not use protection keys yet; this CPU {}); clients of \
-             `easyio serve` map the image read-only",
-            if info.protection.pku {
-                "has them"
-            } else {
-                "has none"
-            }
+            "protection: {how}; clients of `easyio serve` map the image read-only"
         )?;
     }
     fs.unmount()?;

@@ -72,6 +72,20 @@ fn file_commands_round_trip() {
     };
     assert_eq!(info["protection"]["pku"], flag("pku") && flag("ospke"));
     assert_eq!(info["protection"]["used"], false);
+    // Asked for, the region is protected exactly where the CPU has keys.
+    let asked = Command::new(env!("CARGO_BIN_EXE_easyio"))
+        .args(["info", "--json"])
+        .env("EASYIO_IMAGE", &img.0)
+        .env(pmem::pkey::ENV, "1")
+        .output()
+        .unwrap();
+    assert!(asked.status.success());
+    let asked: serde_json::Value = serde_json::from_slice(&asked.stdout).unwrap();
+    assert_eq!(asked["protection"]["used"], flag("pku") && flag("ospke"));
+    assert_eq!(
+        asked["protection"]["key"].is_u64(),
+        flag("pku") && flag("ospke")
+    );
     let _ = std::fs::remove_file(&local);
     let _ = std::fs::remove_file(&back);
 }

@@ -32,6 +32,7 @@ mod error;
 pub mod mem;
 pub mod peer;
 pub mod persist;
+pub mod pkey;
 mod region;
 pub mod slowmem;
 pub mod trace;
@@ -119,6 +120,12 @@ pub trait Pmem: Send + Sync {
     fn copy_persist(&self, off: u64, src: &[u8]) {
         self.copy_nt(off, src);
         self.fence();
+    }
+
+    /// The protection key the region's memory is tagged with ([`pkey`]), if it is
+    /// protected: only its own operations reach it.
+    fn protection_key(&self) -> Option<u32> {
+        None
     }
 
     /// Where usable offset 0 lies in this process's address space, for a copy device

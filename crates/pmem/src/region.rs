@@ -143,6 +143,9 @@ pub struct Region {
     sync_error: AtomicU64,
     /// Held for its flock (closing the descriptor releases the region) and for syncs.
     file: File,
+    /// The protection key the mapping is tagged with ([`Region::protect`]): every
+    /// access opens it on its thread for its duration.
+    key: Option<u32>,
 }
 
 // SAFETY: the mapping is shared memory whose every access goes through raw pointers in
@@ -432,10 +435,59 @@ impl Region {
             syncs: AtomicU64::new(0),
             sync_error: AtomicU64::new(0),
             file,
+            key: None,
+        })
+        .map(|mut r| {
+            if access == Access::ReadWrite && crate::pkey::wanted_by_env() {
+                // Where keys are missing the region stays as it is; `protection`
+                // says so.
+                let _ = r.protect();
+            }
+            r
         })
     }
 
+    /// Tags the mapping with the process's protection key (see [`crate::pkey`]):
+    /// from now on only this region's own operations reach its memory, and a store
+    /// through any other pointer faults (SIGSEGV, `SEGV_PKUERR`). Returns the key, or
+    /// why the region cannot be protected (no `pku` or `ospke`, no key left, opened
+    /// read-only).
+    pub fn protect(&mut self) -> std::result::Result<u32, String> {
+        if let Some(k) = self.key {
+            return Ok(k);
+        }
+        if !self.writable {
+            return Err("the region is open read-only".into());
+        }
+        let key = crate::pkey::key()?;
+        // SAFETY: the whole mapping, which this region owns; every access to it goes
+        // through this module's methods, which open the key from now on.
+        unsafe {
+            crate::pkey::tag(
+                self.map,
+                self.map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                key,
+            )
+        }
+        .map_err(|e| format!("pkey_mprotect: {e}"))?;
+        self.key = Some(key);
+        Ok(key)
+    }
+
+    /// The protection key the region is tagged with, if it is protected.
+    pub fn protection(&self) -> Option<u32> {
+        self.key
+    }
+
+    /// Access to the mapping for one operation of this thread, if it is protected.
+    #[inline]
+    fn open_key(&self) -> Option<crate::pkey::Open> {
+        self.key.map(crate::pkey::open)
+    }
+
     fn header_bytes(&self) -> [u8; HEADER_USED] {
+        let _open = self.open_key();
         let mut h = [0u8; HEADER_USED];
         // SAFETY: the mapping is at least MIN_REGION bytes, more than HEADER_USED.
         unsafe { persist::copy_out(h.as_mut_ptr(), self.map, HEADER_USED) };
@@ -450,6 +502,7 @@ impl Region {
         h[REGION_LEN_OFF..CSUM_OFF].copy_from_slice(&region_len.to_le_bytes());
         let csum = crc32c::crc32c(&h[..CSUM_OFF]);
         h[CSUM_OFF..].copy_from_slice(&csum.to_le_bytes());
+        let _open = self.open_key();
         // SAFETY: the header lies inside the mapping (len >= MIN_REGION), which this
         // open holds exclusively.
         unsafe {
@@ -614,6 +667,7 @@ impl Pmem for Region {
     }
 
     fn write(&self, off: u64, src: &[u8]) {
+        let _open = self.open_key();
         check_range(off, src.len() as u64, self.len());
         self.check_writable(off);
         // SAFETY: bounds checked; `src` is ordinary memory, never inside the mapping
@@ -622,21 +676,25 @@ impl Pmem for Region {
     }
 
     fn store_u64(&self, off: u64, val: u64) {
+        let _open = self.open_key();
         self.check_writable(off);
         self.word(off).store(val, Ordering::Release);
     }
 
     fn load_u64(&self, off: u64) -> u64 {
+        let _open = self.open_key();
         self.word(off).load(Ordering::Acquire)
     }
 
     fn read(&self, off: u64, dst: &mut [u8]) {
+        let _open = self.open_key();
         check_range(off, dst.len() as u64, self.len());
         // SAFETY: bounds checked; `dst` is an exclusive borrow outside the mapping.
         unsafe { persist::copy_out(dst.as_mut_ptr(), self.at(off), dst.len()) }
     }
 
     fn flush(&self, off: u64, len: u64) {
+        let _open = self.open_key();
         check_range(off, len, self.len());
         // SAFETY: bounds checked.
         unsafe { persist::flush(self.at(off), len as usize) }
@@ -651,6 +709,7 @@ impl Pmem for Region {
     }
 
     fn copy_nt(&self, off: u64, src: &[u8]) {
+        let _open = self.open_key();
         check_range(off, src.len() as u64, self.len());
         self.check_writable(off);
         // SAFETY: bounds checked; `src` lies outside the mapping.
@@ -671,6 +730,10 @@ impl Pmem for Region {
 
     fn device_base(&self) -> Option<*mut u8> {
         Some(self.at(0))
+    }
+
+    fn protection_key(&self) -> Option<u32> {
+        self.key
     }
 }
 

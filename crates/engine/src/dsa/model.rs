@@ -367,6 +367,8 @@ impl Portal for ModelPortal {
 
 /// The device thread: take descriptors from the portal in slot order and run them.
 fn run(dev: &Shared) {
+    // A device's writes are not subject to protection keys: this thread stands for it.
+    pmem::pkey::allow_this_thread();
     let mut next = 0usize;
     let mut idle = 0u32;
     while !dev.stop.load(Ordering::Acquire) {
