@@ -21,6 +21,8 @@ pub fn c_nt_copy_persist(region: &Region, off: u64, src: &[u8]) {
         (dst as usize).is_multiple_of(CACHE_LINE) && src.len().is_multiple_of(CACHE_LINE),
         "the C peer loop needs a 64-byte aligned destination and length"
     );
+    // A protected region is written here too, as by its own operations.
+    let _open = region.open_key();
     // SAFETY: the range is inside the mapping (checked above), `src` is ordinary memory
     // outside it, and the C loop writes exactly `len` bytes from `dst`.
     unsafe { easyio_peer_nt_copy(dst, src.as_ptr(), src.len()) }

@@ -482,7 +482,7 @@ impl Region {
 
     /// Access to the mapping for one operation of this thread, if it is protected.
     #[inline]
-    fn open_key(&self) -> Option<crate::pkey::Open> {
+    pub(crate) fn open_key(&self) -> Option<crate::pkey::Open> {
         self.key.map(crate::pkey::open)
     }
 
