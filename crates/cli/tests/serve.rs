@@ -702,6 +702,64 @@ fn submitted_writes_answer_before_their_copies_and_the_client_polls_the_record()
 }
 
 #[test]
+fn a_uthread_waiting_for_a_submitted_write_lets_the_other_uthreads_run() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = Scratch::new("submitted-uthread");
+    let server = Server::start(&dir.0, &["--mode", "async"]);
+    let runtime = rt::Runtime::new(1).unwrap();
+    let (ticks, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let ticker = {
+        let (ticks, stop) = (ticks.clone(), stop.clone());
+        runtime.spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                ticks.fetch_add(1, Ordering::SeqCst);
+                rt::yield_now();
+            }
+        })
+    };
+    let socket = server.socket.clone();
+    let (running, ticked) = runtime.block_on(move || {
+        let c = Client::connect(&socket).unwrap();
+        let fd = c
+            .open("/uthread.dat", libc::O_CREAT | libc::O_RDWR, 0o644)
+            .unwrap();
+        let mut buf = c.staging_buffer(SUBMITTED).unwrap();
+        buf[..SUBMITTED].copy_from_slice(&submitted_bytes(3));
+        let (mut running, mut ticked) = (0, 0);
+        for _ in 0..8 {
+            let sub = c.submit_pwrite(fd, &buf[..SUBMITTED], 0).unwrap();
+            if sub.sn() == 0 || sub.is_done() {
+                assert_eq!(sub.wait().unwrap(), SUBMITTED);
+                continue;
+            }
+            running += 1;
+            let before = ticks.load(Ordering::SeqCst);
+            assert_eq!(sub.wait().unwrap(), SUBMITTED);
+            if ticks.load(Ordering::SeqCst) > before {
+                ticked += 1;
+            }
+        }
+        drop(buf);
+        c.close(fd).unwrap();
+        stop.store(true, Ordering::SeqCst);
+        (running, ticked)
+    });
+    ticker.join().unwrap();
+    drop(runtime);
+    assert!(running > 0, "no write was answered while its copy ran");
+    // The one worker ran the other uthread while this one waited for its copy.
+    assert!(
+        ticked > 0,
+        "the other uthread never ran during {running} waits"
+    );
+    server.stop();
+}
+
+#[test]
 fn a_submitted_write_whose_server_dies_fails_its_wait_and_does_not_hang() {
     let dir = Scratch::new("submitted-kill");
     let server = Server::start(&dir.0, &["--mode", "async"]);

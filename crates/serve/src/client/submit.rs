@@ -2,7 +2,9 @@
 //! once the write is committed, with the SN of the copy that still runs; the client
 //! computes meanwhile, then polls that SN's completion record in its read-only
 //! mapping of the image — no request — and asks the server only if the record has
-//! not said done within a short spin (a copy that failed never says it).
+//! not said done within a short spin (a copy that failed never says it). A client in
+//! a uthread of `rt` waits in its worker's wait set: the worker's other uthreads run
+//! while the copy does.
 
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
@@ -16,6 +18,9 @@ use crate::wire::{Answer, Request};
 const POLL: Duration = Duration::from_micros(50);
 /// Polling past this gives the core away between looks.
 const PURE_POLL: Duration = Duration::from_micros(2);
+/// How long a uthread waits for the record, letting its worker's other uthreads run,
+/// before it asks the server (whose answer it then waits for on its thread).
+const UTHREAD_POLL: Duration = Duration::from_millis(1);
 
 /// A submitted write whose copy may still run: its buffer stays borrowed until it is
 /// waited for (or dropped, which waits).
@@ -90,6 +95,15 @@ impl Submitted<'_, '_> {
         let sn = std::mem::take(&mut self.sn);
         if let Some(r) = self.client.region() {
             let t0 = Instant::now();
+            if rt::in_uthread() {
+                // The worker's other uthreads run meanwhile; the worker looks at the
+                // record between them.
+                rt::wait_until(|| sn_done(r, sn) || t0.elapsed() >= UTHREAD_POLL);
+                if sn_done(r, sn) {
+                    return Ok(());
+                }
+                return self.client.done(Request::Settle { sn });
+            }
             let mut n = 0u32;
             while !sn_done(r, sn) {
                 n = n.wrapping_add(1);
