@@ -253,6 +253,9 @@ fn counter_is_stored_only_after_its_copies_are_fenced() {
     let counter_offs: Vec<u64> = (0..CHANNELS as u16)
         .map(|c| record::counter_off(AREA, c))
         .collect();
+    let durable_offs: Vec<u64> = (0..CHANNELS as u16)
+        .map(|c| record::durable_off(AREA, c))
+        .collect();
     let mut threads: Vec<ThreadId> = Vec::new();
     for (t, _) in &log {
         if !threads.contains(t) {
@@ -271,6 +274,16 @@ fn counter_is_stored_only_after_its_copies_are_fenced() {
             match *op {
                 Op::CopyNt { off, .. } => unfenced.push(off),
                 Op::Fence => fenced.extend(unfenced.drain(..)),
+                Op::Store { off, val } if durable_offs.contains(&off) => {
+                    // The durable word: the counter just published, after its
+                    // write-back and fence.
+                    let ch = durable_offs.iter().position(|&o| o == off).unwrap();
+                    assert_eq!(val, published[ch], "durable word of channel {ch}");
+                    assert!(
+                        i >= 3 && ops[i - 1] == Op::Fence,
+                        "durable word of channel {ch} stored before the counter was fenced"
+                    );
+                }
                 Op::Store { off, val } => {
                     let ch = counter_offs
                         .iter()
