@@ -58,6 +58,7 @@ impl FileSystem {
         if !f.writable() {
             return Err(Error::BadFd);
         }
+        self.before_write(&f, buf.len())?;
         let at = if f.append() { None } else { Some(off) };
         // SAFETY: the Vec's heap buffer moves into the token, which waits for the copy
         // before dropping or returning it.
@@ -196,6 +197,7 @@ impl FileSystem {
         if !f.writable() {
             return Err(Error::BadFd);
         }
+        self.before_write(&f, buf.len())?;
         let at = if f.append() { None } else { Some(off) };
         // SAFETY: forwarded from our caller.
         let started = unsafe { self.start_write_inode(f.inode(), at, buf, f.client())? };

@@ -160,6 +160,16 @@ impl OpenFile {
 }
 
 impl FileSystem {
+    /// What every write of `len` bytes through open file `f` does first: clears the
+    /// file's setuid/setgid bits when `f` was opened by a caller without root's
+    /// privileges (Linux's `file_remove_privs`).
+    pub(crate) fn before_write(&self, f: &OpenFile, len: usize) -> Result<()> {
+        if f.drop_privs && len > 0 {
+            self.drop_privs_on_write(&f.inode)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         self.fds
             .read()
@@ -215,9 +225,7 @@ impl FileSystem {
         if !f.writable {
             return Err(Error::BadFd);
         }
-        if f.drop_privs && !buf.is_empty() {
-            self.drop_privs_on_write(&f.inode)?;
-        }
+        self.before_write(&f, buf.len())?;
         let mut pos = f.pos.lock();
         let at = if f.append { None } else { Some(*pos) };
         let end = self.write_inode(&f.inode, at, buf, f.client)?;
@@ -236,9 +244,7 @@ impl FileSystem {
         if !f.writable {
             return Err(Error::BadFd);
         }
-        if f.drop_privs && !buf.is_empty() {
-            self.drop_privs_on_write(&f.inode)?;
-        }
+        self.before_write(&f, buf.len())?;
         let at = if f.append { None } else { Some(off) };
         self.write_inode(&f.inode, at, buf, f.client)?;
         Ok(buf.len())

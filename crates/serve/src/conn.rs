@@ -1129,6 +1129,66 @@ mod tests {
     }
 
     #[test]
+    fn a_write_by_another_user_clears_setuid_submitted_or_not() {
+        let fs = memory_fs();
+        let counts = Counts::default();
+        let mut root = Conn::new(&fs, Cred::root(), &counts, None);
+        let mut user = Conn::new(&fs, Cred::user(1000, 1000), &counts, None);
+        for (k, submit) in [false, true].into_iter().enumerate() {
+            let path = format!("/suid{k}");
+            let Answer::Fd(fd) = root.answer(Request::Open {
+                path: path.clone(),
+                flags: libc::O_CREAT | libc::O_RDWR,
+                mode: 0o644,
+            }) else {
+                panic!()
+            };
+            assert_eq!(root.answer(Request::Close { fd }), Answer::Done);
+            let chmod = Request::Chmod {
+                path: path.clone(),
+                mode: 0o6777,
+            };
+            assert_eq!(root.answer(chmod), Answer::Done);
+            let Answer::Fd(fd) = user.answer(Request::Open {
+                path: path.clone(),
+                flags: libc::O_WRONLY,
+                mode: 0,
+            }) else {
+                panic!()
+            };
+            let (id, _client) = staging_of(&mut user, 4096);
+            let written = match submit {
+                true => user.answer(Request::SubmitStaged {
+                    fd,
+                    id,
+                    at: 0,
+                    len: 100,
+                    off: 0,
+                }),
+                false => user.answer(Request::WriteStaged {
+                    fd,
+                    id,
+                    at: 0,
+                    len: 100,
+                    off: Some(0),
+                }),
+            };
+            assert!(
+                matches!(
+                    written,
+                    Answer::Submitted { count: 100, .. } | Answer::Count(100)
+                ),
+                "{written:?}"
+            );
+            let mode = fs.stat(&path).unwrap().mode;
+            assert_eq!(mode & 0o7777, 0o777, "submitted: {submit}");
+            assert_eq!(user.answer(Request::Close { fd }), Answer::Done);
+        }
+        drop((root, user));
+        fs.unmount().unwrap();
+    }
+
+    #[test]
     fn staged_writes_and_reads_copy_between_the_clients_buffer_and_the_file() {
         let fs = memory_fs();
         let direct = Direct::new().unwrap();
