@@ -239,6 +239,14 @@ impl Engine {
         self.kind
     }
 
+    /// Whether the engine stores each record's durable counter
+    /// ([`crate::record::durable_off`]) as it completes copies, so that another
+    /// process can poll it: the `cpu` and `software` backends do; a device writes
+    /// the records itself and leaves it alone.
+    pub fn publishes_durable_counter(&self) -> bool {
+        matches!(self.kind, BackendKind::Cpu | BackendKind::Software)
+    }
+
     /// Number of channels.
     pub fn channels(&self) -> usize {
         self.cores.len()

@@ -9,9 +9,10 @@
 //! access for every key but 0. Each [`crate::Pmem`] operation of a protected region
 //! opens access on its own thread for its own duration ([`open`]: one `rdpkru`, and a
 //! `wrpkru` before and after unless access is open already), so only the file
-//! system's loads and stores reach the region. A copy device model that writes the
-//! region by address opens it for its thread once ([`allow_this_thread`]), as a
-//! device's writes are not subject to keys.
+//! system's loads and stores reach the region. A thread that stands for a copy
+//! device (the DSA model) opens it for good ([`allow_this_thread`]): a device's
+//! accesses are not subject to keys. (The model copies through `process_vm_writev`,
+//! which keys do not check either, but it also writes lines back by address.)
 //!
 //! Protection keys need the CPU's `pku` and the kernel's enabling of it (`ospke`,
 //! both read from CPUID at run time); where either is missing, or the kernel has no
@@ -69,7 +70,7 @@ fn alloc() -> Result<u32, String> {
 /// # Safety
 /// `addr..addr + len` must be a mapping this process owns and whose accesses go
 /// through [`open`] from now on.
-pub unsafe fn tag(addr: *mut u8, len: usize, prot: i32, key: u32) -> std::io::Result<()> {
+pub(crate) unsafe fn tag(addr: *mut u8, len: usize, prot: i32, key: u32) -> std::io::Result<()> {
     // SAFETY: forwarded from our caller; pkey_mprotect changes only the permissions of
     // the mapping, as mprotect does.
     let r = unsafe { libc::syscall(libc::SYS_pkey_mprotect, addr, len, prot, key) };
@@ -79,23 +80,30 @@ pub unsafe fn tag(addr: *mut u8, len: usize, prot: i32, key: u32) -> std::io::Re
     Ok(())
 }
 
-/// Access to the regions of `key` opened on this thread until dropped (see the
-/// module's documentation).
+/// Access to the regions of a key opened on this thread until dropped (see the
+/// module's documentation). Not `Send`: it restores the rights register of the
+/// thread that opened it.
 #[must_use]
-pub struct Open {
+pub(crate) struct Open {
     restore: Option<u32>,
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
-/// Opens access to the regions of `key` on this thread, unless it is open already.
+/// Opens access to the regions of `key` (a key [`key`] allocated, so the CPU has the
+/// instructions) on this thread, unless it is open already.
 #[inline]
-pub fn open(key: u32) -> Open {
+pub(crate) fn open(key: u32) -> Open {
+    debug_assert!((1..16).contains(&key), "protection key {key}");
     let old = rdpkru();
-    let want = old & !(3 << (2 * key));
-    if old == want {
-        return Open { restore: None };
+    let want = old & !(3 << (2 * (key & 15)));
+    let restore = (old != want).then(|| {
+        wrpkru(want);
+        old
+    });
+    Open {
+        restore,
+        _this_thread: std::marker::PhantomData,
     }
-    wrpkru(want);
-    Open { restore: Some(old) }
 }
 
 impl Drop for Open {

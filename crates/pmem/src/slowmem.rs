@@ -256,6 +256,10 @@ impl Pmem for SlowMem {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+
+    fn protection_key(&self) -> Option<u32> {
+        self.inner.protection_key()
+    }
     fn durability(&self) -> Durability {
         self.inner.durability()
     }

@@ -322,6 +322,15 @@ impl Client {
         self.region.as_ref()
     }
 
+    /// Whether the server that answered this connection still runs (a look at the
+    /// socket; false once the connection is known gone).
+    pub(crate) fn server_alive(&self) -> bool {
+        self.channel
+            .lock()
+            .as_ref()
+            .is_some_and(Channel::server_alive)
+    }
+
     /// The server's process id.
     pub fn server_pid(&self) -> u32 {
         self.server_pid

@@ -147,6 +147,7 @@ struct Open {
     file: Arc<Held>,
     ino: u64,
     readable: bool,
+    writable: bool,
     append: bool,
     /// Whether the client was given the file's page table (released at close).
     table: bool,
@@ -180,12 +181,14 @@ pub(crate) struct Conn<'a> {
     /// Whether this client reads directly (it was given the image): only then does
     /// it get page tables.
     pub reads_directly: bool,
+    /// Submitted writes whose copies run. Declared before the staging buffers their
+    /// copies read, so that it drops (waiting for them) first even if `Drop` did not
+    /// finish them.
+    submitted: Submitted<'a>,
     /// The staging buffers this connection holds, by number.
     staging: HashMap<u32, staging::Buffer>,
     /// The number of the last staging buffer made.
     last_staging: u32,
-    /// Submitted writes whose copies run.
-    submitted: Submitted<'a>,
 }
 
 /// What an answer carries over the socket beside it.
@@ -226,9 +229,9 @@ impl<'a> Conn<'a> {
             counts,
             direct,
             reads_directly: direct.is_some(),
+            submitted: Submitted::default(),
             staging: HashMap::new(),
             last_staging: 0,
-            submitted: Submitted::default(),
         }
     }
 
@@ -432,10 +435,15 @@ impl<'a> Conn<'a> {
                 len,
                 off,
             } => self.submit_staged(fd, (id, at, len), off)?,
-            Request::Settle { sn } => {
+            Request::Settle { sn, wait: true } => {
                 let r = self.submitted.settle(fs, self.direct, sn);
                 done(r.map_err(fs::Error::Errno))?
             }
+            Request::Settle { sn, wait: false } => match self.submitted.poll(fs, self.direct, sn) {
+                Ok(true) => Answer::Done,
+                Ok(false) => Answer::Running,
+                Err(errno) => return Err(fs::Error::Errno(errno)),
+            },
             // Answered by `answer_bytes`, which sends their descriptors.
             Request::Table { .. } | Request::Staging { .. } => {
                 return Err(fs::Error::Errno(libc::EPROTO))
@@ -474,8 +482,9 @@ impl<'a> Conn<'a> {
 
     /// A submitted write from staging buffer `id`, as [`Request::SubmitStaged`] says;
     /// `EFAULT` for bytes outside the buffer. The answer carries the copy's SN only
-    /// to a client that can poll it (it maps the image and reads directly: not on
-    /// emulated slow memory, where a record says done before the model does);
+    /// to a client that can poll it: one that maps the image and reads directly (not
+    /// on emulated slow memory, where a record says done before the model does), of
+    /// an engine that stores the records' durable counters (not a device);
     /// otherwise the copy is waited for here.
     fn submit_staged(
         &mut self,
@@ -484,6 +493,11 @@ impl<'a> Conn<'a> {
         off: u64,
     ) -> fs::Result<Answer> {
         let (fd, o) = self.own(fd)?;
+        // Before the page table is touched: a descriptor that cannot write must not
+        // send the file's readers to the server.
+        if !o.writable {
+            return Err(fs::Error::BadFd);
+        }
         let fs = self.fs;
         let data =
             // SAFETY: as in `write_staged`; besides, a copy still running keeps the
@@ -509,7 +523,7 @@ impl<'a> Conn<'a> {
         };
         let count = data.len() as u64;
         match token.running_sn() {
-            Some(sn) if self.reads_directly && self.direct.is_some() => {
+            Some(sn) if self.may_poll() => {
                 self.submitted.keep(token, sn, id, unpublished);
                 Ok(Answer::Submitted { count, sn })
             }
@@ -524,6 +538,17 @@ impl<'a> Conn<'a> {
                 })
             }
         }
+    }
+
+    /// Whether this client can poll the completion records of this server's copies
+    /// (see [`Conn::submit_staged`]).
+    fn may_poll(&self) -> bool {
+        self.reads_directly
+            && self.direct.is_some()
+            && self
+                .fs
+                .engine()
+                .is_some_and(|e| e.publishes_durable_counter())
     }
 
     /// A read into staging buffer `id`, as [`Request::ReadStaged`] says; `EFAULT` for
@@ -604,6 +629,7 @@ impl<'a> Conn<'a> {
                 file: Arc::new(Held(fd)),
                 ino,
                 readable: flags & libc::O_PATH == 0 && access != libc::O_WRONLY,
+                writable: flags & libc::O_PATH == 0 && access != libc::O_RDONLY,
                 append: flags & libc::O_APPEND != 0,
                 table: false,
             },
@@ -1109,7 +1135,7 @@ mod tests {
                     (UNKNOWN, ASK, ASK)
                 );
             }
-            assert_eq!(c.answer(Request::Settle { sn }), Answer::Done);
+            assert_eq!(c.answer(Request::Settle { sn, wait: true }), Answer::Done);
             assert!(c.submitted.is_empty());
             assert_eq!(word(SIZE), len);
             assert_table_is_the_files(&fs, &direct, ino);
@@ -1633,7 +1659,7 @@ mod tests {
             2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::WriteStaged { fd, id, at, len, off }),
             2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, prop::option::of(off.clone())).prop_map(|(fd, id, at, len, off)| Request::ReadStaged { fd, id, at, len, off }),
             2 => (fd.clone(), 0..4u32, off.clone(), 0..20_000u64, off.clone()).prop_map(|(fd, id, at, len, off)| Request::SubmitStaged { fd, id, at, len, off }),
-            1 => any::<u64>().prop_map(|sn| Request::Settle { sn }),
+            1 => (any::<u64>(), any::<bool>()).prop_map(|(sn, wait)| Request::Settle { sn, wait }),
 
         ]
     }

@@ -227,6 +227,9 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
     welcome(&stream, sh, mapped, slot.as_ref(), mailbox.as_ref())?;
     let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
     conn.pid = peer.pid.as_raw_nonzero().get() as u32;
+    // Only a client given the image (and an epoch slot) reads it: page tables and the
+    // SNs of submitted writes are for it alone.
+    conn.reads_directly = slot.is_some();
     if let Some(m) = mailbox {
         return answer_mailbox(&mut conn, &m, &stream);
     }

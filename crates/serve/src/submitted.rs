@@ -93,6 +93,16 @@ impl<'a> Submitted<'a> {
         }
     }
 
+    /// Whether the copy of `sn` is over, without waiting (the copies done are
+    /// finished first): `Ok(false)` while it runs, `Err(errno)` if it failed.
+    pub fn poll(&mut self, fs: &FileSystem, direct: Option<&Direct>, sn: u64) -> Result<bool, i32> {
+        self.reap(fs, direct);
+        if self.running.iter().any(|c| c.sn == sn) {
+            return Ok(false);
+        }
+        self.settle(fs, direct, sn).map(|()| true)
+    }
+
     /// Waits for every running copy.
     pub fn settle_all(&mut self, fs: &FileSystem, direct: Option<&Direct>) {
         while let Some(c) = self.running.pop_front() {

@@ -337,10 +337,12 @@ pub enum Request<'a> {
         len: u64,
         off: u64,
     },
-    /// Waits for the copy of SN `sn` that a [`Request::SubmitStaged`] of this
-    /// connection answered with (and for the copies submitted before it) → Done, or
-    /// `EIO` if it failed; Done also for an SN this connection does not know.
-    Settle { sn: u64 },
+    /// The copy of SN `sn` that a [`Request::SubmitStaged`] of this connection
+    /// answered with: with `wait`, waits for it (and for the copies submitted before
+    /// it); without, looks only → Done once it finished well (also for an SN this
+    /// connection does not know), [`Answer::Running`] while it runs (without `wait`),
+    /// or the errno it failed with.
+    Settle { sn: u64, wait: bool },
 }
 
 /// Handoffs of one process that may wait to be adopted.
@@ -395,6 +397,8 @@ pub enum Answer {
     /// A write was committed: `count` bytes, whose copy runs until raw SN `sn` is
     /// done (0: finished already).
     Submitted { count: u64, sn: u64 },
+    /// The copy asked about still runs.
+    Running,
     /// Failed with this errno.
     Error(i32),
 }

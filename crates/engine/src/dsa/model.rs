@@ -259,6 +259,10 @@ impl Pmem for Window {
         self.region.len()
     }
 
+    fn protection_key(&self) -> Option<u32> {
+        self.region.protection_key()
+    }
+
     fn durability(&self) -> Durability {
         self.region.durability()
     }

@@ -6,11 +6,12 @@
 //! a uthread of `rt` waits in its worker's wait set: the worker's other uthreads run
 //! while the copy does.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use super::{unexpected, Client, RegionView};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::wire::{Answer, Request};
 
 /// How long [`Submitted::wait`] polls the completion record before it asks the
@@ -21,15 +22,24 @@ const PURE_POLL: Duration = Duration::from_micros(2);
 /// How long a uthread waits for the record, letting its worker's other uthreads run,
 /// before it asks the server (whose answer it then waits for on its thread).
 const UTHREAD_POLL: Duration = Duration::from_millis(1);
+/// How long after the answer [`Submitted::is_done`] looks only at the record; past it,
+/// each look also asks the server.
+const ASK_AFTER: Duration = Duration::from_millis(1);
 
 /// A submitted write whose copy may still run: its buffer stays borrowed until it is
 /// waited for (or dropped, which waits).
 #[must_use = "dropping a submitted write waits for its copy; call wait() for its result"]
 pub struct Submitted<'c, 'b> {
     client: &'c Client,
-    /// Raw SN of the copy; 0 once it is known done.
+    /// Raw SN of the copy (0: it was over when the server answered).
     sn: u64,
+    /// Whether the copy is known to be over.
+    over: Cell<bool>,
+    /// The errno the copy failed with, once known (0: none).
+    failed: Cell<i32>,
     count: usize,
+    /// When the server answered.
+    since: Instant,
     _buf: PhantomData<&'b [u8]>,
 }
 
@@ -61,7 +71,10 @@ impl Client {
         Ok(Submitted {
             client: self,
             sn,
+            over: Cell::new(sn == 0),
+            failed: Cell::new(0),
             count,
+            since: Instant::now(),
             _buf: PhantomData,
         })
     }
@@ -73,44 +86,106 @@ impl Submitted<'_, '_> {
         self.sn
     }
 
-    /// Whether the data is durable: one load of the completion record in the
-    /// client's mapping. Never true for a copy that failed ([`Submitted::wait`]
-    /// reports it).
+    /// Whether the copy is over: one load of the completion record in the client's
+    /// mapping while it runs. Once the record says done, the server is checked to
+    /// be the one that answered (a server restarted since would hand out the same
+    /// SNs again, and the write it lost would look durable). A copy that does not
+    /// say done within a millisecond is asked about (a copy that failed never marks
+    /// its record; a client that does not map the image asks every time past that
+    /// millisecond). True also once it failed: [`Submitted::wait`] reports how.
     pub fn is_done(&self) -> bool {
-        self.sn == 0 || self.client.region().is_some_and(|r| sn_done(r, self.sn))
+        if self.over.get() {
+            return true;
+        }
+        let sn = self.sn;
+        if self.client.region().is_some_and(|r| sn_done(r, sn)) {
+            self.finish(self.alive_check());
+            return true;
+        }
+        if self.since.elapsed() < ASK_AFTER {
+            return false;
+        }
+        match self.client.call(&Request::Settle { sn, wait: false }) {
+            Ok(Answer::Running) => false,
+            Ok(Answer::Done) => {
+                self.finish(0);
+                true
+            }
+            Ok(Answer::Error(errno)) => {
+                self.finish(errno);
+                true
+            }
+            Ok(_) => {
+                self.finish(libc::EPROTO);
+                true
+            }
+            Err(e) => {
+                self.finish(e.errno());
+                true
+            }
+        }
+    }
+
+    /// 0 if the server that answered still runs, else `ENOTCONN`.
+    fn alive_check(&self) -> i32 {
+        match self.client.server_alive() {
+            true => 0,
+            false => libc::ENOTCONN,
+        }
+    }
+
+    fn finish(&self, errno: i32) {
+        self.over.set(true);
+        self.failed.set(errno);
     }
 
     /// Waits until the data is durable and returns the bytes written: polls the
     /// completion record for a moment, then asks the server (`EIO` if the copy
-    /// failed).
-    pub fn wait(mut self) -> Result<usize> {
+    /// failed; `ENOTCONN` if the server is gone, or was replaced, before the record
+    /// said done).
+    pub fn wait(self) -> Result<usize> {
         self.settle()?;
         Ok(self.count)
     }
 
-    fn settle(&mut self) -> Result<()> {
-        if self.sn == 0 {
-            return Ok(());
+    fn settle(&self) -> Result<()> {
+        if !self.over.get() {
+            let errno = match self.poll_then_ask(self.sn) {
+                Ok(()) => 0,
+                Err(e) => e.errno(),
+            };
+            self.finish(errno);
         }
-        let sn = std::mem::take(&mut self.sn);
-        if let Some(r) = self.client.region() {
-            let t0 = Instant::now();
-            if rt::in_uthread() {
-                // The worker's other uthreads run meanwhile; the worker looks at the
-                // record between them.
-                rt::wait_until(|| sn_done(r, sn) || t0.elapsed() >= UTHREAD_POLL);
-                if sn_done(r, sn) {
-                    return Ok(());
-                }
-                return self.client.done(Request::Settle { sn });
-            }
+        match self.failed.get() {
+            0 => Ok(()),
+            libc::ENOTCONN => Err(Error::Disconnected(std::io::ErrorKind::NotConnected.into())),
+            errno => Err(Error::Fs(errno)),
+        }
+    }
+
+    /// Polls the record of `sn` for a moment, then asks the server to wait for it.
+    fn poll_then_ask(&self, sn: u64) -> Result<()> {
+        let ask = || self.client.done(Request::Settle { sn, wait: true });
+        let Some(r) = self.client.region() else {
+            return ask();
+        };
+        let t0 = Instant::now();
+        let done = if rt::in_uthread() {
+            // The worker's other uthreads run meanwhile; the worker looks at the
+            // record between them.
+            rt::wait_until(|| sn_done(r, sn) || t0.elapsed() >= UTHREAD_POLL);
+            sn_done(r, sn)
+        } else {
             let mut n = 0u32;
-            while !sn_done(r, sn) {
+            loop {
+                if sn_done(r, sn) {
+                    break true;
+                }
                 n = n.wrapping_add(1);
                 if n.is_multiple_of(64) {
                     let waited = t0.elapsed();
                     if waited >= POLL {
-                        return self.client.done(Request::Settle { sn });
+                        break false;
                     }
                     if waited >= PURE_POLL {
                         std::thread::yield_now();
@@ -118,9 +193,12 @@ impl Submitted<'_, '_> {
                 }
                 std::hint::spin_loop();
             }
-            return Ok(());
+        };
+        match (done, self.alive_check()) {
+            (true, 0) => Ok(()),
+            (true, _) => Err(Error::Disconnected(std::io::ErrorKind::NotConnected.into())),
+            (false, _) => ask(),
         }
-        self.client.done(Request::Settle { sn })
     }
 }
 
