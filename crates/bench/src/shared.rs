@@ -15,7 +15,7 @@
 //! - **Create throughput** of one client process and of two at once, each creating
 //!   files in a directory of its own (median of three runs each).
 //! - **Overlap** (EASYIO §4, across processes): with the file system in `async` mode,
-//!   64 KiB writes each followed by [`WORK_US`] µs of the program's own work, written
+//!   64 KiB writes each followed by 20 µs of the program's own work, written
 //!   (the call returns once the data is durable) or submitted (the work runs while
 //!   the engine copies, then a wait), in-process and as a client (from a staging
 //!   buffer; the client polls the completion record). Median µs per write and work.
@@ -127,7 +127,7 @@ pub struct Report {
     pub note: &'static str,
 }
 
-/// 64 KiB writes each followed by [`WORK_US`] µs of work, the file system in `async`
+/// 64 KiB writes each followed by 20 µs of work, the file system in `async`
 /// mode: median µs per write and work.
 #[derive(Serialize, Clone, Copy, Debug, Default)]
 pub struct Overlap {

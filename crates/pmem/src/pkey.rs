@@ -7,7 +7,7 @@
 //! that key are "no access": the key is allocated with them, and threads that existed
 //! before, or that a signal handler runs on, have the kernel's default, which is no
 //! access for every key but 0. Each [`crate::Pmem`] operation of a protected region
-//! opens access on its own thread for its own duration ([`open`]: one `rdpkru`, and a
+//! opens access on its own thread for its own duration (`open`: one `rdpkru`, and a
 //! `wrpkru` before and after unless access is open already), so only the file
 //! system's loads and stores reach the region. A thread that stands for a copy
 //! device (the DSA model) opens it for good ([`allow_this_thread`]): a device's
