@@ -113,6 +113,21 @@ impl PageTable {
     }
 }
 
+/// The pages `[first, end)` a write of `len` bytes `at` file `ino` covers. Called
+/// with the file's changes serialised: the size read now is where an appending write
+/// lands.
+fn pages_written(fs: &FileSystem, ino: u64, at: At, len: u64) -> (u64, u64) {
+    let off = match at {
+        At::Offset(off) => off,
+        At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
+        At::Cursor(fd) => fs.lseek(fd, 0, fs::Whence::Cur).unwrap_or(0),
+    };
+    (
+        off / BLOCK_SIZE,
+        off.saturating_add(len).div_ceil(BLOCK_SIZE),
+    )
+}
+
 /// The pages of a submitted write, asking until its copy is done.
 pub(crate) struct Unpublished {
     table: Arc<PageTable>,
@@ -208,17 +223,7 @@ impl Direct {
         let Some(t) = self.published(ino) else {
             return f();
         };
-        // Changes of the file are serialised here: the size read now is where an
-        // appending write lands.
-        let off = match at {
-            At::Offset(off) => off,
-            At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
-            At::Cursor(fd) => fs.lseek(fd, 0, fs::Whence::Cur).unwrap_or(0),
-        };
-        let (first, end) = (
-            off / BLOCK_SIZE,
-            off.saturating_add(len).div_ceil(BLOCK_SIZE),
-        );
+        let (first, end) = pages_written(fs, ino, at, len);
         let (r, held) = fs.holding_retired(f);
         // Entries first, then the size: a reader that sees the new size sees the
         // pages that make it.
@@ -245,15 +250,7 @@ impl Direct {
         let Some(t) = self.published(ino) else {
             return (f(), None);
         };
-        let off = match at {
-            At::Offset(off) => off,
-            At::End => fs.map_inode(ino, 0, 0).map_or(0, |m| m.0),
-            At::Cursor(fd) => fs.lseek(fd, 0, fs::Whence::Cur).unwrap_or(0),
-        };
-        let (first, end) = (
-            off / BLOCK_SIZE,
-            off.saturating_add(len).div_ceil(BLOCK_SIZE),
-        );
+        let (first, end) = pages_written(fs, ino, at, len);
         t.words.at(SIZE).store(UNKNOWN, Ordering::SeqCst);
         t.forget(first, end);
         let (r, held) = fs.holding_retired(f);
