@@ -19,9 +19,9 @@
 //! key left, regions stay unprotected and [`key`] says why.
 //!
 //! Whether regions are protected: [`crate::Region::protect`] asks for it; the
-//! environment variable [`ENV`] set to `1` makes every region this process maps
-//! writable protect itself (`0` or unset: not; the default until the cost is measured
-//! on hardware that has keys).
+//! environment variable [`ENV`] set to `1` (or `yes`, `true`, `on`) makes every region
+//! this process maps writable protect itself (anything else, or unset: not, the
+//! default until the cost is measured on hardware that has keys).
 
 use std::sync::OnceLock;
 
@@ -31,9 +31,14 @@ const DISABLE_ACCESS: libc::c_uint = 1;
 /// The environment variable that makes every writable region protect itself.
 pub const ENV: &str = "EASYIO_PROTECT";
 
-/// Whether [`ENV`] asks for protection.
+/// Whether [`ENV`] asks for protection: `1`, `yes`, `true` or `on` (any case).
 pub fn wanted_by_env() -> bool {
-    std::env::var(ENV).is_ok_and(|v| v == "1")
+    std::env::var(ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "yes" | "true" | "on"
+        )
+    })
 }
 
 /// The process's easyio key, allocated at the first call: `Err` says why there is
