@@ -104,6 +104,7 @@ fn role_entry() {
         "nobody" => nobody(&c),
         "acker" => acker(&c, arg.parse().unwrap()),
         "forker" => forker(&c),
+        "changer" => changer(&c),
         other => panic!("unknown role {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -311,11 +312,143 @@ fn nobody(c: &Client) {
     let fd = c.open("/pub/mine", libc::O_RDWR, 0).unwrap();
     let table = c.call(&Request::Table { fd }).unwrap();
     println!("table {}", matches!(table, Answer::Error(libc::EOPNOTSUPP)));
+    // Nor a version table: it resolves no path itself.
+    let lookup = c.call(&Request::Lookup {
+        dir: 1,
+        name: "pub".into(),
+    });
+    println!(
+        "lookup {}",
+        matches!(lookup, Ok(Answer::Error(libc::EOPNOTSUPP)))
+    );
     let mut buf = c.staging_buffer(SUBMITTED).unwrap();
     buf[..SUBMITTED].fill(9);
     let sub = c.submit_pwrite(fd, &buf[..SUBMITTED], 0).unwrap();
     println!("submitted-sn {} {}", sub.sn(), sub.is_done());
     println!("submitted-wait {}", sub.wait().unwrap());
+}
+
+/// Changes the namespace as each line on its standard input says, printing `OK`
+/// once the call returned: `chmod P MODE`, `write P LEN`, `rename A B`, `create P`,
+/// `unlink P`, `rmdir P`, `mkdir P`, `symlink TARGET P`.
+fn changer(c: &Client) {
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let w: Vec<&str> = line.split(' ').collect();
+        match w[..] {
+            ["chmod", p, mode] => c.chmod(p, u32::from_str_radix(mode, 8).unwrap()).unwrap(),
+            ["write", p, len] => {
+                let fd = c.open(p, libc::O_WRONLY, 0).unwrap();
+                c.pwrite(fd, &vec![7; len.parse().unwrap()], 0).unwrap();
+                c.close(fd).unwrap();
+            }
+            ["rename", a, b] => c.rename(a, b).unwrap(),
+            ["create", p] => {
+                let fd = c.open(p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644);
+                c.close(fd.unwrap()).unwrap();
+            }
+            ["unlink", p] => c.unlink(p).unwrap(),
+            ["rmdir", p] => c.rmdir(p).unwrap(),
+            ["mkdir", p] => c.mkdir(p, 0o755).unwrap(),
+            ["symlink", target, p] => c.symlink(target, p).unwrap(),
+            _ => panic!("a changer cannot {line:?}"),
+        }
+        println!("OK");
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+#[test]
+fn a_client_resolves_paths_itself_and_sees_each_change_of_another_process_at_once() {
+    let dir = Scratch::new("index");
+    let server = Server::start(&dir.0, &[]);
+    let c = Client::connect(&server.socket).unwrap();
+    c.mkdir("/d", 0o755).unwrap();
+    c.mkdir("/d/e", 0o755).unwrap();
+    let fd = c.open("/d/e/f", libc::O_CREAT | libc::O_WRONLY, 0o644);
+    c.close(fd.unwrap()).unwrap();
+    // The changer, another client process, takes its orders on its input.
+    let mut kid = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "role_entry",
+            "--nocapture",
+            "--test-threads",
+            "1",
+            "-q",
+        ])
+        .env(ROLE, "changer")
+        .env(SOCKET, &server.socket)
+        .env(ARG, "")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_kid = kid.stdin.take().unwrap();
+    let mut from_kid = BufReader::new(kid.stdout.take().unwrap()).lines();
+    let mut change = |line: &str| {
+        writeln!(to_kid, "{line}").unwrap();
+        to_kid.flush().unwrap();
+        // (The test harness of the child prints its own lines too.)
+        let said = from_kid.by_ref().map(Result::unwrap).find(|l| l == "OK");
+        assert!(said.is_some(), "the changer ended before {line:?}");
+    };
+    // Each path looked at twice before each change (the second time from what the
+    // client kept), then right after it: the change must show.
+    let look = |p: &str| {
+        let first = c.stat(p).map_err(|e| e.errno());
+        assert_eq!(c.stat(p).map_err(|e| e.errno()), first, "{p} twice");
+        first
+    };
+    let f = look("/d/e/f").unwrap();
+    assert_eq!(f.mode & 0o777, 0o644);
+    let local = c.resolved_locally();
+    assert!(local >= 2, "stat resolved by the client: {local}");
+    change("chmod /d/e/f 600");
+    assert_eq!(look("/d/e/f").unwrap().mode & 0o777, 0o600);
+    change("write /d/e/f 1000");
+    assert_eq!(look("/d/e/f").unwrap().size, 1000);
+    assert_eq!(look("/d/e/g").unwrap_err(), libc::ENOENT);
+    change("rename /d/e/f /d/e/g");
+    assert_eq!(look("/d/e/f").unwrap_err(), libc::ENOENT);
+    assert_eq!(look("/d/e/g").unwrap().ino, f.ino);
+    change("create /d/e/f");
+    let again = look("/d/e/f").unwrap();
+    assert_ne!(again.ino, f.ino, "a new file under the old name");
+    assert_eq!(again.size, 0);
+    // A symbolic link on the way: resolved by the server, as before.
+    change("symlink e /d/l");
+    assert_eq!(look("/d/l/g").unwrap().ino, f.ino);
+    assert_eq!(c.lstat("/d/l").unwrap().kind, fs::FileKind::Symlink);
+    // A directory replaced by a file: below it is ENOTDIR.
+    for line in [
+        "unlink /d/e/f",
+        "unlink /d/e/g",
+        "unlink /d/l",
+        "rmdir /d/e",
+    ] {
+        change(line);
+    }
+    assert_eq!(look("/d/e/g").unwrap_err(), libc::ENOENT);
+    change("create /d/e");
+    assert_eq!(look("/d/e/g").unwrap_err(), libc::ENOTDIR);
+    assert_eq!(look("/d/e").unwrap().kind, fs::FileKind::File);
+    drop(to_kid);
+    assert!(wait_exit(&mut kid).success());
+    // What the client kept answers with no request: with the server stopped, a
+    // stat it resolved before still returns.
+    let before = c.resolved_locally();
+    common::server::signal(server.child.id(), libc::SIGSTOP);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(c.stat("/d/e").map(|st| st.kind)).unwrap());
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        common::server::signal(server.child.id(), libc::SIGCONT);
+        assert_eq!(got.unwrap().unwrap(), fs::FileKind::File, "no request made");
+    });
+    assert_eq!(c.resolved_locally(), before + 1);
+    drop(c);
+    server.stop();
 }
 
 /// A copy of this test program that any user may run, wherever the build tree is.
@@ -413,6 +546,7 @@ fn each_client_is_checked_as_the_user_the_socket_says() {
     assert_eq!(said("give-to-root"), libc::EPERM.to_string());
     assert_eq!(said("unlink-roots"), libc::EACCES.to_string());
     assert_eq!(said("table"), "true");
+    assert_eq!(said("lookup"), "true");
     assert_eq!(said("submitted-sn"), "0 true");
     assert_eq!(said("submitted-wait"), SUBMITTED.to_string());
     let st = root.stat("/pub/mine").unwrap();

@@ -71,7 +71,7 @@ impl FileSystem {
             }
             self.truncate_as(who, inode, size)?;
         }
-        let mut st = inode.state.write();
+        let mut st = self.write_state(inode);
         if st.freed {
             return Err(Error::NotFound);
         }

@@ -191,7 +191,7 @@ impl FileSystem {
     }
 
     pub(crate) fn drop_open(&self, inode: &Arc<Inode>) {
-        let mut st = inode.state.write();
+        let mut st = self.write_state(inode);
         if inode.opens.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.release_if_unused(inode, &mut st);
         }
@@ -354,7 +354,7 @@ impl FileSystem {
         inode: &'a Arc<Inode>,
     ) -> Result<RwLockWriteGuard<'a, InodeState>> {
         loop {
-            let mut st = inode.state.write();
+            let mut st = self.write_state(inode);
             let p = st.last_write;
             if self.mover.is_done(p) {
                 st.last_write = Pending::Done;

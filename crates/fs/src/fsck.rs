@@ -426,7 +426,7 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
     }
     for (ino, (dangling, nlink)) in per_inode {
         let inode = fs.inode(ino)?;
-        let mut st = inode.state.write();
+        let mut st = fs.write_state(&inode);
         let now = crate::now_ns();
         let mut entries: Vec<Entry> = dangling
             .iter()
@@ -484,14 +484,14 @@ fn keep_lost(fs: &crate::FileSystem, lost: &[u64], actions: &mut Vec<String>) ->
     for &ino in lost {
         let name = format!("#{ino}");
         let child = fs.inode(ino)?;
-        let mut dst = dir.state.write();
+        let mut dst = fs.write_state(&dir);
         if dst.children.contains_key(&name) {
             actions.push(format!(
                 "kept inode {ino}, but {LOST_FOUND}/{name} exists: it stays unlinked"
             ));
             continue;
         }
-        let mut cst = child.state.write();
+        let mut cst = fs.write_state(&child);
         let is_dir = cst.kind == FileKind::Dir;
         let now = crate::now_ns();
         let mut entries = vec![Entry::DentryAdd {

@@ -75,7 +75,7 @@ use epoch::Epoch;
 pub use epoch::ExternalReaders;
 use file::OpenFile;
 use inode::Inode;
-pub use watch::DataChanges;
+pub use watch::{DataChanges, InodeChanges};
 
 /// Longest name of a directory entry, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -246,6 +246,8 @@ pub struct FileSystem {
     unmounted: std::sync::atomic::AtomicBool,
     /// See [`DataChanges`].
     watcher: std::sync::OnceLock<Arc<dyn DataChanges>>,
+    /// See [`InodeChanges`].
+    changes: std::sync::OnceLock<Arc<dyn InodeChanges>>,
 }
 
 impl FileSystem {

@@ -319,6 +319,7 @@ impl FileSystem {
                     io_lock: rt::sync::Mutex::new(()),
                 });
                 self.inodes.write().insert(ino, inode.clone());
+                self.made(ino);
                 self.maybe_clean(dir, dst);
                 Ok(inode)
             }
@@ -451,6 +452,7 @@ impl FileSystem {
             io_lock: rt::sync::Mutex::new(()),
         });
         self.inodes.write().insert(ino, inode.clone());
+        self.made(ino);
         Ok(inode)
     }
 
@@ -463,7 +465,7 @@ impl FileSystem {
         new: &NewInode<'_>,
     ) -> Result<Arc<Inode>> {
         check_name(name)?;
-        let mut dst = dir.state.write();
+        let mut dst = self.write_state(dir);
         self.create_in(who, dir, &mut dst, name, new)
     }
 
@@ -505,7 +507,7 @@ impl FileSystem {
         if p.name.is_empty() {
             return Err(Error::Exists);
         }
-        let mut dst = p.dir.state.write();
+        let mut dst = self.write_state(&p.dir);
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
@@ -537,7 +539,7 @@ impl FileSystem {
         if p.name.is_empty() {
             return Err(Error::Exists);
         }
-        let mut dst = p.dir.state.write();
+        let mut dst = self.write_state(&p.dir);
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
@@ -654,14 +656,14 @@ impl FileSystem {
         trailing_slash: bool,
     ) -> Result<()> {
         check_name(name)?;
-        let mut dst = dir.state.write();
+        let mut dst = self.write_state(dir);
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
         cred::may(who, &dst, MAY_EXEC)?;
         let ino = *dst.children.get(name).ok_or(Error::NotFound)?;
         let child = self.child_inode(dir.ino, ino)?;
-        let mut cst = child.state.write();
+        let mut cst = self.write_state(&child);
         self.check_writable()?;
         cred::may_delete(who, &dst, &cst)?;
         match (want_dir, cst.kind == FileKind::Dir) {
@@ -785,7 +787,7 @@ impl FileSystem {
         // Kinds never change; knowing it now means a directory target is never
         // locked while the destination directory is (an unrelated directory).
         let target_is_dir = target.state.read().kind == FileKind::Dir;
-        let mut dst = dir.state.write();
+        let mut dst = self.write_state(dir);
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
@@ -807,7 +809,7 @@ impl FileSystem {
                 "hard links to directories are not allowed",
             ));
         }
-        let mut tst = target.state.write();
+        let mut tst = self.write_state(target);
         if tst.freed || (tst.nlink == 0 && !tst.linkable) {
             return Err(Error::NotFound);
         }

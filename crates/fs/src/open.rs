@@ -219,7 +219,7 @@ impl FileSystem {
 
     /// Frees an inode created with no links that never got a descriptor.
     fn drop_unopened(&self, inode: &Arc<Inode>) {
-        let mut st = inode.state.write();
+        let mut st = self.write_state(inode);
         self.release_if_unused(inode, &mut st);
     }
 
@@ -255,7 +255,7 @@ impl FileSystem {
                 return Ok((p.dir, false));
             }
             crate::namespace::check_name(&p.name)?;
-            let mut dst = p.dir.state.write();
+            let mut dst = self.write_state(&p.dir);
             if dst.kind != FileKind::Dir {
                 return Err(Error::NotDir);
             }

@@ -134,13 +134,13 @@ impl FileSystem {
             (self.ancestors(&from.dir)?, self.ancestors(&to.dir)?)
         };
         let (f, t) = if same_dir {
-            (from.dir.state.write(), None)
+            (self.write_state(&from.dir), None)
         } else if dir_lock_order(from.dir.ino, to.dir.ino, &from_anc, &to_anc) {
-            let f = from.dir.state.write();
-            (f, Some(to.dir.state.write()))
+            let f = self.write_state(&from.dir);
+            (f, Some(self.write_state(&to.dir)))
         } else {
-            let t = to.dir.state.write();
-            (from.dir.state.write(), Some(t))
+            let t = self.write_state(&to.dir);
+            (self.write_state(&from.dir), Some(t))
         };
         Ok(Locked {
             _cross: cross,
@@ -288,7 +288,7 @@ impl FileSystem {
             .victim
             .as_ref()
             .filter(|_| !exchange)
-            .map(|v| v.state.write());
+            .map(|v| self.write_state(v));
         if let (Some(v), Some(vs)) = (&plan.victim, vst.as_mut()) {
             let nlink = if plan.victim_is_dir { 0 } else { vs.nlink - 1 };
             staged.push(self.stage(v.ino, vs, vec![Entry::Link { nlink, ctime: now }])?);
@@ -305,10 +305,10 @@ impl FileSystem {
             self.release_if_unused(v, &mut vs);
         }
         if plan.src_is_dir {
-            plan.src.state.write().parent = to.dir.ino;
+            self.write_state(&plan.src).parent = to.dir.ino;
         }
         if let (true, true, Some(v)) = (exchange, plan.victim_is_dir, &plan.victim) {
-            v.state.write().parent = from.dir.ino;
+            self.write_state(v).parent = from.dir.ino;
         }
         self.maybe_clean(&from.dir, &mut l.from);
         if let Some(t) = l.to.as_mut() {

@@ -4,10 +4,32 @@
 //! that does not go through it (the FUSE mount of the same process). Such a door
 //! runs each change through [`FileSystem::watched_write`] or
 //! [`FileSystem::watched_reshape`]; without a watcher they just run it.
+//!
+//! Someone that caches what it learnt of inodes — attributes, directory entries —
+//! outside the file system (the server's clients, which resolve paths themselves)
+//! and must know when that may have changed: [`InodeChanges`] hears of every inode
+//! that may have changed, whatever door changed it.
 
 use std::sync::Arc;
 
+use parking_lot::RwLockWriteGuard;
+
+use crate::inode::{Inode, InodeState};
 use crate::FileSystem;
+
+/// Hears of inodes that may change (see the module).
+///
+/// [`InodeChanges::changing`] is called for inode `ino` once the file system holds
+/// the lock under which everything about `ino` changes (its attributes, its size and
+/// pages, a directory's entries), before the change; and once a new inode is in
+/// place under a number a freed one may have had. So a reader that notes a count
+/// the callback moves, then takes what it wants from the file system (which reads
+/// it under the same lock), then finds the count unmoved, took it as it still is
+/// while the count stays unmoved.
+pub trait InodeChanges: Send + Sync {
+    /// Inode `ino` may be about to change, or was just made.
+    fn changing(&self, ino: u64);
+}
 
 /// Watches changes of file data (see the module).
 pub trait DataChanges: Send + Sync {
@@ -24,6 +46,26 @@ impl FileSystem {
     /// are ignored).
     pub fn set_data_changes(&self, watcher: Arc<dyn DataChanges>) {
         let _ = self.watcher.set(watcher);
+    }
+
+    /// Makes `changes` hear of every inode that may change (set once; later calls
+    /// are ignored).
+    pub fn set_inode_changes(&self, changes: Arc<dyn InodeChanges>) {
+        let _ = self.changes.set(changes);
+    }
+
+    /// Locks `inode` for a change, telling [`InodeChanges`] once it is locked.
+    pub(crate) fn write_state<'a>(&self, inode: &'a Inode) -> RwLockWriteGuard<'a, InodeState> {
+        let st = inode.state.write();
+        self.made(inode.ino);
+        st
+    }
+
+    /// Tells [`InodeChanges`] that inode `ino` changed or was just made.
+    pub(crate) fn made(&self, ino: u64) {
+        if let Some(c) = self.changes.get() {
+            c.changing(ino);
+        }
     }
 
     /// Runs `f`, a write of `len` bytes of file `ino` at `at` (`None`: at its end),

@@ -481,7 +481,7 @@ impl FileSystem {
         }
         let inode = self.xattr_target(who, t)?;
         self.check_writable()?;
-        let mut st = inode.state.write();
+        let mut st = self.write_state(&inode);
         if st.freed {
             return Err(Error::NotFound);
         }

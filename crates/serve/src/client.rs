@@ -23,6 +23,7 @@ use crate::shm::Words;
 use crate::wire::{self, Answer, Hello, Request, Status, Welcome, MAX_IO};
 
 mod at;
+mod index;
 mod session;
 mod staged;
 mod submit;
@@ -145,8 +146,13 @@ struct Direct {
     tables: Mutex<HashMap<u32, Option<Arc<Words>>>>,
     /// Reads copied from the mapping.
     reads: AtomicU64,
+    /// Path calls resolved by the index.
+    resolved: AtomicU64,
     /// Reads that found a page being changed and asked the server instead.
     asked: AtomicU64,
+    /// Paths this client resolves itself; `None` from a server that publishes no
+    /// version table.
+    index: Option<index::Index>,
     /// When this client connected; [`Direct::checked`] counts from it.
     born: std::time::Instant,
     /// When direct reads last saw the server alive, ns after [`Direct::born`].
@@ -261,6 +267,7 @@ impl Client {
                 mapped,
                 direct,
                 mailbox,
+                versions,
                 region_offset,
                 region_len,
                 server_pid,
@@ -278,11 +285,22 @@ impl Client {
                 let direct = match direct && mapped {
                     true => {
                         let shared = |e| Error::os("mapping the shared epoch", e);
+                        let epoch = Words::map(&next()?, 1, false).map_err(shared)?;
+                        let slot = Words::map(&next()?, 1, true).map_err(shared)?;
+                        let index = match versions {
+                            0 => None,
+                            n => Some(index::Index::new(
+                                Words::map(&next()?, n as usize, false)
+                                    .map_err(|e| Error::os("mapping the version table", e))?,
+                            )),
+                        };
                         Some(Direct {
-                            epoch: Words::map(&next()?, 1, false).map_err(shared)?,
-                            slot: Words::map(&next()?, 1, true).map_err(shared)?,
+                            epoch,
+                            slot,
+                            index,
                             tables: Mutex::new(HashMap::new()),
                             reads: AtomicU64::new(0),
+                            resolved: AtomicU64::new(0),
                             asked: AtomicU64::new(0),
                             born: std::time::Instant::now(),
                             checked: AtomicU64::new(0),
@@ -607,14 +625,44 @@ impl Client {
         self.stat_of(Request::Fstat { fd })
     }
 
-    /// `stat(path)`.
+    /// `stat(path)`. An absolute path is resolved here when it can be, from what
+    /// earlier lookups told this client (see the `index` module): no request while
+    /// nothing on the way changed.
     pub fn stat(&self, path: &str) -> Result<Stat> {
-        self.stat_of(Request::Stat { path: path.into() })
+        match self.resolved(path, true) {
+            Some(r) => r,
+            None => self.stat_of(Request::Stat { path: path.into() }),
+        }
     }
 
-    /// `lstat(path)`.
+    /// `lstat(path)`, resolved here when it can be, as [`Client::stat`].
     pub fn lstat(&self, path: &str) -> Result<Stat> {
-        self.stat_of(Request::Lstat { path: path.into() })
+        match self.resolved(path, false) {
+            Some(r) => r,
+            None => self.stat_of(Request::Lstat { path: path.into() }),
+        }
+    }
+
+    /// The attributes at `path` as this client resolves it (see the `index`
+    /// module); `None` when the server must resolve it.
+    fn resolved(&self, path: &str, follow: bool) -> Option<Result<Stat>> {
+        let d = self.direct.as_ref()?;
+        let index = d.index.as_ref()?;
+        // No request may be made: look whether the server still runs, as direct
+        // reads do.
+        if let Err(e) = self.own_process().and_then(|()| self.check_alive(d)) {
+            return Some(Err(e));
+        }
+        let r = index.stat(path, follow, |req| self.call(req).ok())?;
+        d.resolved.fetch_add(1, Ordering::Relaxed);
+        Some(r.map_err(Error::Fs))
+    }
+
+    /// Calls `stat`, `lstat` and `fstatat` this client resolved itself.
+    pub fn resolved_locally(&self) -> u64 {
+        self.direct
+            .as_ref()
+            .map_or(0, |d| d.resolved.load(Ordering::Relaxed))
     }
 
     fn stat_of(&self, req: Request) -> Result<Stat> {
@@ -764,7 +812,7 @@ fn receive_welcome(stream: &UnixStream) -> Result<(Welcome, Vec<OwnedFd>)> {
 /// Reads one frame and the descriptors attached to its first byte.
 fn receive_with_fds(stream: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut len = [0u8; 4];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let got = rustix::net::recvmsg(
         stream,
@@ -934,7 +982,9 @@ mod tests {
             epoch: Words::map(epoch.fd().unwrap(), 1, false).unwrap(),
             slot: Words::map(slot.fd().unwrap(), 1, true).unwrap(),
             tables: Mutex::new(HashMap::new()),
+            index: None,
             reads: AtomicU64::new(0),
+            resolved: AtomicU64::new(0),
             asked: AtomicU64::new(0),
             born: std::time::Instant::now(),
             checked: AtomicU64::new(0),

@@ -435,6 +435,7 @@ impl<'a> Conn<'a> {
                 len,
                 off,
             } => self.submit_staged(fd, (id, at, len), off)?,
+            Request::Lookup { dir, name } => self.lookup(dir, &name)?,
             Request::Settle { sn, wait: true } => {
                 let r = self.submitted.settle(fs, self.direct, sn);
                 done(r.map_err(fs::Error::Errno))?
@@ -809,6 +810,48 @@ impl<'a> Conn<'a> {
         }
     }
 
+    /// Looks `name` up in directory `dir` for a client that resolves paths itself
+    /// (collaborative indexing): the answer, as the client's session finds it, and
+    /// the versions it holds at. Each version is read before what it guards is
+    /// taken and again after; one that moved meanwhile is [`wire::UNSTABLE`], so
+    /// the client uses that part of the answer once and keeps nothing of it.
+    fn lookup(&self, dir: u64, name: &str) -> fs::Result<Answer> {
+        let Some(d) = self.direct.filter(|_| self.reads_directly) else {
+            return Err(fs::Error::Errno(libc::EOPNOTSUPP));
+        };
+        let s = self.fs.as_user(&self.cred);
+        let stable = |before: u64, after: u64| match before == after {
+            true => before,
+            false => wire::UNSTABLE,
+        };
+        let dir_before = d.version(dir);
+        let found = s.lookup(dir, name);
+        let dir_version = stable(dir_before, d.version(dir));
+        let first = match found {
+            Ok(st) => st,
+            Err(e) => {
+                return Ok(Answer::NotThere {
+                    dir_version,
+                    errno: e.errno(),
+                })
+            }
+        };
+        // The attributes again, inside their own version's reads (an inode freed
+        // meanwhile: the first ones, to be used once).
+        let ino = first.ino;
+        let before = d.version(ino);
+        let (stat, version) = match s.getattr(ino) {
+            Ok(st) => (st, stable(before, d.version(ino))),
+            Err(_) => (first, wire::UNSTABLE),
+        };
+        Ok(Answer::Looked {
+            dir_version,
+            ino,
+            version,
+            stat,
+        })
+    }
+
     /// The page table of open file `fd`, for direct reads; an errno if it cannot be.
     fn table(&mut self, fd: u32) -> Result<(u64, Arc<PageTable>), i32> {
         let (_, o) = self.own(fd).map_err(|e| e.errno())?;
@@ -1097,7 +1140,7 @@ mod tests {
             ..MountOptions::default()
         };
         let fs = FileSystem::mount(pm, options).unwrap().0;
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
         let Answer::Fd(fd) = c.answer(Request::Open {
@@ -1217,7 +1260,7 @@ mod tests {
     #[test]
     fn staged_writes_and_reads_copy_between_the_clients_buffer_and_the_file() {
         let fs = memory_fs();
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
         let Answer::Fd(fd) = c.answer(Request::Open {
@@ -1359,7 +1402,7 @@ mod tests {
     #[test]
     fn writes_on_an_appending_descriptor_are_published_where_they_land() {
         let fs = memory_fs();
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let counts = Counts::default();
         let mut c = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
         let flags = libc::O_CREAT | libc::O_RDWR | libc::O_APPEND;
@@ -1408,7 +1451,7 @@ mod tests {
     #[test]
     fn o_trunc_with_direct_reads_checks_and_truncates_as_linux_does() {
         let fs = memory_fs();
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let counts = Counts::default();
         let mut root = Conn::new(&fs, Cred::root(), &counts, Some(&direct));
         let mut user = Conn::new(&fs, Cred::user(1000, 1000), &counts, Some(&direct));
@@ -1700,7 +1743,7 @@ mod tests {
             let options = MountOptions { mode, ..MountOptions::default() };
             let (fs, _) = FileSystem::mount(pm.clone(), options).unwrap();
             let counts = Counts::default();
-            let direct = with_direct.then(|| Direct::new().unwrap());
+            let direct = with_direct.then(|| Direct::new(1 << 16).unwrap());
             {
                 let mut conn = Conn::new(&fs, Cred::root(), &counts, direct.as_ref());
                 for p in &payloads {

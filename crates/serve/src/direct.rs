@@ -27,6 +27,7 @@ use fs::{FileSystem, BLOCK_SIZE};
 use parking_lot::Mutex;
 
 use crate::shm::Words;
+use crate::wire;
 
 /// Word of a page table holding the file's size.
 pub const SIZE: usize = 0;
@@ -136,9 +137,14 @@ pub(crate) struct Unpublished {
     end: u64,
 }
 
-/// The published epoch, the page tables and the clients' epoch slots.
+/// The published epoch, the page tables, the version table and the clients' epoch
+/// slots.
 pub(crate) struct Direct {
     epoch: Words,
+    /// Word `ino` counts the times inode `ino` was locked for a change (see
+    /// `fs::InodeChanges`): a client that caches what a lookup told it keeps it
+    /// while the words it holds at are unmoved.
+    versions: Words,
     stripes: Vec<Mutex<()>>,
     /// Page tables by inode, with how many descriptors use each.
     tables: Mutex<HashMap<u64, (Arc<PageTable>, usize)>>,
@@ -146,9 +152,11 @@ pub(crate) struct Direct {
 }
 
 impl Direct {
-    pub fn new() -> io::Result<Direct> {
+    /// Shared memory for a file system of `inodes` inode numbers.
+    pub fn new(inodes: u64) -> io::Result<Direct> {
         Ok(Direct {
             epoch: Words::create("easyio-epoch", 1, false)?,
+            versions: Words::create("easyio-versions", inodes.max(1) as usize, false)?,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             tables: Mutex::new(HashMap::new()),
             slots: Mutex::new(Vec::new()),
@@ -158,6 +166,19 @@ impl Direct {
     /// The word of the published epoch, to send to clients.
     pub fn epoch(&self) -> &Words {
         &self.epoch
+    }
+
+    /// The version table, to send to clients.
+    pub fn versions(&self) -> &Words {
+        &self.versions
+    }
+
+    /// Inode `ino`'s version ([`wire::UNSTABLE`] past the table).
+    pub fn version(&self, ino: u64) -> u64 {
+        usize::try_from(ino)
+            .ok()
+            .and_then(|i| self.versions.get(i))
+            .map_or(wire::UNSTABLE, |w| w.load(Ordering::SeqCst))
     }
 
     fn stripe(&self, ino: u64) -> parking_lot::MutexGuard<'_, ()> {
@@ -356,6 +377,14 @@ impl fs::DataChanges for Direct {
     }
 }
 
+impl fs::InodeChanges for Direct {
+    fn changing(&self, ino: u64) {
+        if let Some(w) = usize::try_from(ino).ok().and_then(|i| self.versions.get(i)) {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl fs::ExternalReaders for Direct {
     fn pinned_before(&self, e: u64) -> bool {
         self.slots.lock().iter().any(|s| {
@@ -385,7 +414,7 @@ mod tests {
         let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
         FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
         let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-        let direct = Arc::new(Direct::new().unwrap());
+        let direct = Arc::new(Direct::new(1 << 16).unwrap());
         fs.set_external_readers(direct.clone());
         let slot = direct.add_slot().unwrap();
         let fd = fs
@@ -431,7 +460,7 @@ mod tests {
         let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
         FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
         let (fs, _) = FileSystem::mount(pm, MountOptions::default()).unwrap();
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let fd = fs
             .open("/sparse", OpenFlags::CREAT | OpenFlags::RDWR, 0o644)
             .unwrap();
@@ -454,7 +483,7 @@ mod tests {
         let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
         FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
         let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-        let direct = Direct::new().unwrap();
+        let direct = Direct::new(1 << 16).unwrap();
         let fd = fs
             .open("/f", OpenFlags::CREAT | OpenFlags::RDWR, 0o644)
             .unwrap();

@@ -44,9 +44,11 @@ pub fn requests(data: &[u8]) {
         ..MountOptions::default()
     };
     let (fs, _) = FileSystem::mount(pm.clone(), options).expect("mount");
-    let direct = (settings & 1 != 0).then(|| Arc::new(Direct::new().expect("shared memory")));
+    let direct = (settings & 1 != 0)
+        .then(|| Arc::new(Direct::new(fs.geometry().inodes).expect("shared memory")));
     if let Some(d) = &direct {
         fs.set_external_readers(d.clone());
+        fs.set_inode_changes(d.clone());
     }
     let cred = match settings & 2 {
         0 => Cred::root(),

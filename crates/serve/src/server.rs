@@ -84,9 +84,11 @@ impl Server {
             region_len: fs.pmem().len(),
         });
         let direct = if direct {
-            let d = Arc::new(Direct::new().map_err(|e| Error::os("shared memory", e))?);
+            let d = Direct::new(fs.geometry().inodes);
+            let d = Arc::new(d.map_err(|e| Error::os("shared memory", e))?);
             fs.set_external_readers(d.clone());
             fs.set_data_changes(d.clone());
+            fs.set_inode_changes(d.clone());
             Some(d)
         } else {
             None
@@ -301,6 +303,7 @@ fn welcome(
         mapped,
         direct: slot.is_some(),
         mailbox: mailbox.is_some(),
+        versions: slot.map_or(0, |s| s.0.versions().len() as u64),
         region_offset: sh.image.region_offset,
         region_len: sh.image.region_len,
         server_pid: std::process::id(),
@@ -312,6 +315,7 @@ fn welcome(
     if let Some(s) = slot {
         fds.extend(s.0.epoch().fd().map(|f| f.as_fd()));
         fds.extend(s.1.fd().map(|f| f.as_fd()));
+        fds.extend(s.0.versions().fd().map(|f| f.as_fd()));
     }
     fds.extend(mailbox.map(|m| m.fd().as_fd()));
     send_with(stream, &bytes, &fds)
@@ -319,7 +323,7 @@ fn welcome(
 
 /// Sends a frame with descriptors attached to its first byte.
 fn send_with(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(5))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("no room for the descriptors"));

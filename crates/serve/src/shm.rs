@@ -1,25 +1,13 @@
-//! Shared memory the server and its clients both map: the version table (the
-//! published epoch and one version word per inode, written by the server, read by
-//! clients) and each client's epoch slot (written by the client, read and cleared by
+//! Segments of 64-bit words the server and its clients both map: those the server
+//! writes and clients read (the published epoch, the page tables, the version
+//! table) and each client's epoch slot (written by the client, read and cleared by
 //! the server).
-//!
-//! Table layout, in 64-bit words: word [`EPOCH`] the epoch readers register in,
-//! word [`TRUNCATES`] a count bumped before and after each truncation named by path
-//! or by `O_TRUNC`, and word [`INODE0`] + `ino` the version of inode `ino`: bumped
-//! before and after every change of its data or size (odd while one is under way).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 
 use rustix::mm::{MapFlags, ProtFlags};
-
-/// Word of the published epoch.
-pub const EPOCH: usize = 0;
-/// Word counting path truncations (odd while one is under way).
-pub const TRUNCATES: usize = 1;
-/// Word of inode 0's version; inode `ino`'s is `INODE0 + ino`.
-pub const INODE0: usize = 2;
 
 /// A mapping of shared 64-bit words.
 pub struct Words {

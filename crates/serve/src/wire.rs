@@ -19,10 +19,14 @@ pub use crate::locks::{Held as HeldLock, Kind as LockKind, LockOwner};
 
 /// Version of this protocol: a client and a server of different versions refuse
 /// each other at the greeting.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The longest frame either side accepts (a write or read of [`MAX_IO`] bytes fits).
 pub const MAX_FRAME: usize = MAX_IO + 4096;
+
+/// A version the version table never reaches: a lookup answer that holds at no
+/// version (the inode changed while the server looked).
+pub const UNSTABLE: u64 = u64::MAX;
 
 /// The most bytes one read or write request moves; a client splits larger calls.
 pub const MAX_IO: usize = 4 << 20;
@@ -59,6 +63,10 @@ pub enum Welcome {
         /// Whether the mailbox's descriptor comes last with this frame: calls go
         /// through it from now on.
         mailbox: bool,
+        /// Words of the version table, whose descriptor (read-only) follows the
+        /// epoch slot's when `direct`: word `ino` counts the changes of inode `ino`
+        /// (see [`Request::Lookup`]).
+        versions: u64,
         /// Where the file system's region starts in the image, bytes.
         region_offset: u64,
         /// Bytes of the region.
@@ -145,6 +153,11 @@ pub enum Request<'a> {
     /// the table's descriptor (`EOPNOTSUPP` when direct reads are off, `EBADF` for a
     /// descriptor not open for reading).
     Table { fd: u32 },
+    /// Looks `name` up in directory inode `dir` (`.` for the directory itself) as
+    /// the client, for a client that resolves paths itself → [`Answer::Looked`] or
+    /// [`Answer::NotThere`], each with the versions the answer holds at
+    /// (`EOPNOTSUPP` for a client that does not read directly).
+    Lookup { dir: u64, name: String },
     /// `openat(dir, path, flags, mode)`: `dir` a directory descriptor of this
     /// connection, `None` the root (every `*at` request below reads `dir` so).
     Openat {
@@ -399,6 +412,18 @@ pub enum Answer {
     Submitted { count: u64, sn: u64 },
     /// The copy asked about still runs.
     Running,
+    /// A [`Request::Lookup`] found inode `ino`, with attributes `stat`. Holds while
+    /// word `dir` of the version table is `dir_version` (the entry) and word `ino`
+    /// is `version` (the attributes); [`UNSTABLE`] where it changed meanwhile.
+    Looked {
+        dir_version: u64,
+        ino: u64,
+        version: u64,
+        stat: Stat,
+    },
+    /// A [`Request::Lookup`] failed with `errno`, which holds while word `dir` of
+    /// the version table is `dir_version`.
+    NotThere { dir_version: u64, errno: i32 },
     /// Failed with this errno.
     Error(i32),
 }

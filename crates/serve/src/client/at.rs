@@ -27,8 +27,14 @@ impl Client {
         }
     }
 
-    /// `fstatat(dir, path, flags)`.
+    /// `fstatat(dir, path, flags)`. An absolute path (which names the same file
+    /// whatever `dir` is) is resolved here when it can be, as [`Client::stat`].
     pub fn fstatat(&self, dir: Option<u32>, path: &str, flags: i32) -> Result<Stat> {
+        if flags & !libc::AT_SYMLINK_NOFOLLOW == 0 {
+            if let Some(r) = self.resolved(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
+                return r;
+            }
+        }
         let path = path.into();
         self.stat_of(Request::Fstatat { dir, path, flags })
     }
