@@ -1400,6 +1400,77 @@ mod tests {
     }
 
     #[test]
+    fn lookups_say_the_versions_they_hold_at_and_a_change_moves_them() {
+        let fs = memory_fs();
+        let direct = Arc::new(Direct::new(fs.geometry().inodes).unwrap());
+        fs.set_inode_changes(direct.clone());
+        let counts = Counts::default();
+        let mut c = Conn::new(&fs, Cred::user(1000, 1000), &counts, Some(&direct));
+        let look = |c: &mut Conn<'_>, dir: u64, name: &str| {
+            c.answer(Request::Lookup {
+                dir,
+                name: name.into(),
+            })
+        };
+        let root = fs::ROOT_INO;
+        fs.mkdir("/d", 0o755).unwrap();
+        let Answer::Looked {
+            dir_version,
+            ino: d,
+            version,
+            stat,
+        } = look(&mut c, root, "d")
+        else {
+            panic!("no /d")
+        };
+        assert_eq!((stat.ino, stat.kind), (d, fs::FileKind::Dir));
+        assert!(dir_version != wire::UNSTABLE && version != wire::UNSTABLE);
+        // Nothing changed: the same versions.
+        let same = look(&mut c, root, "d");
+        assert!(
+            matches!(same, Answer::Looked { dir_version: a, version: b, .. }
+            if a == dir_version && b == version)
+        );
+        // A name made in /d moves its version, not the root's.
+        fs.mkdir("/d/sub", 0o755).unwrap();
+        let moved = look(&mut c, root, "d");
+        assert!(
+            matches!(moved, Answer::Looked { dir_version: a, version: b, .. }
+            if a == dir_version && b > version)
+        );
+        assert!(matches!(look(&mut c, d, "nope"),
+            Answer::NotThere { errno: libc::ENOENT, dir_version: v } if v == direct.version(d)));
+        // Search permission is the client's, checked by the server.
+        fs.chmod("/d", 0o700).unwrap();
+        assert!(matches!(
+            look(&mut c, d, "sub"),
+            Answer::NotThere {
+                errno: libc::EACCES,
+                ..
+            }
+        ));
+        // Inode numbers from a client are looked up, not trusted.
+        fs.mknod("/file", 0o644, 0).unwrap();
+        let file = fs.stat("/file").unwrap().ino;
+        assert!(matches!(
+            look(&mut c, file, "x"),
+            Answer::NotThere {
+                errno: libc::ENOTDIR,
+                ..
+            }
+        ));
+        for garbage in [0, file + 1000, u64::MAX] {
+            assert!(
+                matches!(look(&mut c, garbage, "x"), Answer::NotThere { .. }),
+                "{garbage}"
+            );
+        }
+        // A client that does not read directly resolves nothing itself.
+        let mut plain = Conn::new(&fs, Cred::root(), &counts, None);
+        assert_eq!(look(&mut plain, root, "d"), Answer::Error(libc::EOPNOTSUPP));
+    }
+
+    #[test]
     fn writes_on_an_appending_descriptor_are_published_where_they_land() {
         let fs = memory_fs();
         let direct = Direct::new(1 << 16).unwrap();
@@ -1662,6 +1733,7 @@ mod tests {
             }),
             1 => (fd.clone(), off.clone()).prop_map(|(fd, len)| Request::Ftruncate { fd, len }),
             2 => fd.clone().prop_map(|fd| Request::Table { fd }),
+            2 => (prop_oneof![Just(1u64), 0..64u64, any::<u64>()], prop_oneof![Just(".".to_string()), "[a-c]{1,2}", ".{0,300}"]).prop_map(|(dir, name)| Request::Lookup { dir, name }),
             1 => fd.clone().prop_map(|fd| Request::Fsync { fd }),
             1 => (path.clone(), any::<u32>()).prop_map(|(path, mode)| Request::Mkdir { path, mode }),
             1 => path.clone().prop_map(|path| Request::Unlink { path }),
