@@ -28,11 +28,13 @@ fn bench_shared_json_has_every_measurement_beside_its_peer() {
             "write 4K",
             "write 4K, staged",
             "create",
+            "stat",
             "reader with 2 writers",
             "create, 2 processes"
         ]
     );
     assert!(v["reader_fresh_file"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["stat_asked_us"].as_f64().unwrap() > 0.0, "{v}");
     // Each 64 KiB write and its 20 µs of work take at least the work.
     for k in [
         "here_written",
