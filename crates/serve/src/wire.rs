@@ -153,11 +153,6 @@ pub enum Request<'a> {
     /// the table's descriptor (`EOPNOTSUPP` when direct reads are off, `EBADF` for a
     /// descriptor not open for reading).
     Table { fd: u32 },
-    /// Looks `name` up in directory inode `dir` (`.` for the directory itself) as
-    /// the client, for a client that resolves paths itself → [`Answer::Looked`] or
-    /// [`Answer::NotThere`], each with the versions the answer holds at
-    /// (`EOPNOTSUPP` for a client that does not read directly).
-    Lookup { dir: u64, name: String },
     /// `openat(dir, path, flags, mode)`: `dir` a directory descriptor of this
     /// connection, `None` the root (every `*at` request below reads `dir` so).
     Openat {
@@ -356,6 +351,11 @@ pub enum Request<'a> {
     /// connection does not know), [`Answer::Running`] while it runs (without `wait`),
     /// or the errno it failed with.
     Settle { sn: u64, wait: bool },
+    /// Looks `name` up in directory inode `dir` (`.` for the directory itself) as
+    /// the client, for a client that resolves paths itself → [`Answer::Looked`] or
+    /// [`Answer::NotThere`], each with the versions the answer holds at
+    /// (`EOPNOTSUPP` for a client that does not read directly).
+    Lookup { dir: u64, name: String },
 }
 
 /// Handoffs of one process that may wait to be adopted.
@@ -412,6 +412,8 @@ pub enum Answer {
     Submitted { count: u64, sn: u64 },
     /// The copy asked about still runs.
     Running,
+    /// Failed with this errno.
+    Error(i32),
     /// A [`Request::Lookup`] found inode `ino`, with attributes `stat`. Holds while
     /// word `dir` of the version table is `dir_version` (the entry) and word `ino`
     /// is `version` (the attributes); [`UNSTABLE`] where it changed meanwhile.
@@ -424,8 +426,6 @@ pub enum Answer {
     /// A [`Request::Lookup`] failed with `errno`, which holds while word `dir` of
     /// the version table is `dir_version`.
     NotThere { dir_version: u64, errno: i32 },
-    /// Failed with this errno.
-    Error(i32),
 }
 
 /// What the server holds, as [`Request::Status`] reports it.
