@@ -433,6 +433,11 @@ fn a_client_resolves_paths_itself_and_sees_each_change_of_another_process_at_onc
     change("create /d/e");
     assert_eq!(look("/d/e/g").unwrap_err(), libc::ENOTDIR);
     assert_eq!(look("/d/e").unwrap().kind, fs::FileKind::File);
+    // Whether a path exists, the same way.
+    let exists = |p: &str| c.faccessat(None, p, libc::F_OK, 0).map_err(|e| e.errno());
+    assert_eq!(exists("/d/e"), Ok(()));
+    assert_eq!(exists("/d/e/g"), Err(libc::ENOTDIR));
+    assert_eq!(exists("/d/nothing"), Err(libc::ENOENT));
     drop(to_kid);
     assert!(wait_exit(&mut kid).success());
     // What the client kept answers with no request: with the server stopped, a

@@ -658,7 +658,7 @@ impl Client {
         Some(r.map_err(Error::Fs))
     }
 
-    /// Calls `stat`, `lstat` and `fstatat` this client resolved itself.
+    /// Calls (`stat`, `lstat`, `fstatat`, `access(F_OK)`) this client resolved itself.
     pub fn resolved_locally(&self) -> u64 {
         self.direct
             .as_ref()

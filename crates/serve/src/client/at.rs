@@ -39,8 +39,15 @@ impl Client {
         self.stat_of(Request::Fstatat { dir, path, flags })
     }
 
-    /// `faccessat(dir, path, mode, flags)`.
+    /// `faccessat(dir, path, mode, flags)`. Whether an absolute path exists
+    /// (`F_OK`) is resolved here when it can be, as [`Client::stat`].
     pub fn faccessat(&self, dir: Option<u32>, path: &str, mode: i32, flags: i32) -> Result<()> {
+        let nofollow = libc::AT_SYMLINK_NOFOLLOW;
+        if mode == libc::F_OK && flags & !(nofollow | libc::AT_EACCESS) == 0 {
+            if let Some(r) = self.resolved(path, flags & nofollow == 0) {
+                return r.map(drop);
+            }
+        }
         let path = path.into();
         self.done(Request::Faccessat {
             dir,

@@ -1,5 +1,5 @@
 //! Paths resolved by the client itself: KucoFS's collaborative indexing, for the
-//! calls that only look (`stat`, `lstat`, `access(F_OK)`).
+//! calls that only look (`stat`, `lstat`, `fstatat`, `access(F_OK)`).
 //!
 //! The server publishes one version word per inode (`Direct::versions`), moved each
 //! time the inode is locked for a change: its attributes, its size, a directory's
