@@ -456,6 +456,48 @@ fn a_client_resolves_paths_itself_and_sees_each_change_of_another_process_at_onc
     server.stop();
 }
 
+#[test]
+fn a_client_reading_all_the_time_does_not_make_anothers_overwrites_run_out_of_space() {
+    let dir = Scratch::new("reclaim");
+    let server = Server::start(&dir.0, &[]);
+    let writer = Client::connect(&server.socket).unwrap();
+    let data = vec![6u8; 16 << 20];
+    let fd = writer
+        .open("/w", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    writer.pwrite(fd, &data, 0).unwrap();
+    let rfd = writer
+        .open("/r", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    writer.pwrite(rfd, &[5u8; 1 << 20], 0).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let reader = Client::connect(&server.socket).unwrap();
+            let fd = reader.open("/r", libc::O_RDONLY, 0).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut off = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(reader.pread(fd, &mut buf, off).unwrap(), 4096);
+                off = (off + 4096) % (1 << 20);
+            }
+            assert!(reader.direct_stats().unwrap().0 > 0, "read directly");
+        });
+        // The 64 MiB image holds three copies of the file at most: each overwrite
+        // needs the blocks the one before it displaced.
+        let r = (0..30).try_for_each(|i| {
+            writer
+                .pwrite(fd, &data, 0)
+                .map(drop)
+                .map_err(|e| format!("overwrite {i}: {e}"))
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r.unwrap();
+    });
+    drop(writer);
+    server.stop();
+}
+
 /// A copy of this test program that any user may run, wherever the build tree is.
 fn runnable_copy(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;

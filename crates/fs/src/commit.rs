@@ -31,6 +31,9 @@ pub struct Held(Vec<Extent>);
 /// moved past (the rest of such a page is padding).
 pub const TRAILER_USED_OFF: u64 = TRAILER_OFF + 24;
 
+/// Longest an allocation waits for retired blocks that readers in flight hold back.
+pub const RECLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A log is cleaned once it spans at least this many pages…
 pub const CLEAN_MIN_PAGES: usize = 4;
 /// …and holds more than this many times the entries a compacted log would.
@@ -273,13 +276,35 @@ impl FileSystem {
         self.epoch.collect(|e| self.blocks.free(e));
     }
 
+    /// Hands back retired blocks until `n` blocks are free, waiting for them while
+    /// they could make up the difference: each collection moves the epoch at most a
+    /// step or two past the readers in flight, and a block waits two steps, so
+    /// with readers reading all the time (a client of a server, a busy thread) one
+    /// collection often frees nothing yet. Waits at most [`RECLAIM_WAIT`]: a reader
+    /// that stays registered (a client stopped in a debugger) holds the blocks back.
+    pub(crate) fn reclaim_until_free(&self, n: u64) {
+        let t0 = std::time::Instant::now();
+        for tries in 0u32.. {
+            self.reclaim();
+            let free = self.blocks.free_blocks();
+            let coming = self.epoch.waiting_blocks() + self.deferred_blocks();
+            if free >= n || free + coming < n || t0.elapsed() >= RECLAIM_WAIT {
+                return;
+            }
+            match tries < 16 {
+                true => std::thread::yield_now(),
+                false => std::thread::sleep(std::time::Duration::from_micros(50)),
+            }
+        }
+    }
+
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
     pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
         self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),
             Err(_) => {
-                self.reclaim();
+                self.reclaim_until_free(n);
                 self.blocks.alloc(n)
             }
         }

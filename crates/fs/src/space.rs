@@ -91,7 +91,7 @@ impl FileSystem {
         // would cost memory and time only to fail.
         let at_least = (pages.end - pages.start).saturating_sub(st.pages.len() as u64);
         if at_least > self.blocks.free_blocks() {
-            self.reclaim();
+            self.reclaim_until_free(at_least);
             if at_least > self.blocks.free_blocks() {
                 return Err(Error::NoSpace);
             }

@@ -113,3 +113,34 @@ fn blocks_a_reader_may_use_are_reclaiming_until_it_is_done() {
     fs.unmount().unwrap();
     assert_fsck_clean(&pm);
 }
+
+#[test]
+fn a_reader_reading_all_the_time_does_not_make_overwrites_run_out_of_space() {
+    let pm = fresh(32 * MIB);
+    let fs = mount(&pm);
+    write_file(&fs, "/r", &vec![5u8; 1 << 20]);
+    let data = vec![6u8; 8 << 20];
+    write_file(&fs, "/w", &data);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let fd = fs.open("/r", OpenFlags::RDONLY, 0).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut off = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(fs.pread(fd, &mut buf, off).unwrap(), 4096);
+                off = (off + 4096) % (1 << 20);
+            }
+            fs.close(fd).unwrap();
+        });
+        // Each overwrite needs the blocks the one before it displaced: the pool
+        // holds three copies of the file at most.
+        let fd = fs.open("/w", OpenFlags::RDWR, 0).unwrap();
+        let r = (0..100).try_for_each(|i| fs.pwrite(fd, &data, 0).map(drop).map_err(|e| (i, e)));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r.unwrap();
+        fs.close(fd).unwrap();
+    });
+    fs.unmount().unwrap();
+    assert_fsck_clean(&pm);
+}
