@@ -555,17 +555,8 @@ fn reader_rate(
     socket: &Path,
     writers: u32,
 ) -> anyhow::Result<f64> {
-    let kids: Vec<Child> = (0..writers)
-        .map(|i| {
-            spawn_role(
-                exe,
-                socket,
-                "writer",
-                i,
-                &["--seconds", &(seconds + 1.0).to_string()],
-            )
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let longer = (seconds + 1.0).to_string();
+    let kids = Kids::spawn(exe, socket, ("writer", writers), &["--seconds", &longer])?;
     if writers > 0 {
         // The writers start writing.
         std::thread::sleep(Duration::from_millis(300));
@@ -584,9 +575,7 @@ fn reader_rate(
     }
     let cpu = thread_cpu_s() - cpu0;
     c.close(fd)?;
-    for k in kids {
-        finish(k, "writer")?;
-    }
+    kids.finish("writer")?;
     Ok(reads as f64 / cpu.max(1e-9))
 }
 
@@ -594,20 +583,13 @@ fn reader_rate(
 /// (copy-on-write), so the reader's file ends up in blocks scattered over the region,
 /// as it is whenever writers have been at it.
 fn scatter(exe: &Path, socket: &Path, seconds: f64) -> anyhow::Result<()> {
-    let kids: Vec<Child> = (0..2)
-        .map(|i| {
-            spawn_role(
-                exe,
-                socket,
-                "writer",
-                i,
-                &["--seconds", &seconds.to_string()],
-            )
-        })
-        .collect::<anyhow::Result<_>>()?;
-    for k in kids {
-        finish(k, "writer")?;
-    }
+    let kids = Kids::spawn(
+        exe,
+        socket,
+        ("writer", 2),
+        &["--seconds", &seconds.to_string()],
+    )?;
+    kids.finish("writer")?;
     Ok(())
 }
 
@@ -620,20 +602,14 @@ fn create_rate(
     tag: &str,
 ) -> anyhow::Result<f64> {
     let files_s = files.to_string();
-    let kids: Vec<Child> = (0..procs)
-        .map(|i| {
-            spawn_role(
-                exe,
-                socket,
-                "creator",
-                i,
-                &["--files", &files_s, "--tag", tag],
-            )
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let kids = Kids::spawn(
+        exe,
+        socket,
+        ("creator", procs),
+        &["--files", &files_s, "--tag", tag],
+    )?;
     let mut spans = Vec::new();
-    for k in kids {
-        let out = finish(k, "creator")?;
+    for out in kids.finish("creator")? {
         let span = out
             .lines()
             .find_map(|l| l.strip_prefix("CREATED "))
@@ -653,6 +629,45 @@ fn create_rate(
 fn monotonic_s() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// Client processes of this benchmark in one role. Those not waited for by
+/// [`Kids::finish`] — after an error on the way — are killed and reaped when it
+/// drops, so that a failed measurement leaves no process behind.
+struct Kids(Vec<Child>);
+
+impl Kids {
+    /// `n` processes in `role`, numbered from 0, with `extra` arguments.
+    fn spawn(
+        exe: &Path,
+        socket: &Path,
+        (role, n): (&str, u32),
+        extra: &[&str],
+    ) -> anyhow::Result<Kids> {
+        let mut kids = Kids(Vec::new());
+        for i in 0..n {
+            kids.0.push(spawn_role(exe, socket, role, i, extra)?);
+        }
+        Ok(kids)
+    }
+
+    /// Waits for each in turn (see [`finish`]); their outputs.
+    fn finish(mut self, what: &str) -> anyhow::Result<Vec<String>> {
+        let mut outs = Vec::new();
+        while !self.0.is_empty() {
+            outs.push(finish(self.0.remove(0), what)?);
+        }
+        Ok(outs)
+    }
+}
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for k in &mut self.0 {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
 }
 
 /// A client process of this benchmark.
@@ -690,6 +705,7 @@ fn finish(mut k: Child, what: &str) -> anyhow::Result<String> {
         }
         if t0.elapsed() > GRACE {
             let _ = k.kill();
+            let _ = k.wait();
             bail!("a {what} process still ran after {GRACE:?}");
         }
         std::thread::sleep(Duration::from_millis(10));
