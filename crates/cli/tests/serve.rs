@@ -412,7 +412,16 @@ fn a_client_resolves_paths_itself_and_sees_each_change_of_another_process_at_onc
     change("rename /d/e/f /d/e/g");
     assert_eq!(look("/d/e/f").unwrap_err(), libc::ENOENT);
     assert_eq!(look("/d/e/g").unwrap().ino, f.ino);
+    // A read-only open of a path that is not there fails with no request, until it is.
+    let open = |p: &str| {
+        c.open(p, libc::O_RDONLY | libc::O_CLOEXEC, 0)
+            .map_err(|e| e.errno())
+    };
+    let before = c.resolved_locally();
+    assert_eq!(open("/d/e/f"), Err(libc::ENOENT));
+    assert_eq!(c.resolved_locally(), before + 1);
     change("create /d/e/f");
+    c.close(open("/d/e/f").unwrap()).unwrap();
     let again = look("/d/e/f").unwrap();
     assert_ne!(again.ino, f.ino, "a new file under the old name");
     assert_eq!(again.size, 0);

@@ -388,6 +388,9 @@ impl Client {
 
     /// `open(path, flags, mode)`: a descriptor of this connection.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<u32> {
+        if let Some(e) = self.open_refused(path, flags) {
+            return Err(e);
+        }
         let path = path.to_string();
         match self.call(&Request::Open { path, flags, mode })? {
             Answer::Fd(fd) => {
@@ -643,6 +646,24 @@ impl Client {
         }
     }
 
+    /// The error of an open that cannot succeed, found here with no request: a
+    /// plain read-only open (no `O_CREAT`, no `O_TRUNC`…) of an absolute path that
+    /// this client resolves to an error, as [`Client::stat`] resolves it — a program
+    /// probing for files that are not there (a compiler's include path, `make`).
+    fn open_refused(&self, path: &str, flags: i32) -> Option<Error> {
+        const PLAIN: i32 = libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | libc::O_NOCTTY
+            | libc::O_LARGEFILE
+            | libc::O_DIRECTORY
+            | libc::O_NOFOLLOW;
+        // O_RDONLY is 0: any other access mode or flag goes to the server.
+        if flags & !PLAIN != 0 {
+            return None;
+        }
+        self.resolved(path, flags & libc::O_NOFOLLOW == 0)?.err()
+    }
+
     /// The attributes at `path` as this client resolves it (see the `index`
     /// module); `None` when the server must resolve it.
     fn resolved(&self, path: &str, follow: bool) -> Option<Result<Stat>> {
@@ -658,7 +679,9 @@ impl Client {
         Some(r.map_err(Error::Fs))
     }
 
-    /// Calls (`stat`, `lstat`, `fstatat`, `access(F_OK)`) this client resolved itself.
+    /// Paths this client resolved itself, for `stat`, `lstat`, `fstatat`,
+    /// `access(F_OK)` and read-only opens (an open it resolved to a file is then
+    /// made by the server).
     pub fn resolved_locally(&self) -> u64 {
         self.direct
             .as_ref()

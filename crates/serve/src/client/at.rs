@@ -12,6 +12,10 @@ use crate::wire::{Answer, HeldLock, LockKind, LockOwner, On, Request, MAX_IO};
 impl Client {
     /// `openat(dir, path, flags, mode)`; `dir` `None` is the root.
     pub fn openat(&self, dir: Option<u32>, path: &str, flags: i32, mode: u32) -> Result<u32> {
+        // An absolute path names the same file whatever `dir` is.
+        if let Some(e) = self.open_refused(path, flags) {
+            return Err(e);
+        }
         let path = path.to_string();
         match self.call(&Request::Openat {
             dir,
