@@ -42,6 +42,9 @@ struct Names {
 
 #[derive(Default)]
 struct Kept {
+    /// Names and attributes kept since this was last emptied (at least as many as
+    /// it holds).
+    count: usize,
     dirs: HashMap<u64, Names>,
     /// Attributes by inode, with the version they hold at.
     stats: HashMap<u64, (u64, Stat)>,
@@ -83,23 +86,27 @@ impl Index {
     ) -> Option<Result<Stat, i32>> {
         let names = components(path)?;
         let mut kept = self.kept.lock();
-        if kept.dirs.len() + kept.stats.len() > MAX_KEPT {
+        if kept.count > MAX_KEPT {
             *kept = Kept::default();
         }
         let mut relied = Relied::new();
-        let mut dir = fs::ROOT_INO;
+        // The directory the next name is looked up in, and what the last one named.
+        let (mut dir, mut found) = (fs::ROOT_INO, fs::ROOT_INO);
         let last = names.len() - 1;
         for (i, name) in names.iter().enumerate() {
             let (ino, kind) = match self.entry(&mut kept, dir, name, &mut relied, &ask)? {
-                Ok(found) => found,
+                Ok(named) => named,
                 Err(errno) => return self.recheck(&relied).then_some(Err(errno)),
             };
             if kind == FileKind::Symlink && (i < last || follow) {
                 return None;
             }
-            dir = ino;
+            match i < last {
+                true => dir = ino,
+                false => found = ino,
+            }
         }
-        let stat = self.attributes(&mut kept, dir, &mut relied, &ask, (dir, names[last]))?;
+        let stat = self.attributes(&mut kept, found, &mut relied, &ask, (dir, names[last]))?;
         self.recheck(&relied).then_some(Ok(stat))
     }
 
@@ -181,6 +188,7 @@ impl Index {
                 let kind = stat.kind;
                 relied.push((ino, version));
                 kept.stats.insert(ino, (version, stat));
+                kept.count += 1;
                 (dir_version, Ok((ino, kind)))
             }
             Answer::NotThere { dir_version, errno } => (dir_version, Err(errno)),
@@ -200,17 +208,19 @@ impl Index {
                 names.names.clear();
             }
             names.names.insert(name.to_owned(), found);
+            kept.count += 1;
         }
         Some(found)
     }
 }
 
 /// The components of absolute `path` ("." left out), or `None` for a path the index
-/// does not resolve: relative, the root itself, with `..`, ending in `/`, or with a
-/// component longer than a name may be.
+/// does not resolve: relative, the root itself, with `..`, ending in `/` or `/.`
+/// (which ask for a directory), as long as a path may not be, or with a component
+/// longer than a name may be.
 fn components(path: &str) -> Option<SmallVec<[&str; 8]>> {
     let rest = path.strip_prefix('/')?;
-    if rest.ends_with('/') {
+    if rest.ends_with('/') || rest.ends_with("/.") || path.len() >= fs::MAX_PATH {
         return None;
     }
     let names: SmallVec<[&str; 8]> = rest
@@ -223,22 +233,92 @@ fn components(path: &str) -> Option<SmallVec<[&str; 8]>> {
 
 #[cfg(test)]
 mod tests {
-    use super::components;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use fs::{Cred, FileSystem, FormatOptions, MountOptions};
+    use pmem::{MemPmem, Pmem};
+
+    use super::{components, Index};
+    use crate::conn::{Conn, Counts};
+    use crate::direct::Direct;
+    use crate::shm::Words;
 
     #[test]
     fn only_plain_absolute_paths_are_resolved_here() {
         assert_eq!(components("/a//b/./c").unwrap().as_slice(), ["a", "b", "c"]);
         assert_eq!(components("/a").unwrap().as_slice(), ["a"]);
+        let long_name = format!("/{}", "x".repeat(300));
+        let long_path = format!("/{}f", "./".repeat(2100));
         for refused in [
-            "a/b",
-            "/",
-            "/a/",
-            "/a/../b",
-            "",
-            "/.",
-            &format!("/{}", "x".repeat(300)),
+            "a/b", "/", "/a/", "/a/.", "/a/../b", "", "/.", &long_name, &long_path,
         ] {
             assert!(components(refused).is_none(), "{refused:?}");
+        }
+    }
+
+    /// What the index answers for each of `paths` is what the server's own walk
+    /// answers (or the index leaves it to the server), after each of `changes`.
+    #[test]
+    fn the_index_answers_as_the_servers_walk_between_changes() {
+        let paths = [
+            "/d", "/d/d", "/d/./d", "/d/f", "/f", "/f/x", "/l", "/l/f", "/nope", "/nope/x", "/p",
+            "/p/q", "/p/q/r", "/f/.", "/l/.", "/d/.", "/d//f",
+        ];
+        let changes: [&dyn Fn(&FileSystem); 9] = [
+            &|fs| fs.mkdir("/d", 0o755).unwrap(),
+            // A name inside /d equal to its own: stat("/d") must stay /d.
+            &|fs| fs.mkdir("/d/d", 0o700).unwrap(),
+            &|fs| fs.mknod("/f", 0o644, 0).unwrap(),
+            &|fs| fs.symlink("/d", "/l").unwrap(),
+            &|fs| fs.mknod("/d/f", 0o600, 0).unwrap(),
+            &|fs| fs.mkdir("/p", 0o700).unwrap(),
+            &|fs| fs.mkdir("/p/q", 0o755).unwrap(),
+            &|fs| fs.rename("/d/f", "/p/q/r").unwrap(),
+            &|fs| fs.chmod("/p", 0o755).unwrap(),
+        ];
+        for cred in [Cred::root(), Cred::user(1000, 1000)] {
+            let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+            FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+            let fs = FileSystem::mount(pm, MountOptions::default()).unwrap().0;
+            let direct = Arc::new(Direct::new(fs.geometry().inodes).unwrap());
+            fs.set_inode_changes(direct.clone());
+            let counts = Counts::default();
+            let versions = direct.versions();
+            let conn = RefCell::new(Conn::new(&fs, cred.clone(), &counts, Some(&direct)));
+            let index =
+                Index::new(Words::map(versions.fd().unwrap(), versions.len(), false).unwrap());
+            let ask = |r: &crate::wire::Request| Some(conn.borrow_mut().answer(r.clone()));
+            let user = fs.as_user(&cred);
+            let mut resolved = 0;
+            for change in changes {
+                change(&fs);
+                // Twice: the second time from what the index kept.
+                for _ in 0..2 {
+                    for p in paths {
+                        for follow in [true, false] {
+                            let Some(got) = index.stat(p, follow, ask) else {
+                                continue;
+                            };
+                            resolved += 1;
+                            let want = match follow {
+                                true => user.stat(p),
+                                false => user.lstat(p),
+                            };
+                            let key = |r: Result<fs::Stat, i32>| {
+                                r.map(|s| (s.ino, s.mode, s.nlink, s.size))
+                            };
+                            assert_eq!(
+                                key(got),
+                                key(want.map_err(|e| e.errno())),
+                                "{p} follow {follow} as {}",
+                                cred.uid
+                            );
+                        }
+                    }
+                }
+            }
+            assert!(resolved > 100, "the index resolved {resolved} calls");
         }
     }
 }
