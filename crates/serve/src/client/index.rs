@@ -89,14 +89,19 @@ impl Index {
         if kept.count > MAX_KEPT {
             *kept = Kept::default();
         }
-        let mut relied = Relied::new();
+        let mut walk = Walk {
+            index: self,
+            kept,
+            relied: Relied::new(),
+            ask,
+        };
         // The directory the next name is looked up in, and what the last one named.
         let (mut dir, mut found) = (fs::ROOT_INO, fs::ROOT_INO);
         let last = names.len() - 1;
         for (i, name) in names.iter().enumerate() {
-            let (ino, kind) = match self.entry(&mut kept, dir, name, &mut relied, &ask)? {
+            let (ino, kind) = match walk.entry(dir, name)? {
                 Ok(named) => named,
-                Err(errno) => return self.recheck(&relied).then_some(Err(errno)),
+                Err(errno) => return walk.recheck().then_some(Err(errno)),
             };
             if kind == FileKind::Symlink && (i < last || follow) {
                 return None;
@@ -106,76 +111,63 @@ impl Index {
                 false => found = ino,
             }
         }
-        let stat = self.attributes(&mut kept, found, &mut relied, &ask, (dir, names[last]))?;
-        self.recheck(&relied).then_some(Ok(stat))
+        let stat = walk.attributes(found, (dir, names[last]))?;
+        walk.recheck().then_some(Ok(stat))
     }
+}
 
-    /// Whether every version `relied` holds is still the current one.
-    fn recheck(&self, relied: &Relied) -> bool {
-        relied.iter().all(|&(ino, v)| self.version(ino) == v)
+/// One resolution: what it may use and what it relied on.
+struct Walk<'a, F> {
+    index: &'a Index,
+    kept: parking_lot::MutexGuard<'a, Kept>,
+    relied: Relied,
+    /// Makes one lookup request.
+    ask: F,
+}
+
+impl<F: Fn(&Request) -> Option<Answer>> Walk<'_, F> {
+    /// Whether every version relied on is still the current one.
+    fn recheck(&self) -> bool {
+        let now = |ino| self.index.version(ino);
+        self.relied.iter().all(|&(ino, v)| now(ino) == v)
     }
 
     /// What `name` in directory `dir` names, from what is kept at `dir`'s current
     /// version or from the server; `None` if the server did not say.
-    fn entry(
-        &self,
-        kept: &mut Kept,
-        dir: u64,
-        name: &str,
-        relied: &mut Relied,
-        ask: &impl Fn(&Request) -> Option<Answer>,
-    ) -> Option<Result<(u64, FileKind), i32>> {
-        let now = self.version(dir);
-        if let Some(found) = kept
-            .dirs
-            .get(&dir)
-            .filter(|d| d.version == now)
-            .and_then(|d| d.names.get(name))
-        {
-            relied.push((dir, now));
-            return Some(*found);
+    fn entry(&mut self, dir: u64, name: &str) -> Option<Result<(u64, FileKind), i32>> {
+        let now = self.index.version(dir);
+        let kept = self.kept.dirs.get(&dir).filter(|d| d.version == now);
+        if let Some(&found) = kept.and_then(|d| d.names.get(name)) {
+            self.relied.push((dir, now));
+            return Some(found);
         }
-        self.look_up(kept, dir, name, relied, ask)
+        self.look_up(dir, name)
     }
 
     /// The attributes of inode `ino` (named `name` in `dir`), kept at its current
     /// version or asked for again.
-    fn attributes(
-        &self,
-        kept: &mut Kept,
-        ino: u64,
-        relied: &mut Relied,
-        ask: &impl Fn(&Request) -> Option<Answer>,
-        (dir, name): (u64, &str),
-    ) -> Option<Stat> {
-        let now = self.version(ino);
-        if let Some((_, st)) = kept.stats.get(&ino).filter(|(v, _)| *v == now) {
-            relied.push((ino, now));
+    fn attributes(&mut self, ino: u64, (dir, name): (u64, &str)) -> Option<Stat> {
+        let now = self.index.version(ino);
+        if let Some((_, st)) = self.kept.stats.get(&ino).filter(|(v, _)| *v == now) {
+            self.relied.push((ino, now));
             return Some(st.clone());
         }
         // Asked again, the name may name another inode by now: that one's attributes
         // are the answer (the recheck covers the directory's entry).
-        match self.look_up(kept, dir, name, relied, ask)? {
+        match self.look_up(dir, name)? {
             // Kept by the lookup, at the version it relied on.
-            Ok((found, _)) => kept.stats.get(&found).map(|(_, st)| st.clone()),
+            Ok((found, _)) => self.kept.stats.get(&found).map(|(_, st)| st.clone()),
             Err(_) => None,
         }
     }
 
     /// Asks the server for `name` in `dir`, keeping what holds at a version.
-    fn look_up(
-        &self,
-        kept: &mut Kept,
-        dir: u64,
-        name: &str,
-        relied: &mut Relied,
-        ask: &impl Fn(&Request) -> Option<Answer>,
-    ) -> Option<Result<(u64, FileKind), i32>> {
+    fn look_up(&mut self, dir: u64, name: &str) -> Option<Result<(u64, FileKind), i32>> {
         let req = Request::Lookup {
             dir,
             name: name.to_owned(),
         };
-        let (dir_version, found) = match ask(&req)? {
+        let (dir_version, found) = match (self.ask)(&req)? {
             Answer::Looked {
                 dir_version,
                 ino,
@@ -186,9 +178,9 @@ impl Index {
                     return None;
                 }
                 let kind = stat.kind;
-                relied.push((ino, version));
-                kept.stats.insert(ino, (version, stat));
-                kept.count += 1;
+                self.relied.push((ino, version));
+                self.kept.stats.insert(ino, (version, stat));
+                self.kept.count += 1;
                 (dir_version, Ok((ino, kind)))
             }
             Answer::NotThere { dir_version, errno } => (dir_version, Err(errno)),
@@ -197,20 +189,25 @@ impl Index {
         if dir_version == UNSTABLE {
             return None;
         }
-        relied.push((dir, dir_version));
+        self.relied.push((dir, dir_version));
         if found.is_ok() || found.is_err_and(|e| KEPT_ERRORS.contains(&e)) {
-            let names = kept.dirs.entry(dir).or_insert_with(|| Names {
-                version: dir_version,
-                names: HashMap::new(),
-            });
-            if names.version != dir_version {
-                names.version = dir_version;
-                names.names.clear();
-            }
-            names.names.insert(name.to_owned(), found);
-            kept.count += 1;
+            self.keep(dir, dir_version, name, found);
         }
         Some(found)
+    }
+
+    /// Keeps what `name` in `dir` names while `dir` is at `version`.
+    fn keep(&mut self, dir: u64, version: u64, name: &str, found: Result<(u64, FileKind), i32>) {
+        let names = self.kept.dirs.entry(dir).or_insert_with(|| Names {
+            version,
+            names: HashMap::new(),
+        });
+        if names.version != version {
+            names.version = version;
+            names.names.clear();
+        }
+        names.names.insert(name.to_owned(), found);
+        self.kept.count += 1;
     }
 }
 
