@@ -78,8 +78,8 @@ fn absolute(path: &str) -> Result<Target, i32> {
         return Ok(Target::Kernel);
     }
     let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
-    // A trailing slash asks for a directory: keep it for the file system.
-    if path.ends_with('/') && inner.len() > 1 {
+    // A trailing slash or "/." asks for a directory: keep that for the file system.
+    if (path.ends_with('/') || path.ends_with("/.")) && inner.len() > 1 {
         inner.push('/');
     }
     Ok(Target::Easy {

@@ -144,6 +144,11 @@ static void files(void) {
     CHECK(truncate(P("c"), 100));
     CHECK(stat(P("c"), &st));
     stat_fields("stat c", 0, &st);
+    /* A final "/." or "/" asks for a directory: ENOTDIR on a file. */
+    CHECK(stat(P("c/."), &st));
+    CHECK(stat(P("c/"), &st));
+    CHECK(access(P("c/."), F_OK));
+    CHECK(open(P("c/."), O_RDONLY));
     CHECK(truncate(P("missing"), 1));
 }
 
