@@ -648,8 +648,9 @@ impl Client {
 
     /// The error of an open that cannot succeed, found here with no request: a
     /// plain read-only open (no `O_CREAT`, no `O_TRUNC`…) of an absolute path that
-    /// this client resolves to an error, as [`Client::stat`] resolves it — a program
-    /// probing for files that are not there (a compiler's include path, `make`).
+    /// what this client keeps resolves to an error — a program probing again for a
+    /// file it found missing (`make`, a shell). Only what is kept is used: an open
+    /// never pays for lookups before its own request.
     fn open_refused(&self, path: &str, flags: i32) -> Option<Error> {
         const PLAIN: i32 = libc::O_CLOEXEC
             | libc::O_NONBLOCK
@@ -661,12 +662,18 @@ impl Client {
         if flags & !PLAIN != 0 {
             return None;
         }
-        self.resolved(path, flags & libc::O_NOFOLLOW == 0)?.err()
+        self.resolved_asking(path, flags & libc::O_NOFOLLOW == 0, false)?
+            .err()
     }
 
     /// The attributes at `path` as this client resolves it (see the `index`
     /// module); `None` when the server must resolve it.
     fn resolved(&self, path: &str, follow: bool) -> Option<Result<Stat>> {
+        self.resolved_asking(path, follow, true)
+    }
+
+    /// [`Client::resolved`], asking the server for what is not kept only if `ask`.
+    fn resolved_asking(&self, path: &str, follow: bool, ask: bool) -> Option<Result<Stat>> {
         let d = self.direct.as_ref()?;
         let index = d.index.as_ref()?;
         // No request may be made: look whether the server still runs, as direct
@@ -674,7 +681,7 @@ impl Client {
         if let Err(e) = self.own_process().and_then(|()| self.check_alive(d)) {
             return Some(Err(e));
         }
-        let r = index.stat(path, follow, |req| self.call(req).ok())?;
+        let r = index.stat(path, follow, |req| ask.then(|| self.call(req).ok())?)?;
         d.resolved.fetch_add(1, Ordering::Relaxed);
         Some(r.map_err(Error::Fs))
     }

@@ -1,6 +1,6 @@
 //! Paths resolved by the client itself: KucoFS's collaborative indexing, for the
 //! calls that only look (`stat`, `lstat`, `fstatat`, `access(F_OK)`, and a read-only
-//! `open` of a path that is not there).
+//! `open` of a path that what is kept shows missing).
 //!
 //! The server publishes one version word per inode (`Direct::versions`), moved each
 //! time the inode is locked for a change: its attributes, its size, a directory's
