@@ -81,7 +81,12 @@ pub(crate) fn path_at<T>(
 }
 
 /// The description of an easyio descriptor, and its mount; `None` for a kernel one.
+/// A descriptor the mount itself holds (the region file, a server's socket) is out
+/// of the program's reach: EBADF, as if it were not open.
 pub(crate) fn fd_call<T>(kfd: c_int, f: impl FnOnce(&Desc, &Live) -> Result<T, i32>) -> Answer<T> {
+    if crate::mount::is_internal(kfd) {
+        return Some(Err(libc::EBADF));
+    }
     let d = table::get(kfd)?;
     Some(mount_of(&d).and_then(|l| f(&d, &l)))
 }

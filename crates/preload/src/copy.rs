@@ -1,13 +1,12 @@
 //! Copies between descriptors (`sendfile`, `copy_file_range`) when either side is the
-//! mount's, through a buffer; and `mmap` of an easyio file.
+//! mount's, through a buffer.
 
 use std::ffi::{c_int, c_uint, c_void};
 
 use libc::{loff_t, off_t, size_t, ssize_t};
 
-use crate::guard::{errno_of, Answer};
+use crate::guard::Answer;
 use crate::real::{export, libc_call};
-use crate::report::Once;
 use crate::table;
 
 /// Bytes copied per step.
@@ -104,51 +103,6 @@ fn copy(
     })
 }
 
-static SHARED_MAP: Once = Once::new();
-
-/// `mmap` of an easyio file: a private copy filled by a read. A shared writable
-/// mapping cannot be kept coherent with the file without page faults the shim does
-/// not see: ENODEV.
-fn easy_mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> Answer<*mut c_void> {
-    let d = table::get(fd)?;
-    if flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0 {
-        SHARED_MAP
-            .say(|| "a shared writable mmap of an easyio file is not supported: ENODEV".into());
-        return Some(Err(libc::ENODEV));
-    }
-    let flags = (flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE))
-        | libc::MAP_PRIVATE
-        | libc::MAP_ANONYMOUS;
-    Some((|| {
-        let l = crate::call::mount_of(&d)?;
-        let p = libc_call!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void, addr, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
-        if p == libc::MAP_FAILED {
-            return Err(crate::real::errno());
-        }
-        let dst = crate::real::buf_mut(p, len);
-        let mut at = 0;
-        while at < len {
-            let n =
-                l.fs.pread(d.fd, &mut dst[at..], off as u64 + at as u64)
-                    .map_err(errno_of)?;
-            if n == 0 {
-                break;
-            }
-            at += n;
-        }
-        // SAFETY: our own fresh mapping of `len` bytes.
-        unsafe { libc::mprotect(p, len, prot) };
-        Ok(p)
-    })())
-}
-
 export! {
     fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t { copy(inp, off, out, std::ptr::null_mut(), n) }
     fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t { copy(inp, off, out, std::ptr::null_mut(), n) }
@@ -157,50 +111,5 @@ export! {
             return Some(Err(libc::EINVAL));
         }
         copy(fi, oi, fo, oo, n)
-    }
-}
-
-// `mmap` returns MAP_FAILED, not NULL, on failure: exported by hand.
-#[no_mangle]
-extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    map(addr, len, prot, flags, fd, off)
-}
-
-#[no_mangle]
-extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    map(addr, len, prot, flags, fd, off)
-}
-
-fn map(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    let pass = || libc_call!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void, addr, len, prot, flags, fd, off);
-    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
-        return pass();
-    }
-    let r = crate::guard::intercept(pass, || easy_mmap(addr, len, prot, flags, fd, off));
-    if r.is_null() {
-        libc::MAP_FAILED
-    } else {
-        r
     }
 }

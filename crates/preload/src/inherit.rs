@@ -157,9 +157,9 @@ extern "C" fn at_start() {
         return;
     };
     std::env::remove_var(VAR);
-    // Only a client of a server can adopt (an image mounted here has other numbers);
-    // without one the placeholders stay `O_PATH`: EBADF, not `/dev/null`.
-    if std::env::var_os("EASYIO_SERVER").is_none() {
+    // Only a client of a server can adopt (an image mounted here alone has other
+    // numbers); without one the placeholders stay `O_PATH`: EBADF, not `/dev/null`.
+    if std::env::var_os("EASYIO_SERVER").is_none() && crate::mount::private() {
         return;
     }
     let _ = std::panic::catch_unwind(|| adopt(&value));

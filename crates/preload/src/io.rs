@@ -35,14 +35,16 @@ fn offset(off: off_t) -> Result<u64, i32> {
 fn easy_read(kfd: c_int, p: *mut c_void, n: size_t, off: Option<off_t>) -> Answer<ssize_t> {
     fd_call(kfd, |d, l| {
         let off = off.map(offset).transpose()?;
-        read_at(l, d.fd, buf_mut(p, n), off).map(|n| n as ssize_t)
+        read_at(l, d.fd, buf_mut(p, n), off)
+            .map(|k| crate::mmap::read_done(kfd, p, k, off) as ssize_t)
     })
 }
 
 fn easy_write(kfd: c_int, p: *const c_void, n: size_t, off: Option<off_t>) -> Answer<ssize_t> {
     fd_call(kfd, |d, l| {
         let off = off.map(offset).transpose()?;
-        write_at(l, d.fd, buf(p, n), off).map(|n| n as ssize_t)
+        write_at(l, d.fd, buf(p, n), off)
+            .map(|k| crate::mmap::write_done(kfd, p, k, off) as ssize_t)
     })
 }
 
@@ -54,6 +56,7 @@ fn easy_readv(kfd: c_int, iov: *const iovec, cnt: c_int, off: Option<off_t>) -> 
         let total: usize = v.iter().map(|i| i.iov_len).sum();
         let mut stage = vec![0u8; total];
         let n = read_at(l, d.fd, &mut stage, off)?;
+        let n = crate::mmap::read_done(kfd, stage.as_mut_ptr().cast(), n, off);
         let mut rest = &stage[..n];
         for i in v {
             let k = rest.len().min(i.iov_len);
@@ -73,7 +76,8 @@ fn easy_writev(kfd: c_int, iov: *const iovec, cnt: c_int, off: Option<off_t>) ->
         for i in v {
             stage.extend_from_slice(buf(i.iov_base, i.iov_len));
         }
-        write_at(l, d.fd, &stage, off).map(|n| n as ssize_t)
+        write_at(l, d.fd, &stage, off)
+            .map(|n| crate::mmap::write_done(kfd, stage.as_ptr().cast(), n, off) as ssize_t)
     })
 }
 
@@ -105,13 +109,16 @@ pub(crate) fn seek(kfd: c_int, off: off_t, whence: c_int) -> Answer<off_t> {
 }
 
 fn sync(kfd: c_int) -> Answer<c_int> {
+    crate::mmap::before_sync(kfd);
     fd_call(kfd, |d, l| l.fs.fsync(d.fd).map(|_| 0).map_err(errno_of))
 }
 
 fn ftrunc(kfd: c_int, len: off_t) -> Answer<c_int> {
     fd_call(kfd, |d, l| {
         let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
-        l.fs.ftruncate(d.fd, len).map(|_| 0).map_err(errno_of)
+        l.fs.ftruncate(d.fd, len)
+            .map(|_| crate::mmap::truncated(kfd, len))
+            .map_err(errno_of)
     })
 }
 
@@ -119,7 +126,7 @@ fn alloc(kfd: c_int, mode: c_int, off: off_t, len: off_t) -> Answer<c_int> {
     fd_call(kfd, |d, l| {
         let (off, len) = (offset(off)?, offset(len)?);
         l.fs.fallocate(d.fd, mode, off, len)
-            .map(|_| 0)
+            .map(|_| crate::mmap::allocated(kfd, mode, off, len))
             .map_err(errno_of)
     })
 }

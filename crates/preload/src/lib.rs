@@ -31,6 +31,7 @@
 // a C program's uthreads must be those of the runtime the shim's file system sees.
 use easyio as _;
 
+mod autoserve;
 mod backend;
 mod call;
 mod copy;
@@ -40,6 +41,7 @@ mod guard;
 mod inherit;
 mod io;
 mod lock;
+mod mmap;
 mod mount;
 mod names;
 mod open;
@@ -50,4 +52,7 @@ mod report;
 mod stat;
 mod stdio;
 mod table;
+mod temp;
+mod variadic;
+mod walk;
 mod xattr;

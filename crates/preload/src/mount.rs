@@ -10,6 +10,7 @@ use fs::{Cred, FileSystem, MountOptions};
 use crate::backend::Backend;
 use parking_lot::RwLock;
 
+use crate::real::real;
 use crate::report::Once;
 
 /// Where the image is mounted when `EASYIO_MOUNT` is not set.
@@ -188,6 +189,9 @@ fn start() -> Result<Live, (i32, String)> {
             ),
         )
     })?;
+    if !private() {
+        return join(&image);
+    }
     let mode = std::env::var("EASYIO_MODE").unwrap_or_else(|_| "cpu".into());
     let mode: fs::Mode = mode.parse().map_err(|_| {
         (
@@ -197,7 +201,8 @@ fn start() -> Result<Live, (i32, String)> {
     })?;
     let fail = |e: fs::Error| (e.errno(), format!("cannot mount {image}: {e}"));
     let before = open_fds();
-    let region = pmem::Region::open(&image).map_err(|e| fail(fs::Error::Region(e)))?;
+    let region =
+        above_floor(|| pmem::Region::open(&image)).map_err(|e| fail(fs::Error::Region(e)))?;
     let mut pm: Arc<dyn pmem::Pmem> = Arc::new(region);
     if let Ok(name) = std::env::var("EASYIO_EMULATE") {
         let model = pmem::slowmem::Model::preset(&name).ok_or_else(|| {
@@ -208,12 +213,10 @@ fn start() -> Result<Live, (i32, String)> {
         })?;
         pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
     }
-    let (fs, _report) = FileSystem::mount(pm, MountOptions::with_mode(mode)).map_err(fail)?;
+    let (fs, _report) =
+        above_floor(|| FileSystem::mount(pm, MountOptions::with_mode(mode))).map_err(fail)?;
     register_hooks();
-    *INTERNAL.write() = open_fds()
-        .into_iter()
-        .filter(|f| !before.contains(f))
-        .collect();
+    note_internal(&before);
     Ok(Live {
         fs: Backend::Local {
             fs: Box::new(fs),
@@ -222,6 +225,39 @@ fn start() -> Result<Live, (i32, String)> {
         image,
         generation: GENERATION.load(Ordering::Relaxed),
     })
+}
+
+/// Whether the image is mounted in this process alone (`EASYIO_PRIVATE=1`): the
+/// fastest way, for one process (its threads); its children and other processes
+/// get EBUSY. Otherwise the process joins the image's server, started on demand.
+pub(crate) fn private() -> bool {
+    matches!(
+        std::env::var("EASYIO_PRIVATE").as_deref(),
+        Ok("1" | "yes" | "true" | "on")
+    )
+}
+
+/// Joins the server of `image`, starting one if none serves it.
+fn join(image: &str) -> Result<Live, (i32, String)> {
+    let place = crate::autoserve::place(image)?;
+    let mut started = false;
+    loop {
+        let before = open_fds();
+        match easyio_serve::Client::connect_above(&place.socket, descriptor_floor()) {
+            Ok(client) => return Ok(connected(client, image.to_owned(), &before)),
+            // No server (or one that just ended): start one, once.
+            Err(e) if !started && matches!(e.errno(), libc::ENOENT | libc::ECONNREFUSED) => {
+                crate::autoserve::ensure(image, &place)?;
+                started = true;
+            }
+            Err(e) => {
+                return Err((
+                    e.errno(),
+                    format!("cannot reach the server of {image}: {e}"),
+                ))
+            }
+        }
+    }
 }
 
 /// Connects to the server listening on `socket`, and adopts the descriptors handed
@@ -234,11 +270,14 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
             format!("cannot reach the server at {socket}: {e}"),
         )
     })?;
+    Ok(connected(client, socket, &before))
+}
+
+/// The mount of a connection made: its descriptors are the shim's own; what was
+/// handed to this process is adopted.
+fn connected(client: easyio_serve::Client, image: String, before: &[i32]) -> Live {
     register_hooks();
-    *INTERNAL.write() = open_fds()
-        .into_iter()
-        .filter(|f| !before.contains(f))
-        .collect();
+    note_internal(before);
     let token = ADOPT.swap(0, Ordering::Relaxed);
     if token != 0 {
         match client.adopt(token) {
@@ -259,11 +298,62 @@ fn connect(socket: String) -> Result<Live, (i32, String)> {
             }),
         }
     }
-    Ok(Live {
+    Live {
         fs: Backend::Remote(Box::new(easyio_serve::Remote(client))),
-        image: socket,
+        image,
         generation: GENERATION.load(Ordering::Relaxed),
-    })
+    }
+}
+
+/// Records the descriptors the mount opened since `before` (those above the floor:
+/// the ones it keeps) as its own.
+fn note_internal(before: &[i32]) {
+    let floor = descriptor_floor();
+    let mine: Vec<i32> = open_fds()
+        .into_iter()
+        .filter(|f| *f >= floor && !before.contains(f))
+        .collect();
+    MIN_INTERNAL.store(
+        mine.iter().copied().min().unwrap_or(i32::MAX),
+        Ordering::Relaxed,
+    );
+    *INTERNAL.write() = mine;
+}
+
+/// The lowest descriptor the mount holds: a cheap first test of [`is_internal`].
+static MIN_INTERNAL: AtomicI32 = AtomicI32::new(i32::MAX);
+
+/// Runs `f` with every free descriptor number below the floor taken, so that what
+/// `f` opens and keeps (the region file, an engine's) lands above it, out of the
+/// program's way.
+fn above_floor<T>(f: impl FnOnce() -> T) -> T {
+    let floor = descriptor_floor();
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let dup = real!(dup: fn(libc::c_int) -> libc::c_int);
+    let close = real!(close: fn(libc::c_int) -> libc::c_int);
+    // SAFETY: opening /dev/null for a path only; dup of our own descriptor.
+    let first = unsafe { open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
+    let mut taken = Vec::new();
+    if first >= 0 {
+        taken.push(first);
+        loop {
+            // SAFETY: as above.
+            let d = unsafe { dup(first) };
+            if d < 0 {
+                break;
+            }
+            taken.push(d);
+            if d >= floor {
+                break;
+            }
+        }
+    }
+    let r = f();
+    for d in taken {
+        // SAFETY: our own descriptors, taken above.
+        unsafe { close(d) };
+    }
+    r
 }
 
 /// Where a server's connection keeps its descriptors: high, below the process's
@@ -286,7 +376,7 @@ static INTERNAL: RwLock<Vec<i32>> = RwLock::new(Vec::new());
 
 /// Whether kernel descriptor `fd` is one the mount holds.
 pub(crate) fn is_internal(fd: i32) -> bool {
-    INTERNAL.read().contains(&fd)
+    fd >= MIN_INTERNAL.load(Ordering::Relaxed) && INTERNAL.read().contains(&fd)
 }
 
 /// Descriptor numbers looked at for the mount's own: past any a mount opens.
@@ -343,6 +433,9 @@ fn register_hooks() {
 /// lock held for ever in the child); a client of a server asks it to keep every
 /// descriptor of the table for the child (a handoff; see `inherit.rs`).
 extern "C" fn before_fork() {
+    if crate::autoserve::is_spawning() {
+        return;
+    }
     let guard = crate::guard::Guard::enter();
     let state = STATE.write();
     // Both released by `in_parent` and `in_child`.
@@ -363,6 +456,9 @@ extern "C" fn before_fork() {
 
 /// After `fork`, in the parent: lets go what [`before_fork`] held.
 extern "C" fn in_parent() {
+    if crate::autoserve::is_spawning() {
+        return;
+    }
     crate::table::release_after_fork();
     // SAFETY: `before_fork` on this thread took the write lock and forgot its guard.
     unsafe { STATE.force_unlock_write() };
@@ -373,6 +469,9 @@ extern "C" fn in_parent() {
 /// parent's too: the child lets its copy go and connects anew (see
 /// `inherit::after_fork`), adopting what the parent handed over.
 extern "C" fn in_child() {
+    if crate::autoserve::is_spawning() {
+        return;
+    }
     GENERATION.fetch_add(1, Ordering::Relaxed);
     crate::table::release_after_fork();
     // SAFETY: `before_fork` on this thread (the child's only one) took the write lock
@@ -406,6 +505,10 @@ extern "C" fn at_exit() {
     if is_forked_child() {
         return;
     }
+    // Streams on the mount are written out while it is still there (exit flushes
+    // them only after the handlers that run before this one's end).
+    // SAFETY: fflush(NULL) flushes every stream of the process.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
     let _ = std::panic::catch_unwind(|| {
         let _ = release();
     });
@@ -425,6 +528,7 @@ pub(crate) fn release() -> Result<(), ()> {
     }
     crate::table::clear();
     INTERNAL.write().clear();
+    MIN_INTERNAL.store(i32::MAX, Ordering::Relaxed);
     let State::Up(l) = std::mem::replace(&mut *state, State::Down) else {
         unreachable!()
     };

@@ -29,6 +29,9 @@ export! {
     fn creat64(path: *const c_char, mode: mode_t) -> c_int { open_at(libc::AT_FDCWD, path, CREAT, mode) }
     fn close(fd: c_int) -> c_int { easy_close(fd) }
     fn dup(fd: c_int) -> c_int {
+        if crate::mount::is_internal(fd) {
+            return Some(Err(libc::EBADF));
+        }
         table::get(fd).map(|d| {
             let new = libc_call!(fcntl: fn(c_int, c_int, c_int) -> c_int, fd, libc::F_DUPFD_CLOEXEC, 0);
             if new < 0 {
@@ -53,15 +56,19 @@ export! {
 
 /// `close`: the description closes with its last descriptor; the placeholder goes.
 /// A descriptor the mount itself holds stays open: a program that closes every
-/// descriptor it did not open (before an exec, say) must not unmap the image.
+/// descriptor it did not open (before an exec, say) must not unmap the image; to the
+/// program it is not open (EBADF).
 fn easy_close(fd: c_int) -> Answer<c_int> {
     if crate::mount::is_internal(fd) {
-        return Some(Ok(0));
+        return Some(Err(libc::EBADF));
     }
-    if !table::remove(fd) {
+    if !table::is_ours(fd) {
         return None;
     }
+    crate::stdio::before_std_change(fd);
+    table::remove(fd);
     table::close_placeholder(fd);
+    crate::stdio::after_std_change(fd);
     Some(Ok(0))
 }
 
@@ -69,8 +76,8 @@ fn easy_close(fd: c_int) -> Answer<c_int> {
 /// the table follows.
 fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_int> {
     let from = table::get(old);
-    if crate::mount::is_internal(new) && old != new {
-        return Some(Err(libc::EBUSY));
+    if crate::mount::is_internal(new) || crate::mount::is_internal(old) {
+        return Some(Err(libc::EBADF));
     }
     if from.is_none() && !table::is_ours(new) {
         return None;
@@ -81,6 +88,7 @@ fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_in
     if !is_dup2 && flags & !libc::O_CLOEXEC != 0 {
         return Some(Err(libc::EINVAL));
     }
+    crate::stdio::before_std_change(new);
     let r = libc_call!(dup3: fn(c_int, c_int, c_int) -> c_int, old, new, flags | if from.is_some() { libc::O_CLOEXEC } else { 0 });
     if r < 0 {
         return Some(Err(crate::real::errno()));
@@ -89,6 +97,7 @@ fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_in
     if let Some(d) = from {
         table::insert(new, d, flags & libc::O_CLOEXEC != 0);
     }
+    crate::stdio::after_std_change(new);
     Some(Ok(new))
 }
 

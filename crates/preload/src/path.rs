@@ -30,9 +30,44 @@ pub(crate) fn cwd() -> Option<String> {
     CWD.lock().clone()
 }
 
-/// Sets (or, with `None`, leaves) the current directory inside the mount.
+/// Sets (or, with `None`, leaves) the current directory inside the mount. Entering
+/// it moves the kernel's current directory into a void (see [`enter_void`]), so
+/// that a relative path the shim does not see (a raw system call, glibc's internal
+/// calls, a program without the shim) fails instead of reaching a host directory.
 pub(crate) fn set_cwd(p: Option<String>) {
-    *CWD.lock() = p;
+    let mut cwd = CWD.lock();
+    if p.is_some() && cwd.is_none() {
+        enter_void();
+    }
+    *cwd = p;
+}
+
+/// Moves the kernel's current directory into a directory removed at once, under two
+/// more removed ones: the kernel finds no name in a removed directory (ENOENT) and
+/// creates none there, and `..` or `../..` lead only to removed directories too.
+fn enter_void() {
+    let mut template = *b"/tmp/.easyio-void-XXXXXX\0";
+    // SAFETY: a writable NUL-terminated template; the calls below take C paths of
+    // our own and change only the calling process's current directory.
+    unsafe {
+        let base = libc::mkdtemp(template.as_mut_ptr().cast());
+        if base.is_null() {
+            crate::report::raw_stderr(
+                b"easyio preload: no directory to stand in for the current directory in /tmp\n",
+            );
+            return;
+        }
+        let base = CStr::from_ptr(base).to_owned();
+        let mid = std::ffi::CString::new([base.to_bytes(), b"/v"].concat()).unwrap_or_default();
+        let inner = std::ffi::CString::new([mid.as_bytes(), b"/v"].concat()).unwrap_or_default();
+        let made = libc::mkdir(mid.as_ptr(), 0o500) == 0 && libc::mkdir(inner.as_ptr(), 0o500) == 0;
+        if made {
+            libc::chdir(inner.as_ptr());
+        }
+        libc::rmdir(inner.as_ptr());
+        libc::rmdir(mid.as_ptr());
+        libc::rmdir(base.as_ptr());
+    }
 }
 
 /// The components of `path` with `.`, empty names and `..` resolved lexically.

@@ -165,6 +165,7 @@ fn before_exec() -> Option<crate::inherit::ExecHandoff> {
     if crate::mount::is_forked_child() {
         return None;
     }
+    crate::mmap::before_exec();
     let _ = crate::mount::release();
     crate::inherit::before_exec()
 }

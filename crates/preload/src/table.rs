@@ -109,7 +109,7 @@ pub(crate) fn clear() {
 pub(crate) fn placeholder() -> Result<i32, i32> {
     let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
     // SAFETY: a NUL-terminated path and plain flags.
-    let fd = unsafe { open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    let fd = unsafe { open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
     if fd < 0 {
         Err(crate::real::errno())
     } else {

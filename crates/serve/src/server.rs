@@ -116,9 +116,51 @@ impl Server {
     /// Serves clients until `stop_requested` says so, then ends every connection
     /// (closing what each left open) and returns the file system.
     pub fn run(self, stop_requested: fn() -> bool) -> Result<Arc<FileSystem>> {
+        self.run_until(|_| stop_requested(), false)
+    }
+
+    /// Serves clients until none has been connected for `idle` (counted from the
+    /// start too): a server started on demand for the clients of one image, which
+    /// ends with its last client. At the end the socket is removed first, then the
+    /// connections already queued are served, so that a client never waits on a
+    /// server that will not answer; a later client starts a new server.
+    pub fn run_until_idle(self, idle: Duration) -> Result<Arc<FileSystem>> {
+        let mut last_seen = std::time::Instant::now();
+        self.run_until(
+            move |clients| {
+                if clients > 0 {
+                    last_seen = std::time::Instant::now();
+                }
+                last_seen.elapsed() >= idle
+            },
+            true,
+        )
+    }
+
+    /// Serves clients until `stop(number of clients connected)` says so; with
+    /// `drain_late`, a client queued when an idle server stops is served first.
+    fn run_until(
+        self,
+        mut stop: impl FnMut(usize) -> bool,
+        drain_late: bool,
+    ) -> Result<Arc<FileSystem>> {
         let mut clients: Vec<Client> = Vec::new();
-        while !stop_requested() {
+        loop {
             clients.retain(|c| !c.thread.is_finished());
+            if stop(clients.len()) {
+                let _ = std::fs::remove_file(&self.socket);
+                // An idle server serves a client that connected before the socket
+                // went, to its end.
+                match self.listener.accept() {
+                    Ok((stream, _)) if clients.is_empty() && drain_late => {
+                        if let Ok(c) = self.start(stream) {
+                            let _ = c.thread.join();
+                        }
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
             self.counts.sweep(&self.fs);
             match self.listener.accept() {
                 Ok((mut stream, _)) if clients.len() >= MAX_CLIENTS => {
