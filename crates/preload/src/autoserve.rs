@@ -98,6 +98,7 @@ pub(crate) fn ensure(image: &str, place: &Place) -> Result<(), Failure> {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&place.lock)
         .map_err(|e| {
             (

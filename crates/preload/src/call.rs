@@ -114,6 +114,7 @@ pub(crate) fn open(t: Result<Target, i32>, flags: c_int, mode: libc::mode_t) -> 
     };
     let path = format!("/{}", crate::path::normalize(&path).join("/"));
     let fs_flags = OpenFlags(flags & !KEPT_ONLY);
+    let mode = crate::umask::masked(mode);
     let fd = at(t, |s, dir, p| s.openat(dir, p, fs_flags, mode))?;
     Some(fd.and_then(|fd| finish_open(path, fd, flags)))
 }

@@ -52,6 +52,7 @@ mod report;
 mod stat;
 mod stdio;
 mod table;
+mod umask;
 mod temp;
 mod variadic;
 mod walk;

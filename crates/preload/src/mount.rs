@@ -220,7 +220,11 @@ fn start() -> Result<Live, (i32, String)> {
     Ok(Live {
         fs: Backend::Local {
             fs: Box::new(fs),
-            cred: process_cred(),
+            // The shim clears the program's umask itself (see `umask.rs`).
+            cred: Cred {
+                umask: 0,
+                ..process_cred()
+            },
         },
         image,
         generation: GENERATION.load(Ordering::Relaxed),

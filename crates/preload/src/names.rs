@@ -209,8 +209,8 @@ export! {
     fn faccessat(d: c_int, p: *const c_char, mode: c_int, flags: c_int) -> c_int { access_at(d, p, mode, flags) }
     fn euidaccess(p: *const c_char, mode: c_int) -> c_int { access_at(CWD, p, mode, 0) }
     fn eaccess(p: *const c_char, mode: c_int) -> c_int { access_at(CWD, p, mode, 0) }
-    fn mkdir(p: *const c_char, mode: mode_t) -> c_int { path_at(CWD, p, |s, d, p| s.mkdirat(d, p, mode)).map(|r| r.map(|_| 0)) }
-    fn mkdirat(dd: c_int, p: *const c_char, mode: mode_t) -> c_int { path_at(dd, p, |s, d, p| s.mkdirat(d, p, mode)).map(|r| r.map(|_| 0)) }
+    fn mkdir(p: *const c_char, mode: mode_t) -> c_int { path_at(CWD, p, |s, d, p| s.mkdirat(d, p, crate::umask::masked(mode))).map(|r| r.map(|_| 0)) }
+    fn mkdirat(dd: c_int, p: *const c_char, mode: mode_t) -> c_int { path_at(dd, p, |s, d, p| s.mkdirat(d, p, crate::umask::masked(mode))).map(|r| r.map(|_| 0)) }
     fn unlink(p: *const c_char) -> c_int { path_at(CWD, p, |s, d, p| s.unlinkat(d, p, 0)).map(|r| r.map(|_| 0)) }
     fn rmdir(p: *const c_char) -> c_int { path_at(CWD, p, |s, d, p| s.unlinkat(d, p, libc::AT_REMOVEDIR)).map(|r| r.map(|_| 0)) }
     fn unlinkat(dd: c_int, p: *const c_char, f: c_int) -> c_int { path_at(dd, p, |s, d, p| s.unlinkat(d, p, f)).map(|r| r.map(|_| 0)) }

@@ -202,8 +202,11 @@ fn print(fd: c_int, fmt: *const c_char, ap: *mut c_void, chk: Option<c_int>) -> 
 /// file, made by the file system of either backend.
 fn node(dirfd: c_int, path: *const c_char, mode: mode_t, dev: dev_t) -> Answer<c_int> {
     path_at(dirfd, path, |b, d, p| match b {
-        Backend::Local { fs, cred } => fs.as_user(cred).mknodat(d, p, mode, dev),
-        Backend::Remote(r) => r.mknodat(d, p, mode, dev),
+        Backend::Local { fs, cred } => {
+            fs.as_user(cred)
+                .mknodat(d, p, crate::umask::masked(mode), dev)
+        }
+        Backend::Remote(r) => r.mknodat(d, p, crate::umask::masked(mode), dev),
     })
     .map(|r| r.map(|_| 0))
 }

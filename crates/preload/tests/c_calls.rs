@@ -87,16 +87,18 @@ fn a_plain_read_in_a_uthread_yields_while_its_copy_runs() {
     need("cc", "gcc");
     let w = World::new("uthread", 64);
     let exe = build(&w, "uthread");
-    w.ok(
+    ok(&mut w.private_cmd(
         "python3",
         &[
             "-c",
             "import sys; open(sys.argv[1], 'wb').write(bytes([3]) * (8 << 20))",
             "{R}/big",
         ],
-    );
-    // async mode copies on the engine, and emulated CXL memory makes the copy last.
-    let mut cmd = w.shim_cmd(exe.to_str().unwrap(), &["{R}/big"]);
+    ));
+    // async mode copies on the engine, and emulated CXL memory makes the copy last;
+    // the yield is the in-process file system's (EASYIO §5), so the image is
+    // mounted in the process (`EASYIO_PRIVATE`).
+    let mut cmd = w.private_cmd(exe.to_str().unwrap(), &["{R}/big"]);
     cmd.env("EASYIO_MODE", "async").env("EASYIO_EMULATE", "cxl");
     let out = run(&mut cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -46,7 +46,7 @@ print('child', os.waitstatus_to_exitcode(status))
 print('parent', os.pread(fd, 6, 0), os.path.exists(root + '/g'))
 os.close(fd)
 "#;
-    let out = run(&mut w.shim_cmd("python3", &["-c", script, "{R}"]));
+    let out = run(&mut w.private_cmd("python3", &["-c", script, "{R}"]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -73,7 +73,7 @@ os.write(fd, b'held')
 print('ready', flush=True)
 sys.stdin.read()
 "#;
-    let mut cmd = w.shim_cmd("python3", &["-c", holder, "{R}"]);
+    let mut cmd = w.private_cmd("python3", &["-c", holder, "{R}"]);
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut first = Running(cmd.spawn().unwrap());
     let pid = first.0.id();
@@ -83,7 +83,7 @@ sys.stdin.read()
         .unwrap();
     assert_eq!(line, "ready\n");
 
-    let out = run(&mut w.shim_cmd("cat", &["{R}/f"]));
+    let out = run(&mut w.private_cmd("cat", &["{R}/f"]));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Device or resource busy"), "{err}");
@@ -129,7 +129,7 @@ fn bad_settings_fail_calls_under_the_prefix_with_one_line_and_leave_the_rest() {
         } else {
             w.mount.as_str()
         };
-        let mut cmd = w.shim_cmd(
+        let mut cmd = w.private_cmd(
             "cat",
             &[
                 host.to_str().unwrap(),
@@ -162,7 +162,7 @@ while True:
     os.write(1, b'%d\n' % i)
     i += 1
 "#;
-    let mut cmd = w.shim_cmd("python3", &["-c", writer, "{R}"]);
+    let mut cmd = w.private_cmd("python3", &["-c", writer, "{R}"]);
     cmd.stdout(Stdio::piped()).stderr(Stdio::null());
     let mut child = Running(cmd.spawn().unwrap());
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();

@@ -246,18 +246,21 @@ impl Client {
     /// life (the socket, the mailbox) at numbers from `floor` up where the process's
     /// limit allows: a library inside a program (the LD_PRELOAD shim) must leave the
     /// low numbers to the program, which may name them (`exec 3> file` in a shell).
+    /// The server applies no umask to this connection's creations: the caller (the
+    /// shim, which follows the program's `umask` calls) clears the bits itself.
     pub fn connect_above(socket: impl AsRef<Path>, floor: i32) -> Result<Client> {
         Client::connect_full(socket.as_ref(), true, Some(floor))
     }
 
     fn connect_full(socket: &Path, mailbox: bool, floor: Option<i32>) -> Result<Client> {
+        let umask = if floor.is_some() { 0 } else { process_umask() };
         watch_forks();
         let stream = UnixStream::connect(socket)
             .map_err(|e| Error::os(format!("connecting to {}", socket.display()), e))?;
         let mut stream = UnixStream::from(above(stream.into(), floor));
         let hello = Hello {
             version: wire::VERSION,
-            umask: process_umask(),
+            umask,
             mailbox,
         };
         wire::send(&mut stream, &hello).map_err(Error::Disconnected)?;

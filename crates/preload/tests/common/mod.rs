@@ -80,6 +80,14 @@ impl World {
         c
     }
 
+    /// [`World::shim_cmd`] with the image mounted in the process alone
+    /// (`EASYIO_PRIVATE=1`): no server; children and other processes get EBUSY.
+    pub fn private_cmd(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = self.shim_cmd(program, args);
+        c.env("EASYIO_PRIVATE", "1");
+        c
+    }
+
     /// The same program on the tmpfs twin, without the shim.
     pub fn ref_cmd(&self, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new(program);
@@ -257,7 +265,7 @@ pub fn ok(cmd: &mut Command) -> String {
 /// The contents of `path` (from the image root) read with the file system itself,
 /// not through the shim: proof that the programs wrote to the image.
 pub fn read_image(img: &Path, path: &str) -> Vec<u8> {
-    let region = pmem::Region::open(img).unwrap();
+    let region = open_when_free(img);
     let (fs, _) =
         fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
     let fd = fs.open(path, fs::OpenFlags::RDONLY, 0).unwrap();
@@ -279,6 +287,7 @@ pub fn host_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 /// Checks the image as `easyio fsck` does: no problems, and cleanly unmounted (every
 /// shimmed program has exited, each unmounting at exit).
 pub fn fsck_clean(img: &Path) {
+    drop(open_when_free(img));
     let region = pmem::Region::open_read_only(img).unwrap();
     let report = fs::fsck::check(&region).unwrap();
     assert!(report.ok(), "fsck of {}: {report:?}", img.display());
@@ -287,4 +296,22 @@ pub fn fsck_clean(img: &Path) {
         "{} was not cleanly unmounted: {report:?}",
         img.display()
     );
+}
+
+/// How long the server the shim started on demand may take to end after its last
+/// client (it lingers a moment for the next command, then unmounts).
+pub const SERVER_END: Duration = Duration::from_secs(10);
+
+/// The image opened for writing once whoever held it (the shim's on-demand server,
+/// ending after its last client) has let it go.
+pub fn open_when_free(img: &Path) -> pmem::Region {
+    let start = Instant::now();
+    loop {
+        match pmem::Region::open(img) {
+            Err(pmem::Error::Busy { .. }) if start.elapsed() < SERVER_END => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r.unwrap(),
+        }
+    }
 }
