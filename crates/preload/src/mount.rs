@@ -378,6 +378,13 @@ fn descriptor_floor() -> i32 {
 /// a program closing descriptors it does not know of must not close these.
 static INTERNAL: RwLock<Vec<i32>> = RwLock::new(Vec::new());
 
+/// The kernel descriptors the mount holds, in order.
+pub(crate) fn internal_fds() -> Vec<i32> {
+    let mut v = INTERNAL.read().clone();
+    v.sort_unstable();
+    v
+}
+
 /// Whether kernel descriptor `fd` is one the mount holds.
 pub(crate) fn is_internal(fd: i32) -> bool {
     fd >= MIN_INTERNAL.load(Ordering::Relaxed) && INTERNAL.read().contains(&fd)

@@ -1,6 +1,6 @@
 //! Opening, closing and duplicating descriptors, and `fcntl`.
 
-use std::ffi::{c_char, c_int, c_ulong, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
 use libc::mode_t;
 
@@ -41,6 +41,7 @@ export! {
             Ok(new)
         })
     }
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int { easy_close_range(first, last, flags) }
     fn dup2(old: c_int, new: c_int) -> c_int { easy_dup3(old, new, 0, true) }
     fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int { easy_dup3(old, new, flags, false) }
     fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int { easy_fcntl(fd, cmd, arg) }
@@ -69,6 +70,48 @@ fn easy_close(fd: c_int) -> Answer<c_int> {
     table::remove(fd);
     table::close_placeholder(fd);
     crate::stdio::after_std_change(fd);
+    Some(Ok(0))
+}
+
+/// `close_range` (what Python's `subprocess` and glibc's `closefrom` call before
+/// an exec): the mount's own descriptors in the range stay open (the kernel's call
+/// is made on the gaps between them); the mount's descriptors closed or marked
+/// close-on-exec follow in the table.
+fn easy_close_range(first: c_uint, last: c_uint, flags: c_int) -> Answer<c_int> {
+    let inside = |k: i32| k >= 0 && (first..=last).contains(&(k as c_uint));
+    let internal: Vec<i32> = crate::mount::internal_fds()
+        .into_iter()
+        .filter(|&k| inside(k))
+        .collect();
+    let ours: Vec<i32> = table::entries()
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .filter(|&k| inside(k))
+        .collect();
+    if internal.is_empty() && ours.is_empty() {
+        return None;
+    }
+    let real = |a: c_uint, b: c_uint| {
+        libc_call!(close_range: fn(c_uint, c_uint, c_int) -> c_int, a, b, flags)
+    };
+    let mut from = first;
+    for k in internal {
+        let k = k as c_uint;
+        if k > from && real(from, k - 1) != 0 {
+            return Some(Err(crate::real::errno()));
+        }
+        from = k.saturating_add(1);
+    }
+    if from <= last && real(from, last) != 0 {
+        return Some(Err(crate::real::errno()));
+    }
+    for k in ours {
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+            table::set_cloexec(k, true);
+        } else {
+            table::remove(k);
+        }
+    }
     Some(Ok(0))
 }
 

@@ -79,6 +79,26 @@ fn to_statx(s: &Stat) -> libc::statx {
 /// Flags of `fstatat` the file system takes; `AT_NO_AUTOMOUNT` means nothing here.
 const AT_FLAGS: c_int = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH;
 
+/// `fstatat` of the mount; a symbolic link's size is the length of the target the
+/// program reads (an absolute target is stored from the image root, and read back
+/// with the mount's prefix).
+fn link_sized(
+    s: &crate::backend::Backend,
+    dir: Option<fs::Fd>,
+    p: &str,
+    flags: c_int,
+) -> fs::Result<Stat> {
+    let mut st = s.fstatat(dir, p, flags & AT_FLAGS)?;
+    if st.mode & libc::S_IFMT == libc::S_IFLNK {
+        if let Ok(t) = s.readlinkat(dir, p) {
+            if t.starts_with('/') {
+                st.size = crate::path::outer(&t).len() as u64;
+            }
+        }
+    }
+    Ok(st)
+}
+
 fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> Answer<c_int> {
     if flags & !(AT_FLAGS | libc::AT_NO_AUTOMOUNT) != 0 {
         return crate::path::classify(dirfd, path)
@@ -86,7 +106,7 @@ fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int
             .unwrap_or(true)
             .then_some(Err(libc::EINVAL));
     }
-    let st = path_at(dirfd, path, |s, dir, p| s.fstatat(dir, p, flags & AT_FLAGS))?;
+    let st = path_at(dirfd, path, |s, dir, p| link_sized(s, dir, p, flags))?;
     Some(st.and_then(|st| put(out, to_stat(&st)).map(|_| 0)))
 }
 
@@ -103,7 +123,7 @@ fn easy_statx(
     flags: c_int,
     out: *mut libc::statx,
 ) -> Answer<c_int> {
-    let st = path_at(dirfd, path, |s, dir, p| s.fstatat(dir, p, flags & AT_FLAGS))?;
+    let st = path_at(dirfd, path, |s, dir, p| link_sized(s, dir, p, flags))?;
     Some(st.and_then(|st| put(out, to_statx(&st)).map(|_| 0)))
 }
 
