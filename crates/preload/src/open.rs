@@ -91,9 +91,7 @@ fn easy_close_range(first: c_uint, last: c_uint, flags: c_int) -> Answer<c_int> 
     if internal.is_empty() && ours.is_empty() {
         return None;
     }
-    let real = |a: c_uint, b: c_uint| {
-        libc_call!(close_range: fn(c_uint, c_uint, c_int) -> c_int, a, b, flags)
-    };
+    let real = |a: c_uint, b: c_uint| libc_call!(close_range: fn(c_uint, c_uint, c_int) -> c_int, a, b, flags);
     let mut from = first;
     for k in internal {
         let k = k as c_uint;

@@ -90,7 +90,9 @@ fn attempt(template: *const c_char, how: Make) -> Result<Made, i32> {
             let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
             open(t, flags, 0o600)
         }
-        Make::Dir => at(t, |s, d, p| s.mkdirat(d, p, crate::umask::masked(0o700))).map(|r| r.map(|_| 0)),
+        Make::Dir => {
+            at(t, |s, d, p| s.mkdirat(d, p, crate::umask::masked(0o700))).map(|r| r.map(|_| 0))
+        }
         Make::Name => {
             let st = at(t, |s, d, p| s.fstatat(d, p, libc::AT_SYMLINK_NOFOLLOW));
             st.map(|r| match r {

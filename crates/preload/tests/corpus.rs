@@ -329,6 +329,10 @@ fn programs_from_debian_agree_on_tmpfs_through_a_server_and_on_an_image() {
         if !reasons.is_empty() {
             failures.push((sc.name.clone(), Mode::Tmpfs, reasons.join("\n")));
         }
+        let gap = GAPS
+            .iter()
+            .find(|(n, _)| *n == sc.name)
+            .map(|(_, why)| *why);
         for mode in [Mode::Server, Mode::Image] {
             let got = results.remove(&(i, mode, 1)).unwrap();
             let mut reasons = got.problems.clone();
@@ -336,9 +340,30 @@ fn programs_from_debian_agree_on_tmpfs_through_a_server_and_on_an_image() {
             if !d.is_empty() {
                 reasons.push(format!("- tmpfs, + {}:\n{d}", mode.name()));
             }
-            row += verdict(reasons.is_empty());
-            if !reasons.is_empty() {
-                failures.push((sc.name.clone(), mode, reasons.join("\n")));
+            match gap {
+                _ if unsettled => {
+                    row += if reasons.is_empty() {
+                        "ok?     "
+                    } else {
+                        "FAIL?   "
+                    }
+                }
+                // A known gap must still show: one that passes leaves the list.
+                Some(_) if reasons.is_empty() => {
+                    row += "FIXED   ";
+                    failures.push((
+                        sc.name.clone(),
+                        mode,
+                        "passes now: remove it from GAPS (and from docs/PRELOAD.md)".into(),
+                    ));
+                }
+                Some(_) => row += "gap     ",
+                None => {
+                    row += verdict(reasons.is_empty());
+                    if !reasons.is_empty() {
+                        failures.push((sc.name.clone(), mode, reasons.join("\n")));
+                    }
+                }
             }
         }
         table += row.trim_end();
@@ -368,6 +393,35 @@ fn programs_from_debian_agree_on_tmpfs_through_a_server_and_on_an_image() {
         panic!("{msg}");
     }
 }
+
+/// Scenarios the shim does not yet run as the kernel does, in both modes, and why.
+/// Each still runs: it must differ from tmpfs (a gap that closes fails the test
+/// until it leaves this list). `docs/PRELOAD.md` lists the same.
+const GAPS: &[(&str, &str)] = &[
+    (
+        "exec_from_mount",
+        "the kernel cannot exec a file of the mount (`./script.sh` in it): ENOENT",
+    ),
+    (
+        "bash_advanced",
+        "a redirection of a bash process substitution into the mount leaves the file empty",
+    ),
+    (
+        "sort_inplace",
+        "`sort -m -o` then `uniq` of the merged file: uniq reads an error",
+    ),
+    (
+        "git_clone",
+        "a local `git clone` copies objects with a call the shim misses (ENOENT)",
+    ),
+];
+
+/// Scenarios that pass most runs but not all, and why: their outcome is printed in
+/// the table, not asserted, until the cause is found (`docs/PRELOAD.md`).
+const UNSETTLED: &[(&str, &str)] = &[(
+    "git_gc_fsck",
+    "joined to a server, `git gc` was once seen to hang past its limit with 8 runs at once",
+)];
 
 /// Runs `jobs` (scenario, mode, run, timeout), `workers` at a time.
 fn run_jobs(
