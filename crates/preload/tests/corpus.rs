@@ -333,6 +333,7 @@ fn programs_from_debian_agree_on_tmpfs_through_a_server_and_on_an_image() {
             .iter()
             .find(|(n, _)| *n == sc.name)
             .map(|(_, why)| *why);
+        let unsettled = UNSETTLED.iter().any(|(n, _)| *n == sc.name);
         for mode in [Mode::Server, Mode::Image] {
             let got = results.remove(&(i, mode, 1)).unwrap();
             let mut reasons = got.problems.clone();
