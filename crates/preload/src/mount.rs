@@ -220,11 +220,7 @@ fn start() -> Result<Live, (i32, String)> {
     Ok(Live {
         fs: Backend::Local {
             fs: Box::new(fs),
-            // The shim clears the program's umask itself (see `umask.rs`).
-            cred: Cred {
-                umask: 0,
-                ..process_cred()
-            },
+            cred: process_cred(),
         },
         image,
         generation: GENERATION.load(Ordering::Relaxed),
@@ -402,7 +398,7 @@ fn open_fds() -> Vec<i32> {
         .collect()
 }
 
-/// The calling process's effective ids, groups and umask.
+/// The calling process's effective ids and groups.
 fn process_cred() -> Cred {
     // SAFETY: these calls only read the process's credentials.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -410,21 +406,12 @@ fn process_cred() -> Cred {
     // SAFETY: the buffer holds `groups.len()` ids.
     let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
     groups.truncate(n.max(0) as usize);
-    // Read, not set and restored: `umask(2)` cannot be read without a window in
-    // which another thread would create files with the wrong mask.
-    let umask = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022);
+    // The shim clears the program's umask itself (`umask.rs`).
     Cred {
         uid,
         gid,
         groups,
-        umask,
+        umask: 0,
     }
 }
 

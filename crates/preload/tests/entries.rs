@@ -30,20 +30,10 @@ fn the_added_entries_answer_as_the_kernel_does() {
 fn the_added_entries_answer_as_the_kernel_does_through_a_server() {
     static STOP: AtomicBool = AtomicBool::new(false);
     let w = World::new("entries-served", 64);
-    let region = pmem::Region::open(&w.img).unwrap();
-    let (fs, _) = fs::FileSystem::mount(Arc::new(region), fs::MountOptions::default()).unwrap();
-    let socket = w.dir.join("sock");
-    let server = easyio_serve::Server::bind(Arc::new(fs), &w.img, &socket, false, true).unwrap();
-    let serving = std::thread::spawn(move || server.run(|| STOP.load(Ordering::SeqCst)));
-    compare_entries(&w, Some(&socket));
+    let served = common::serve(&w, || STOP.load(Ordering::SeqCst));
+    compare_entries(&w, Some(&served.socket));
     STOP.store(true, Ordering::SeqCst);
-    let fs = serving.join().unwrap().unwrap();
-    Arc::try_unwrap(fs)
-        .ok()
-        .expect("the server holds the file system no more")
-        .unmount()
-        .unwrap();
-    fsck_clean(&w.img);
+    served.end(&w);
     check_image(&w);
 }
 

@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use common::{fsck_clean, need, ok, read_image, run, World};
+use common::{fsck_clean, need, ok, read_image, run, serve, World};
 
 /// Builds `tests/c/NAME.c` into the world's directory.
 fn build(w: &World, name: &str) -> PathBuf {
@@ -32,37 +32,6 @@ fn build(w: &World, name: &str) -> PathBuf {
         .arg("-o")
         .arg(&exe));
     exe
-}
-
-/// A server of the world's image run by a thread of this test.
-struct Served {
-    socket: PathBuf,
-    thread: JoinHandle<easyio_serve::Result<Arc<fs::FileSystem>>>,
-}
-
-/// Serves the world's image until `stop` says so.
-fn serve(w: &World, stop: fn() -> bool) -> Served {
-    let region = pmem::Region::open(&w.img).unwrap();
-    let (fs, _) = fs::FileSystem::mount(Arc::new(region), fs::MountOptions::default()).unwrap();
-    let socket = w.dir.join("sock");
-    let server = easyio_serve::Server::bind(Arc::new(fs), &w.img, &socket, false, true).unwrap();
-    Served {
-        socket,
-        thread: std::thread::spawn(move || server.run(stop)),
-    }
-}
-
-impl Served {
-    /// Joins the server (after `stop` said so) and unmounts the image.
-    fn end(self, w: &World) {
-        let fs = self.thread.join().unwrap().unwrap();
-        Arc::try_unwrap(fs)
-            .ok()
-            .expect("the server holds the file system no more")
-            .unmount()
-            .unwrap();
-        fsck_clean(&w.img);
-    }
 }
 
 /// `program args` under the shim, joined to the server on `socket` if given, else

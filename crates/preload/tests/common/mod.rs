@@ -315,3 +315,36 @@ pub fn open_when_free(img: &Path) -> pmem::Region {
         }
     }
 }
+
+/// A server of a world's image on a thread of the test (`EASYIO_SERVER` runs).
+pub struct Served {
+    pub socket: PathBuf,
+    thread: std::thread::JoinHandle<easyio_serve::Result<std::sync::Arc<fs::FileSystem>>>,
+}
+
+/// Serves the world's image on `w.dir/sock` until `stop` says so.
+pub fn serve(w: &World, stop: fn() -> bool) -> Served {
+    let region = open_when_free(&w.img);
+    let (fs, _) =
+        fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
+    let socket = w.dir.join("sock");
+    let server =
+        easyio_serve::Server::bind(std::sync::Arc::new(fs), &w.img, &socket, false, true).unwrap();
+    Served {
+        socket,
+        thread: std::thread::spawn(move || server.run(stop)),
+    }
+}
+
+impl Served {
+    /// Joins the server (after `stop` said so), unmounts the image and checks it.
+    pub fn end(self, w: &World) {
+        let fs = self.thread.join().unwrap().unwrap();
+        std::sync::Arc::try_unwrap(fs)
+            .ok()
+            .expect("the server holds the file system no more")
+            .unmount()
+            .unwrap();
+        fsck_clean(&w.img);
+    }
+}
