@@ -8,7 +8,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use common::{fsck_clean, host_file, need, ok, run, World};
 

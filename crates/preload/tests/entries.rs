@@ -11,7 +11,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use common::{fsck_clean, host_file, need, ok, read_image, run, World};
 

@@ -16,8 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use common::{fsck_clean, need, ok, read_image, run, serve, World};
 
