@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{fsck_clean, host_file, need, ok, run, World};
@@ -33,7 +32,7 @@ fn each_intercepted_call_answers_as_the_kernel_does_through_a_server() {
 /// Runs `compare.c` under the shim (joined to the server on `socket`, if given).
 fn compare_calls(w: &World, socket: Option<&Path>) {
     need("cc", "gcc");
-    let exe = build(w, "compare");
+    let exe = common::build_c(w, "compare");
     let host = host_file(&w.dir, "host.txt", b"0123456789abcdefghij\n");
     let kernel = w.reference.to_str().unwrap().to_owned();
     let mut cmd = w.shim_cmd(
@@ -58,24 +57,11 @@ fn compare_calls(w: &World, socket: Option<&Path>) {
     assert!(compared > 150, "{stdout}");
 }
 
-/// Builds `tests/c/NAME.c` into the world's directory.
-fn build(w: &World, name: &str) -> std::path::PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let exe = w.dir.join(name);
-    ok(Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl"));
-    exe
-}
-
 #[test]
 fn a_plain_read_in_a_uthread_yields_while_its_copy_runs() {
     need("cc", "gcc");
     let w = World::new("uthread", 64);
-    let exe = build(&w, "uthread");
+    let exe = common::build_c(&w, "uthread");
     ok(&mut w.private_cmd(
         "python3",
         &[

@@ -8,8 +8,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{fsck_clean, host_file, need, ok, read_image, run, World};
@@ -56,7 +55,7 @@ fn check_image(w: &World) {
 /// mount's `victim`, not this one, and nothing else may appear here.
 fn compare_entries(w: &World, socket: Option<&Path>) {
     need("cc", "gcc");
-    let exe = build(w, "entries");
+    let exe = common::build_c(w, "entries");
     let host = w.dir.join("host");
     std::fs::create_dir_all(&host).unwrap();
     host_file(&host, "victim", b"the host's\n");
@@ -89,19 +88,6 @@ fn compare_entries(w: &World, socket: Option<&Path>) {
     left.sort();
     assert_eq!(left, ["victim"], "the kernel's current directory changed");
     assert_eq!(std::fs::read(host.join("victim")).unwrap(), b"the host's\n");
-}
-
-/// Builds `tests/c/NAME.c` into the world's directory.
-fn build(w: &World, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let exe = w.dir.join(name);
-    ok(Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl"));
-    exe
 }
 
 /// `sed -i` makes its temporary file with `mkostemp` beside the file and renames it

@@ -12,25 +12,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use common::{fsck_clean, need, ok, read_image, run, serve, World};
-
-/// Builds `tests/c/NAME.c` into the world's directory.
-fn build(w: &World, name: &str) -> PathBuf {
-    need("cc", "gcc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let exe = w.dir.join(name);
-    ok(Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe));
-    exe
-}
 
 /// `program args` under the shim, joined to the server on `socket` if given, else
 /// mounting the image itself (`EASYIO_PRIVATE`: not a server started on demand).
@@ -64,7 +51,7 @@ fn no_object_left(path: &Path) {
 
 /// `mmap.c basic`: the same log under the mount as on tmpfs, and the same file.
 fn basic(w: &World, socket: Option<&Path>) {
-    let exe = build(w, "mmap");
+    let exe = common::build_c(w, "mmap");
     let log = same(w, socket, exe.to_str().unwrap(), &["basic", "{R}"]);
     for step in [
         "pread sees stores: 1",
@@ -110,7 +97,7 @@ fn two_processes_of_one_server_see_each_others_stores_at_once() {
     static STOP: AtomicBool = AtomicBool::new(false);
     const TURNS: &str = "2000";
     let w = World::new("mmap-pingpong", 32);
-    let exe = build(&w, "mmap");
+    let exe = common::build_c(&w, "mmap");
     let exe = exe.to_str().unwrap();
     let served = serve(&w, || STOP.load(Ordering::SeqCst));
     let socket = Some(served.socket.as_path());
@@ -161,7 +148,7 @@ fn objects(path: &Path) -> Vec<String> {
 fn a_killed_processs_object_goes_with_the_next_process_to_map() {
     static STOP: AtomicBool = AtomicBool::new(false);
     let w = World::new("mmap-killed", 32);
-    let exe = build(&w, "mmap");
+    let exe = common::build_c(&w, "mmap");
     let exe = exe.to_str().unwrap();
     let served = serve(&w, || STOP.load(Ordering::SeqCst));
     let socket = Some(served.socket.as_path());

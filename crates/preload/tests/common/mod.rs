@@ -348,3 +348,17 @@ impl Served {
         fsck_clean(&w.img);
     }
 }
+
+/// Builds `tests/c/NAME.c` (with `-ldl`) into the world's directory.
+pub fn build_c(w: &World, name: &str) -> PathBuf {
+    need("cc", "gcc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = w.dir.join(name);
+    ok(Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl"));
+    exe
+}
