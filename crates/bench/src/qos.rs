@@ -50,7 +50,9 @@ const IOAT_MEDIUM: Model = Model {
     write_bw: 6e9,
     read_latency: Model::OPTANE.read_latency,
     write_latency: Model::OPTANE.write_latency,
+    cpu_read_bw: None,
     cpu_write_bw: None,
+    engine_bw: None,
     source: "Optane latencies (EASYIO §6.1, Fastmove §2.2); 6 GB/s, the I/OAT bandwidth of \
              EASYIO §6.4.3",
 };

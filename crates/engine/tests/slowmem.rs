@@ -24,7 +24,9 @@ fn slow(region: Arc<pmem::Region>) -> Arc<dyn Pmem> {
             write_bw: 1e9,
             read_latency: Duration::ZERO,
             write_latency: Duration::ZERO,
+            cpu_read_bw: None,
             cpu_write_bw: None,
+            engine_bw: None,
             source: "test",
         },
     ))
