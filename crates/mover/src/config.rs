@@ -52,6 +52,15 @@ pub struct Config {
     /// go to the engine (their caller need not wait for them). `false` (default): the
     /// engine has cores of its own, or is a device.
     pub engine_shares_cores: bool,
+    /// `async`: the medium lets a copy engine read faster than one core: a core's
+    /// reads are limited below the medium's bandwidth (emulated Optane: 3.96 GB/s a
+    /// core against the medium's 37.6, Fastmove Table 4 and EASYIO §6.1) and the
+    /// engine's are not. A read then goes to the engine even when its caller would
+    /// idle meanwhile or the engine shares the cores: the engine is done sooner than
+    /// the core's own copy, and a core stalled on the medium computes nothing either.
+    /// Admission control (`read_queue_depth`) still applies. `false` (default): a core
+    /// reads as fast as the engine (DRAM).
+    pub engine_reads_faster: bool,
     /// `async`, `dma-sync`: the copy engine's backend: `software` (worker threads, the
     /// default) or `dsa` (the machine's DSA work queues; the region must be a mapping).
     #[serde(serialize_with = "backend_name")]
@@ -77,6 +86,7 @@ impl Default for Config {
             semaphore_k: 2,
             engine_nap: None,
             engine_shares_cores: false,
+            engine_reads_faster: false,
             engine: engine::BackendKind::Software,
             qos: None,
         }

@@ -15,6 +15,9 @@
 //!   the engine copies no faster than the core would; the CPU's copy also leaves the
 //!   data in the cache of the core that is about to use it), and every read when the
 //!   engine's threads share the application's cores ([`Config::engine_shares_cores`]).
+//!   Neither applies on a medium where a core reads slower than the engine
+//!   ([`Config::engine_reads_faster`]): there the engine's copy ends first, and a core
+//!   stalled on the medium computes nothing meanwhile either.
 //! - With a channel manager ([`crate::qos`]), copies go to their client's class of
 //!   channels; B copies are split and throttled, and B reads skip admission control
 //!   (shunting them to the CPU would escape the throttle).
@@ -37,6 +40,7 @@ pub struct AsyncMover {
     cpu_max: usize,
     read_queue_depth: u64,
     engine_shares_cores: bool,
+    engine_reads_faster: bool,
     qos: Option<Arc<ChannelManager>>,
 }
 
@@ -67,16 +71,17 @@ pub struct ReadCase {
 
 /// Who copies a read, for a mover copying up to `cpu_max` bytes by CPU, admitting reads
 /// below `read_queue_depth` (EASYIO Listing 2), and whose engine does or does not
-/// share the application's cores.
+/// share the application's cores and read faster than a core.
 pub fn route_read(
     case: ReadCase,
     cpu_max: usize,
     read_queue_depth: u64,
     engine_shares_cores: bool,
+    engine_reads_faster: bool,
 ) -> ReadRoute {
+    let engine_no_faster = !engine_reads_faster && (engine_shares_cores || case.caller_would_idle);
     let cpu = case.bytes <= cpu_max
-        || (!case.throttled
-            && (engine_shares_cores || case.caller_would_idle || case.depth >= read_queue_depth));
+        || (!case.throttled && (engine_no_faster || case.depth >= read_queue_depth));
     if cpu {
         ReadRoute::Cpu
     } else {
@@ -135,6 +140,7 @@ impl AsyncMover {
             cpu_max: cfg.cpu_max,
             read_queue_depth: cfg.read_queue_depth,
             engine_shares_cores: cfg.engine_shares_cores,
+            engine_reads_faster: cfg.engine_reads_faster,
             qos,
         })
     }
@@ -223,6 +229,7 @@ impl Mover for AsyncMover {
             self.cpu_max,
             self.read_queue_depth,
             self.engine_shares_cores,
+            self.engine_reads_faster,
         );
         if route == ReadRoute::Cpu {
             cpu_read(&*self.pm, pieces);
@@ -278,7 +285,7 @@ mod tests {
     };
 
     fn route(case: ReadCase, shares: bool) -> ReadRoute {
-        route_read(case, 4096, 2, shares)
+        route_read(case, 4096, 2, shares, false)
     }
 
     #[test]
@@ -329,5 +336,24 @@ mod tests {
         };
         assert_eq!(route(b, true), ReadRoute::Engine);
         assert_eq!(route(ReadCase { bytes: 100, ..b }, true), ReadRoute::Cpu);
+    }
+
+    #[test]
+    fn where_a_core_reads_slower_than_the_engine_bulk_reads_go_to_the_engine() {
+        let idle = ReadCase {
+            caller_would_idle: true,
+            ..BULK
+        };
+        for shares in [false, true] {
+            assert_eq!(route_read(idle, 4096, 2, shares, true), ReadRoute::Engine);
+        }
+        // Admission control and the small-copy threshold still hold.
+        let busy = ReadCase { depth: 2, ..idle };
+        assert_eq!(route_read(busy, 4096, 2, true, true), ReadRoute::Cpu);
+        let small = ReadCase {
+            bytes: 4096,
+            ..idle
+        };
+        assert_eq!(route_read(small, 4096, 2, false, true), ReadRoute::Cpu);
     }
 }
