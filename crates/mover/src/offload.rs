@@ -18,6 +18,9 @@
 //!   Neither applies on a medium where a core reads slower than the engine
 //!   ([`Config::engine_reads_faster`]): there the engine's copy ends first, and a core
 //!   stalled on the medium computes nothing meanwhile either.
+//! - Writes go by CPU as well when the engine shares the application's cores and does
+//!   not write faster than a core ([`write_by_cpu`]): on DRAM with a software engine
+//!   the hand-off only adds to the same copy on the same cores.
 //! - With a channel manager ([`crate::qos`]), copies go to their client's class of
 //!   channels; B copies are split and throttled, and B reads skip admission control
 //!   (shunting them to the CPU would escape the throttle).
@@ -41,6 +44,7 @@ pub struct AsyncMover {
     read_queue_depth: u64,
     engine_shares_cores: bool,
     engine_reads_faster: bool,
+    engine_writes_faster: bool,
     qos: Option<Arc<ChannelManager>>,
 }
 
@@ -89,6 +93,17 @@ pub fn route_read(
     }
 }
 
+/// Whether every piece of a write goes by CPU: the engine shares the application's
+/// cores and writes no faster than a core, and the client is not throttled (a
+/// throttled client's copies must go through the engine).
+pub fn write_by_cpu(
+    engine_shares_cores: bool,
+    engine_writes_faster: bool,
+    throttled: bool,
+) -> bool {
+    engine_shares_cores && !engine_writes_faster && !throttled
+}
+
 impl AsyncMover {
     /// Copies the small pieces by CPU and submits the rest as one batch; the CPU's
     /// stores are left unfenced (the caller fences).
@@ -96,9 +111,15 @@ impl AsyncMover {
     /// # Safety
     /// As for [`Mover::start_write`].
     unsafe fn write_pieces(&self, client: Client, pieces: &[WritePiece<'_>]) -> Pending {
+        let throttled = client.is_bulk() && self.qos.is_some();
+        let cpu_all = write_by_cpu(
+            self.engine_shares_cores,
+            self.engine_writes_faster,
+            throttled,
+        );
         let mut descs = Vec::new();
         for p in pieces {
-            if p.src.len() <= self.cpu_max {
+            if cpu_all || p.src.len() <= self.cpu_max {
                 self.pm.copy_nt(p.dst, p.src);
             } else {
                 descs.push(Desc::write(p.src, p.dst));
@@ -141,6 +162,7 @@ impl AsyncMover {
             read_queue_depth: cfg.read_queue_depth,
             engine_shares_cores: cfg.engine_shares_cores,
             engine_reads_faster: cfg.engine_reads_faster,
+            engine_writes_faster: cfg.engine_writes_faster,
             qos,
         })
     }
@@ -275,7 +297,7 @@ impl Mover for AsyncMover {
 
 #[cfg(test)]
 mod tests {
-    use super::{route_read, ReadCase, ReadRoute};
+    use super::{route_read, write_by_cpu, ReadCase, ReadRoute};
 
     const BULK: ReadCase = ReadCase {
         bytes: 64 << 10,
@@ -355,5 +377,13 @@ mod tests {
             ..idle
         };
         assert_eq!(route_read(small, 4096, 2, false, true), ReadRoute::Cpu);
+    }
+
+    #[test]
+    fn writes_go_by_cpu_only_to_an_engine_sharing_the_cores_and_no_faster() {
+        assert!(write_by_cpu(true, false, false));
+        assert!(!write_by_cpu(false, false, false));
+        assert!(!write_by_cpu(true, true, false));
+        assert!(!write_by_cpu(true, false, true));
     }
 }

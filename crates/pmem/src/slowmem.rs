@@ -162,6 +162,11 @@ impl Model {
     pub fn engine_reads_faster(&self, len: usize) -> bool {
         self.engine_copy_time(len, false) < self.cpu_copy_time(len, false)
     }
+
+    /// Whether a copy engine writes `len` bytes sooner than one core does.
+    pub fn engine_writes_faster(&self, len: usize) -> bool {
+        self.engine_copy_time(len, true) < self.cpu_copy_time(len, true)
+    }
 }
 
 thread_local! {
@@ -521,6 +526,8 @@ mod tests {
             ..m
         };
         assert!(!fast.engine_reads_faster(bytes));
+        assert!(m.engine_writes_faster(4097));
+        assert!(!Model::CXL.engine_writes_faster(4097));
     }
 
     #[test]
