@@ -493,12 +493,7 @@ impl Mount {
                 opts.mover.engine_nap = engine_nap(workers, channels);
                 opts.mover.engine_shares_cores = opts.mover.engine == engine::BackendKind::Software
                     && engine_shares_cores(workers, channels);
-                // At the smallest copy the engine may be given.
-                let first = opts.mover.cpu_max + 1;
-                opts.mover.engine_reads_faster =
-                    slowmem.is_some_and(|m| m.engine_reads_faster(first));
-                opts.mover.engine_writes_faster =
-                    slowmem.is_some_and(|m| m.engine_writes_faster(first));
+                opts.mover.medium = slowmem;
                 Mount::Easyio(Box::new(FileSystem::mount(pm, opts)?.0))
             }
             None => {

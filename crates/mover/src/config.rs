@@ -52,20 +52,23 @@ pub struct Config {
     /// go to the engine (their caller need not wait for them). `false` (default): the
     /// engine has cores of its own, or is a device.
     pub engine_shares_cores: bool,
-    /// `async`: the medium lets a copy engine read faster than one core: a core's
-    /// reads are limited below the medium's bandwidth (emulated Optane: 3.96 GB/s a
-    /// core against the medium's 37.6, Fastmove Table 4 and EASYIO §6.1) and the
-    /// engine's are not. A read then goes to the engine even when its caller would
-    /// idle meanwhile or the engine shares the cores: the engine is done sooner than
-    /// the core's own copy, and a core stalled on the medium computes nothing either.
-    /// Admission control (`read_queue_depth`) still applies. `false` (default): a core
-    /// reads as fast as the engine (DRAM).
-    pub engine_reads_faster: bool,
-    /// `async`: as `engine_reads_faster`, for writes (emulated Optane: 2.52 GB/s a core
-    /// against the medium's 13.2). Where it is `false` and the engine shares the cores,
-    /// writes go by CPU too: the engine's copy would take the same CPU from the
-    /// application as the core's, plus the hand-off. `false` (default): DRAM.
-    pub engine_writes_faster: bool,
+    /// `async`: the emulated slow medium, if the region is one (`pmem::slowmem`). Its
+    /// model says whether the engine copies faster than a core
+    /// ([`pmem::slowmem::Model::engine_speedup`]): on emulated Optane a core reads at
+    /// 3.96 GB/s and writes at 2.52 against the medium's 37.6 and 13.2, which the engine
+    /// reaches (Fastmove Table 4, EASYIO §6.1). Where it does:
+    /// - a bulk read goes to the engine even when its caller would idle meanwhile or the
+    ///   engine shares the cores: the engine's copy ends first, and a core stalled on the
+    ///   medium computes nothing either;
+    /// - admission control takes the faster path (Fastmove §4: the path of least time
+    ///   cost): a read queued behind `depth` copies of its size still ends before the
+    ///   core's copy while `depth + 1` is below the speedup, so it is admitted up to
+    ///   there, and never below `read_queue_depth` (EASYIO Listing 2);
+    /// - writes go to the engine even when it shares the cores.
+    ///
+    /// `None` (default): DRAM, where a core copies as fast as the engine.
+    #[serde(serialize_with = "medium_name")]
+    pub medium: Option<pmem::slowmem::Model>,
     /// `async`, `dma-sync`: the copy engine's backend: `software` (worker threads, the
     /// default) or `dsa` (the machine's DSA work queues; the region must be a mapping).
     #[serde(serialize_with = "backend_name")]
@@ -91,12 +94,18 @@ impl Default for Config {
             semaphore_k: 2,
             engine_nap: None,
             engine_shares_cores: false,
-            engine_reads_faster: false,
-            engine_writes_faster: false,
+            medium: None,
             engine: engine::BackendKind::Software,
             qos: None,
         }
     }
+}
+
+fn medium_name<S: serde::Serializer>(
+    medium: &Option<pmem::slowmem::Model>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(medium.map_or("none", |m| m.name))
 }
 
 fn backend_name<S: serde::Serializer>(kind: &engine::BackendKind, s: S) -> Result<S::Ok, S::Error> {
