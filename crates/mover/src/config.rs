@@ -61,9 +61,9 @@ pub struct Config {
     ///   engine shares the cores: the engine's copy ends first, and a core stalled on the
     ///   medium computes nothing either;
     /// - admission control takes the faster path (Fastmove §4: the path of least time
-    ///   cost): a read queued behind `depth` copies of its size still ends before the
-    ///   core's copy while `depth + 1` is below the speedup, so it is admitted up to
-    ///   there, and never below `read_queue_depth` (EASYIO Listing 2);
+    ///   cost): a read is admitted while, behind the modelled engine time of the copies
+    ///   this mover has queued on the channel, it still ends before the core's own copy
+    ///   would, and always below `read_queue_depth` (EASYIO Listing 2);
     /// - writes go to the engine even when it shares the cores.
     ///
     /// `None` (default): DRAM, where a core copies as fast as the engine.

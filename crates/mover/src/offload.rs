@@ -26,9 +26,10 @@
 //!   channels; B copies are split and throttled, and B reads skip admission control
 //!   (shunting them to the CPU would escape the throttle).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
-use engine::{Desc, Engine};
+use engine::{Desc, Engine, Sn};
 use pmem::Pmem;
 
 use crate::qos::{ChannelManager, Client};
@@ -45,6 +46,9 @@ pub struct AsyncMover {
     read_queue_depth: u64,
     engine_shares_cores: bool,
     medium: Option<pmem::slowmem::Model>,
+    /// Per channel, the copies this mover queued there and their modelled engine time,
+    /// oldest first; kept only on an emulated medium, for [`ReadCase::backlog`].
+    backlog: Vec<Mutex<VecDeque<(Sn, f64)>>>,
     qos: Option<Arc<ChannelManager>>,
 }
 
@@ -75,6 +79,9 @@ pub struct ReadCase {
     /// engine on an idle medium ([`pmem::slowmem::Model::engine_speedup`]); at most 1
     /// where the engine is no faster (DRAM).
     pub engine_speedup: f64,
+    /// The modelled engine time of the copies queued ahead of the read on its channel,
+    /// in units of the read's own engine time (infinite: unknown).
+    pub backlog: f64,
 }
 
 /// Who copies a read, for a mover copying up to `cpu_max` bytes by CPU, admitting reads
@@ -89,9 +96,9 @@ pub fn route_read(
 ) -> ReadRoute {
     let faster = case.engine_speedup > 1.0;
     let engine_no_faster = !faster && (engine_shares_cores || case.caller_would_idle);
-    // Behind `depth` copies of its size the engine ends the read after depth + 1 of
-    // its copy times; the core needs `engine_speedup` of them.
-    let admitted = case.depth < read_queue_depth || ((case.depth + 1) as f64) < case.engine_speedup;
+    // Behind its backlog the engine ends the read after backlog + 1 of its copy times;
+    // the core needs `engine_speedup` of them.
+    let admitted = case.depth < read_queue_depth || case.backlog + 1.0 < case.engine_speedup;
     let cpu = case.bytes <= cpu_max || (!case.throttled && (engine_no_faster || !admitted));
     if cpu {
         ReadRoute::Cpu
@@ -141,7 +148,7 @@ impl AsyncMover {
         }
         let (channel, _) = self.least_loaded(client);
         // SAFETY: forwarded from our caller's contract.
-        match unsafe { self.submit(client, channel, &descs) } {
+        match unsafe { self.submit(client, channel, &descs, bulk, true) } {
             Ok(sn) => Pending::Sn(sn),
             Err(_) => {
                 // The engine refused (shut down or failed): copy by CPU instead.
@@ -166,6 +173,9 @@ impl AsyncMover {
             }
             None => None,
         };
+        let backlog = (0..engine.channels())
+            .map(|_| Mutex::new(VecDeque::new()))
+            .collect();
         Ok(AsyncMover {
             pm,
             engine,
@@ -173,6 +183,7 @@ impl AsyncMover {
             read_queue_depth: cfg.read_queue_depth,
             engine_shares_cores: cfg.engine_shares_cores,
             medium: cfg.medium,
+            backlog,
             qos,
         })
     }
@@ -189,7 +200,8 @@ impl AsyncMover {
             .unwrap_or((0, 0))
     }
 
-    /// Submits for `client`: through the channel manager if there is one.
+    /// Submits for `client`: through the channel manager if there is one. `bytes` and
+    /// `write`: the copy's size and direction, for the backlog.
     ///
     /// # Safety
     /// As for [`Engine::try_submit`].
@@ -198,12 +210,46 @@ impl AsyncMover {
         client: Client,
         channel: u16,
         descs: &[Desc],
+        bytes: usize,
+        write: bool,
     ) -> Result<engine::Sn, engine::Error> {
         match &self.qos {
             // SAFETY: forwarded from the caller.
             Some(q) if client.is_bulk() => unsafe { q.submit(client, descs) },
-            // SAFETY: forwarded from the caller.
-            _ => unsafe { submit_all(&self.engine, channel, descs) },
+            _ => {
+                // SAFETY: forwarded from the caller.
+                let sn = unsafe { submit_all(&self.engine, channel, descs) }?;
+                if let (Some(m), Some(queue)) = (self.medium, self.backlog.get(channel as usize)) {
+                    let ns = m.engine_copy_time(bytes, write).as_nanos() as f64;
+                    let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    self.drain(&mut queue);
+                    queue.push_back((sn, ns));
+                }
+                Ok(sn)
+            }
+        }
+    }
+
+    /// Drops the copies the engine has done from the front of a channel's backlog.
+    fn drain(&self, queue: &mut VecDeque<(Sn, f64)>) {
+        while queue
+            .front()
+            .is_some_and(|&(sn, _)| self.engine.is_done(sn))
+        {
+            queue.pop_front();
+        }
+    }
+
+    /// The modelled engine time of the copies still queued on `channel`, in ns;
+    /// infinite where this mover does not know it (the channel manager's channels).
+    fn backlog_ns(&self, channel: u16) -> f64 {
+        match self.backlog.get(channel as usize) {
+            Some(queue) if self.qos.is_none() => {
+                let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                self.drain(&mut queue);
+                queue.iter().map(|&(_, ns)| ns).sum()
+            }
+            _ => f64::INFINITY,
         }
     }
 }
@@ -255,7 +301,17 @@ impl Mover for AsyncMover {
             depth,
             throttled: client.is_bulk() && self.qos.is_some(),
             caller_would_idle: rt::in_uthread() && rt::alone(),
-            engine_speedup: self.medium.map_or(1.0, |m| m.engine_speedup(bytes, false)),
+            engine_speedup: 1.0,
+            backlog: f64::INFINITY,
+        };
+        let case = match self.medium {
+            Some(m) => ReadCase {
+                engine_speedup: m.engine_speedup(bytes, false),
+                backlog: self.backlog_ns(channel)
+                    / m.engine_copy_time(bytes, false).as_nanos().max(1) as f64,
+                ..case
+            },
+            None => case,
         };
         let route = route_read(
             case,
@@ -272,7 +328,7 @@ impl Mover for AsyncMover {
             .map(|p| Desc::read(p.src, p.dst))
             .collect();
         // SAFETY: forwarded from our caller's contract.
-        match unsafe { self.submit(client, channel, &descs) } {
+        match unsafe { self.submit(client, channel, &descs, bytes, false) } {
             Ok(sn) => Pending::Sn(sn),
             Err(_) => {
                 cpu_read(&*self.pm, pieces);
@@ -315,6 +371,7 @@ mod tests {
         throttled: false,
         caller_would_idle: false,
         engine_speedup: 1.0,
+        backlog: 0.0,
     };
 
     fn route(case: ReadCase, shares: bool) -> ReadRoute {
@@ -382,12 +439,18 @@ mod tests {
         for shares in [false, true] {
             assert_eq!(route(faster, shares), ReadRoute::Engine);
         }
-        // Admitted behind queued copies while it still ends first: 5 + 1 < 6.7.
-        assert_eq!(
-            route(ReadCase { depth: 5, ..faster }, true),
-            ReadRoute::Engine
-        );
-        assert_eq!(route(ReadCase { depth: 6, ..faster }, true), ReadRoute::Cpu);
+        // Admitted behind queued copies while it still ends first: 5 + 1 < 6.7, however
+        // many copies that backlog is made of.
+        let behind = |depth, backlog| ReadCase {
+            depth,
+            backlog,
+            ..faster
+        };
+        assert_eq!(route(behind(9, 5.0), true), ReadRoute::Engine);
+        assert_eq!(route(behind(2, 6.0), true), ReadRoute::Cpu);
+        // An unknown backlog leaves Listing 2's depth.
+        assert_eq!(route(behind(1, f64::INFINITY), true), ReadRoute::Engine);
+        assert_eq!(route(behind(2, f64::INFINITY), true), ReadRoute::Cpu);
         // Never below Listing 2's depth, and small copies stay on the CPU.
         let barely = ReadCase {
             depth: 1,
