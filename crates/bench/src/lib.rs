@@ -18,6 +18,7 @@ pub mod applications;
 pub mod args;
 pub mod calibrate;
 pub mod demo;
+pub mod emulation;
 pub mod engine;
 pub mod fuse;
 pub mod micro;

@@ -89,6 +89,9 @@ enum Command {
 enum BenchCommand {
     /// The physical limit: single-core copies into and out of the region.
     Raw(raw::RawArgs),
+    /// The slow-memory model on the wall clock: one core's copies of Fastmove Table 4's
+    /// sizes, beside the model's computed time and the table's row (EMULATED).
+    Emulation(bench::emulation::EmulationArgs),
     /// FxMark-style file system microbenchmarks, beside the kernel's tmpfs.
     Micro(micro::MicroArgs),
     /// Copy engines: latency and bandwidth per backend, size, direction, batch and
@@ -195,6 +198,7 @@ fn run(command: Command) -> anyhow::Result<()> {
 fn run_bench(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Raw(args) => raw::run(args),
+        BenchCommand::Emulation(args) => bench::emulation::run(args),
         BenchCommand::Micro(args) => micro::run(args),
         BenchCommand::Engine(args) => bench::engine::run(args),
         BenchCommand::Rt(args) => rt::run(args),
