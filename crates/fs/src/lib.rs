@@ -246,8 +246,8 @@ pub struct FileSystem {
     unmounted: std::sync::atomic::AtomicBool,
     /// See [`DataChanges`].
     watcher: std::sync::OnceLock<Arc<dyn DataChanges>>,
-    /// See [`InodeChanges`].
-    changes: std::sync::OnceLock<Arc<dyn InodeChanges>>,
+    /// See [`InodeChanges`]: every listener hears every change.
+    changes: parking_lot::RwLock<Vec<Arc<dyn InodeChanges>>>,
 }
 
 impl FileSystem {

@@ -317,7 +317,11 @@ impl<'a> Conn<'a> {
 
     /// The answer to `req`.
     pub fn answer(&mut self, req: Request) -> Answer {
-        self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()))
+        let a = self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()));
+        // Caches of the change elsewhere (a FUSE mount of this process) are dropped
+        // before the client hears it is made.
+        self.fs.settle_changes();
+        a
     }
 
     /// Waits for every write this connection submitted (before its thread sleeps).
