@@ -29,6 +29,7 @@ mod attr;
 mod control;
 mod cred;
 mod daemon;
+mod inval;
 mod mount;
 mod server;
 mod uthreads;
@@ -38,6 +39,7 @@ pub use control::{
     Error, Result, SERVER_EXIT_WAIT,
 };
 pub use daemon::{detach, label, open_image, serve, DetachOptions, Detached, ServeOptions};
-pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL};
+pub use inval::{InvalStats, Invalidator};
+pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 pub use server::{LookupCounts, Server};
 pub use uthreads::HandlerStats;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fs::{Fd, FileSystem, OpenFlags as FsFlags, SetAttr, Stat, Whence};
 use fuser::{
@@ -15,8 +15,9 @@ use fuser::{
 };
 use parking_lot::Mutex;
 
-use crate::attr::{file_attr, file_type, time};
-use crate::mount::{ATTR_TTL, ENTRY_TTL};
+use crate::attr::{file_attr, file_type, negative, time};
+use crate::inval::{self, Invalidator};
+use crate::mount::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 use crate::uthreads::{HandlerStats, Uthreads};
 
 // FUSE names the root inode 1, and inode numbers are passed through unchanged.
@@ -29,23 +30,49 @@ const _: () = assert!(fs::ROOT_INO == 1);
 const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
 
 /// The kernel's lookup count of each inode it holds: one for every entry a reply gave
-/// it, less what it gave back with `forget`. An inode leaves the table at zero.
+/// it, less what it gave back with `forget`; and the names (directory, name) it was
+/// given the inode under, which are invalidated with the inode (see [`crate::inval`]).
+/// An inode leaves the table at zero.
 #[derive(Clone, Default)]
-pub struct LookupCounts(Arc<Mutex<HashMap<u64, u64>>>);
+pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
+
+/// What the kernel holds of one inode.
+#[derive(Default)]
+struct Held {
+    count: u64,
+    names: Vec<(u64, Box<str>)>,
+}
+
+/// Names kept per inode at most (hard links beyond are invalidated with their
+/// directory's changes, or time out).
+const NAMES_PER_INODE: usize = 8;
 
 impl LookupCounts {
-    fn add(&self, ino: u64) {
-        *self.0.lock().entry(ino).or_insert(0) += 1;
+    fn add(&self, ino: u64, dir: u64, name: &str) {
+        let mut map = self.0.lock();
+        let held = map.entry(ino).or_default();
+        held.count += 1;
+        let known = held.names.iter().any(|(d, n)| *d == dir && &**n == name);
+        if !known && held.names.len() < NAMES_PER_INODE {
+            held.names.push((dir, name.into()));
+        }
     }
 
     fn forget(&self, ino: u64, n: u64) {
         let mut map = self.0.lock();
-        if let Some(c) = map.get_mut(&ino) {
-            *c = c.saturating_sub(n);
-            if *c == 0 {
+        if let Some(held) = map.get_mut(&ino) {
+            held.count = held.count.saturating_sub(n);
+            if held.count == 0 {
                 map.remove(&ino);
             }
         }
+    }
+
+    /// The names the kernel was given inode `ino` under.
+    pub(crate) fn names(&self, ino: u64) -> Vec<(u64, String)> {
+        self.0.lock().get(&ino).map_or_else(Vec::new, |h| {
+            h.names.iter().map(|(d, n)| (*d, n.to_string())).collect()
+        })
     }
 
     /// Inodes the kernel holds at least one lookup of.
@@ -55,7 +82,34 @@ impl LookupCounts {
 
     /// The lookup count of `ino`.
     pub fn count(&self, ino: u64) -> u64 {
-        self.0.lock().get(&ino).copied().unwrap_or(0)
+        self.0.lock().get(&ino).map_or(0, |h| h.count)
+    }
+}
+
+/// Buffers for read replies, reused: a fresh zeroed one per request cost a 1 MiB read
+/// an `mmap`, page faults over the whole buffer and a `munmap`.
+#[derive(Default)]
+struct ReadBuffers(Mutex<Vec<Vec<u8>>>);
+
+/// Read buffers kept for reuse at most (one per handler in flight is the most used).
+const READ_BUFFERS_KEPT: usize = 16;
+
+impl ReadBuffers {
+    /// A buffer of `len` bytes (its contents are whatever it held).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut b = self.0.lock().pop().unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b.truncate(len);
+        b
+    }
+
+    fn give_back(&self, b: Vec<u8>) {
+        let mut kept = self.0.lock();
+        if kept.len() < READ_BUFFERS_KEPT {
+            kept.push(b);
+        }
     }
 }
 
@@ -64,6 +118,9 @@ impl LookupCounts {
 pub struct Server {
     fs: Arc<FileSystem>,
     lookups: LookupCounts,
+    /// Invalidates what the kernel caches when another door changes the image.
+    inval: Arc<Invalidator>,
+    buffers: Arc<ReadBuffers>,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
     /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
@@ -91,6 +148,8 @@ impl Server {
         Server {
             fs,
             lookups: LookupCounts::default(),
+            inval: Invalidator::new(),
+            buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
             open_flags: FopenFlags::FOPEN_DIRECT_IO,
@@ -146,12 +205,31 @@ impl Server {
         self.lookups.clone()
     }
 
-    /// Replies with an entry the kernel now holds one more lookup of.
-    fn entry(&self, r: fs::Result<Stat>, reply: ReplyEntry) {
+    /// The invalidator of the kernel's caches.
+    pub(crate) fn invalidator(&self) -> Arc<Invalidator> {
+        self.inval.clone()
+    }
+
+    /// How long the kernel may keep a reply built since [`Invalidator::changes`] was
+    /// `since`: `ttl`, or zero if another door changed the image meanwhile (the reply
+    /// may say what the change replaced, and reach the kernel after the change's
+    /// invalidation).
+    fn ttl(&self, since: u64, ttl: Duration) -> Duration {
+        if self.inval.changes() == since {
+            ttl
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Replies with the entry `name` of directory `dir`, which the kernel then holds one
+    /// more lookup of; the reply was built since [`Invalidator::changes`] was `since`.
+    fn entry(&self, (dir, name): (u64, &str), since: u64, r: fs::Result<Stat>, reply: ReplyEntry) {
         match r {
             Ok(st) => {
-                self.lookups.add(st.ino);
-                reply.entry(&ENTRY_TTL, &file_attr(&st), Generation(st.generation));
+                self.lookups.add(st.ino, dir, name);
+                let ttl = self.ttl(since, ENTRY_TTL);
+                reply.entry(&ttl, &file_attr(&st), Generation(st.generation));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -299,18 +377,30 @@ impl Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(self.fs.as_user(&cred).lookup(parent.0, n), reply);
+        let since = self.inval.changes();
+        match self.fs.as_user(&cred).lookup(parent.0, n) {
+            // A negative entry: the kernel answers ENOENT itself until it times out,
+            // or until the name is made (here, or through another door: invalidated).
+            Err(e) if e.errno() == libc::ENOENT => {
+                let ttl = self.ttl(since, NEGATIVE_TTL);
+                reply.entry(&ttl, &negative(), Generation(0));
+            }
+            r => self.entry((parent.0, n), since, r, reply),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        inval::handling();
         self.lookups.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        inval::handling();
         let r = match fh {
             Some(fh) => self.fs.fstat(fd(fh)).or_else(|_| self.fs.getattr(ino.0)),
             None => self.fs.getattr(ino.0),
@@ -336,6 +426,7 @@ impl Filesystem for Server {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        inval::handling();
         let a = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -348,6 +439,7 @@ impl Filesystem for Server {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        inval::handling();
         match self.fs.readlink_ino(ino.0) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(errno(&e)),
@@ -364,15 +456,17 @@ impl Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, umask);
+        let since = self.inval.changes();
         let r = self
             .fs
             .as_user(&cred)
             .mknod_in(parent.0, n, mode, rdev as u64);
-        self.entry(r, reply);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn mkdir(
@@ -384,14 +478,18 @@ impl Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, umask);
-        self.entry(self.fs.as_user(&cred).mkdir_in(parent.0, n, mode), reply);
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).mkdir_in(parent.0, n, mode);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
@@ -400,6 +498,7 @@ impl Filesystem for Server {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
@@ -415,11 +514,14 @@ impl Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let (Ok(n), Some(t)) = (name(link_name), target.to_str()) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(self.fs.as_user(&cred).symlink_in(parent.0, n, t), reply);
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).symlink_in(parent.0, n, t);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn rename(
@@ -432,6 +534,7 @@ impl Filesystem for Server {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let (Ok(n), Ok(nn)) = (name(n), name(newname)) else {
             return reply.error(Errno::EINVAL);
         };
@@ -451,17 +554,18 @@ impl Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(nn) = name(newname) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(
-            self.fs.as_user(&cred).link_ino(ino.0, newparent.0, nn),
-            reply,
-        );
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).link_ino(ino.0, newparent.0, nn);
+        self.entry((newparent.0, nn), since, r, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        inval::handling();
         match self.open_as(req, ino.0, flags.0) {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags),
             Err(e) => reply.error(errno(&e)),
@@ -479,13 +583,16 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        inval::handling();
         let (fs, fill_pages) = (self.fs.clone(), self.writeback_cache);
+        let buffers = self.buffers.clone();
         self.dispatch(move || {
-            let mut buf = vec![0u8; size as usize];
+            let mut buf = buffers.take(size as usize);
             match read_at(&fs, (ino.0, fh), &mut buf, offset, fill_pages) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(errno(&e)),
             }
+            buffers.give_back(buf);
         });
     }
 
@@ -501,6 +608,7 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        inval::handling();
         let written = |r: fs::Result<usize>, reply: ReplyWrite| match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
@@ -530,6 +638,7 @@ impl Filesystem for Server {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         // Nothing is buffered here: every write was durable when it was answered.
         Self::empty(self.fs.fstat(fd(fh)).map(drop), reply);
     }
@@ -544,15 +653,18 @@ impl Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        inval::handling();
         let fs = self.fs.clone();
         self.dispatch(move || Self::empty(fs.fsync(fd(fh)), reply));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        inval::handling();
         let cred = crate::cred::of(req, 0);
         let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
         match self.fs.as_user(&cred).open_ino(ino.0, flags) {
@@ -569,6 +681,7 @@ impl Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        inval::handling();
         let entries = match self.fs.readdir_fd(fd(fh), offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
@@ -590,6 +703,8 @@ impl Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        inval::handling();
+        let since = self.inval.changes();
         let entries = match self.fs.readdir_fd(fd(fh), offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
@@ -603,13 +718,18 @@ impl Filesystem for Server {
             };
             // An entry removed since the listing, or unreadable, is left out.
             let Some(st) = st else { continue };
-            let (a, g) = (file_attr(&st), Generation(st.generation));
-            if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ENTRY_TTL, &a, g) {
-                break;
-            }
             // The kernel takes a lookup of every entry but `.` and `..`.
             if !dots {
-                self.lookups.add(st.ino);
+                self.lookups.add(st.ino, ino.0, &e.entry.name);
+            }
+            let (a, g) = (file_attr(&st), Generation(st.generation));
+            let ttl = self.ttl(since, ENTRY_TTL);
+            if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ttl, &a, g) {
+                // Not sent: the kernel takes no lookup of it.
+                if !dots {
+                    self.lookups.forget(st.ino, 1);
+                }
+                break;
             }
         }
         reply.ok();
@@ -623,6 +743,7 @@ impl Filesystem for Server {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
@@ -634,10 +755,12 @@ impl Filesystem for Server {
         _ds: bool,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.fsync(fd(fh)), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        inval::handling();
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -663,6 +786,7 @@ impl Filesystem for Server {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EOPNOTSUPP);
         };
@@ -671,6 +795,7 @@ impl Filesystem for Server {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
@@ -679,11 +804,13 @@ impl Filesystem for Server {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        inval::handling();
         let r = Self::read_sized(|buf| self.fs.listxattr_ino(ino.0, buf));
         Self::xattr_reply(r, size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
@@ -691,6 +818,7 @@ impl Filesystem for Server {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        inval::handling();
         // Sent only without `default_permissions`: the mode bits, as Linux checks them.
         let r = self
             .fs
@@ -709,14 +837,17 @@ impl Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
+        let since = self.inval.changes();
         match self.create_open(req, parent.0, n, (mode, umask, flags)) {
             Ok((st, fd)) => {
-                self.lookups.add(st.ino);
+                self.lookups.add(st.ino, parent.0, n);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
-                reply.created(&ENTRY_TTL, &a, g, FileHandle(fd.0 as u64), self.open_flags);
+                let ttl = self.ttl(since, ENTRY_TTL);
+                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.open_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -732,6 +863,7 @@ impl Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let r = self
             .fs
             .watched_reshape(ino.0, 0, || self.fs.fallocate(fd(fh), mode, offset, length));
@@ -747,6 +879,7 @@ impl Filesystem for Server {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        inval::handling();
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
             libc::SEEK_CUR => Whence::Cur,
