@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use fuser::{INodeNo, Notifier};
@@ -79,6 +79,8 @@ pub struct Invalidator {
     /// Moved by every change made through another door, before the change.
     changes: AtomicU64,
     stats: Mutex<InvalStats>,
+    /// The way to the kernel, once the mount is up.
+    notifier: OnceLock<Notifier>,
 }
 
 impl Invalidator {
@@ -89,6 +91,7 @@ impl Invalidator {
             wake: Condvar::new(),
             changes: AtomicU64::new(0),
             stats: Mutex::new(InvalStats::default()),
+            notifier: OnceLock::new(),
         })
     }
 
@@ -100,10 +103,28 @@ impl Invalidator {
         notifier: Notifier,
         lookups: LookupCounts,
     ) -> std::io::Result<JoinHandle<()>> {
+        let _ = self.notifier.set(notifier);
         let me = self.clone();
         std::thread::Builder::new()
             .name("easyio-fuse-inval".into())
-            .spawn(move || me.send_loop(&notifier, &lookups))
+            .spawn(move || {
+                if let Some(n) = me.notifier.get() {
+                    me.send_loop(n, &lookups);
+                }
+            })
+    }
+
+    /// Drops the kernel's attributes of inode `ino` now, from a FUSE handler, before
+    /// it replies: for a change the kernel asked for without learning all it did (the
+    /// setuid and setgid bits a write or an `O_TRUNC` open of an unprivileged caller
+    /// clears, which the kernel leaves to the server). Attributes only: dropping
+    /// pages could wait for the very request being served.
+    pub(crate) fn attrs_now(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            if n.inval_inode(INodeNo(ino), -1, 0).is_ok() {
+                self.stats.lock().inodes += 1;
+            }
+        }
     }
 
     /// Changes made through other doors so far: a reply built while this moved may

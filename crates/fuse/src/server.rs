@@ -566,7 +566,18 @@ impl Filesystem for Server {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         inval::handling();
-        match self.open_as(req, ino.0, flags.0) {
+        // A truncation by a caller other than root clears setuid/setgid (see `write`).
+        let kills = flags.0 & libc::O_TRUNC != 0
+            && req.uid() != 0
+            && self
+                .fs
+                .getattr(ino.0)
+                .is_ok_and(|st| privileged_mode(st.mode));
+        let r = self.open_as(req, ino.0, flags.0);
+        if kills {
+            self.inval.attrs_now(ino.0);
+        }
+        match r {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags),
             Err(e) => reply.error(errno(&e)),
         }
@@ -603,15 +614,28 @@ impl Filesystem for Server {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         inval::handling();
-        let written = |r: fs::Result<usize>, reply: ReplyWrite| match r {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno(&e)),
+        // A writer without CAP_FSETID: the fs clears setuid/setgid, which the kernel
+        // must then forget it cached.
+        let kills = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self
+                .fs
+                .fstat(fd(fh))
+                .is_ok_and(|st| privileged_mode(st.mode));
+        let inval = kills.then(|| self.inval.clone());
+        let written = move |r: fs::Result<usize>, reply: ReplyWrite| {
+            if let Some(inval) = inval {
+                inval.attrs_now(ino.0);
+            }
+            match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
         };
         // An appending handle writes at the end, whatever the offset.
         let at = (flags.0 & libc::O_APPEND == 0).then_some(offset);
@@ -916,6 +940,11 @@ fn read_at(
         }
         r => r,
     }
+}
+
+/// Whether a file of `mode` has a bit a write of an unprivileged caller clears.
+fn privileged_mode(mode: u32) -> bool {
+    mode & (libc::S_ISUID | libc::S_ISGID) != 0
 }
 
 /// `access(2)`'s check of `mask` (`R_OK`, `W_OK`, `X_OK` bits) against the mode bits.
