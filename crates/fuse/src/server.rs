@@ -128,6 +128,36 @@ pub struct Server {
     open_flags: FopenFlags,
 }
 
+/// How opened files are served (the flags of every `open` and `create` reply):
+///
+/// - without the page cache (`FOPEN_DIRECT_IO`, the default), writes to one file
+///   from several handles in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders
+///   them itself);
+/// - with it, the pages kept from one open to the next (`FOPEN_KEEP_CACHE`): the
+///   kernel updates them on every write through the mount, and a change through
+///   another door drops them (see `inval.rs`);
+/// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
+///   write was durable when it was answered, so a flush has nothing to do but cost
+///   `close` a round trip. With the writeback cache the kernel ignores the flag and
+///   writes the dirty pages back before its `FLUSH`.
+fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
+    let mut f = if page_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+    };
+    if !writeback_cache {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
+}
+
+/// How opened directories are listed: the kernel keeps the listing
+/// (`FOPEN_CACHE_DIR`), from one open to the next (`FOPEN_KEEP_CACHE`); it drops it
+/// itself when the directory changes through the mount, and a change through another
+/// door drops it with the directory's pages (see `inval.rs`).
+const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+
 /// An `fs` error as the errno the kernel passes on.
 fn errno(e: &fs::Error) -> Errno {
     Errno::from_i32(e.errno())
@@ -152,7 +182,7 @@ impl Server {
             buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
-            open_flags: FopenFlags::FOPEN_DIRECT_IO,
+            open_flags: file_open_flags(false, false),
         }
     }
 
@@ -167,11 +197,7 @@ impl Server {
         Ok(Server {
             uthreads,
             writeback_cache: opts.writeback_cache(),
-            open_flags: if opts.page_cache() {
-                FopenFlags::empty()
-            } else {
-                FopenFlags::FOPEN_DIRECT_IO
-            },
+            open_flags: file_open_flags(opts.page_cache(), opts.writeback_cache()),
             ..Server::new(fs)
         })
     }
@@ -692,7 +718,7 @@ impl Filesystem for Server {
         let cred = crate::cred::of(req, 0);
         let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
         match self.fs.as_user(&cred).open_ino(ino.0, flags) {
-            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), DIR_OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }

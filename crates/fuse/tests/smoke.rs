@@ -143,7 +143,22 @@ fn size_and_mode(p: &Path) -> Result<(u64, u32), i32> {
 
 #[test]
 fn changes_through_the_library_are_seen_through_the_mount_at_once() {
-    let Some(s) = Served::new("inval") else {
+    library_changes_seen("inval", &Options::default());
+}
+
+#[test]
+fn changes_through_the_library_drop_the_kernels_kept_pages() {
+    let opts = Options {
+        page_cache: true,
+        ..Options::default()
+    };
+    library_changes_seen("inval-pages", &opts);
+}
+
+/// Changes through the library, each seen through a mount with `opts` at once after
+/// the kernel cached what they replace (and kept the file's pages, with the page cache).
+fn library_changes_seen(name: &str, opts: &Options) {
+    let Some(s) = Served::with(name, MountOptions::default(), opts) else {
         return;
     };
     let dir = s.dir.clone();
