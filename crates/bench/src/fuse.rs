@@ -144,8 +144,9 @@ pub struct FuseArgs {
     /// Who moves file data in the server (and in the library column).
     #[arg(long, default_value = "cpu")]
     mode: Mode,
-    /// Threads serving FUSE requests.
-    #[arg(long, default_value_t = 4, value_parser = args::threads())]
+    /// Threads serving FUSE requests (default: as `easyio mount`'s, one per core, at
+    /// most 8).
+    #[arg(long, default_value_t = server_threads(), value_parser = args::threads())]
     threads: usize,
     /// Seconds per workload and door (more than 0, at most 3600).
     #[arg(long, default_value_t = 2.0, value_parser = args::seconds)]
@@ -165,6 +166,13 @@ pub struct FuseArgs {
     page_cache: bool,
     #[arg(long)]
     json: bool,
+}
+
+/// `easyio mount`'s default number of threads: one per core, at most 8.
+fn server_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
 }
 
 /// A data file size: 1 MiB to 16 GiB, rounded up to whole MiB.

@@ -40,6 +40,9 @@ pub use control::{
 };
 pub use daemon::{detach, label, open_image, serve, DetachOptions, Detached, ServeOptions};
 pub use inval::{InvalStats, Invalidator};
-pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
+pub use mount::{
+    default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
+    MAX_DEFAULT_THREADS, NEGATIVE_TTL,
+};
 pub use server::{LookupCounts, Server};
 pub use uthreads::HandlerStats;
