@@ -56,9 +56,12 @@ const MAGIC: u64 = 0x6561_7379_696f_4655;
 const SEED: u64 = 0x5EED_F05E;
 /// Files the create workload makes before it checks and removes them (untimed).
 const CREATE_BATCH: u64 = 1_000;
-/// What the 1 MiB sequential workloads through the mount must reach, as a fraction of
-/// tmpfs's bandwidth (issue 19).
-const SEQ_TARGET: f64 = 0.5;
+/// What the 1 MiB sequential workloads through the mount should reach, as a fraction of
+/// tmpfs's bandwidth.
+const SEQ_TARGET: f64 = 0.8;
+/// What the 4 KiB and create workloads through the mount should reach, as a fraction
+/// of tmpfs's operations per second.
+const SMALL_TARGET: f64 = 0.3;
 
 /// A workload (see the module's table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -250,9 +253,11 @@ in /dev/shm served by `easyio mount` (a child process); tmpfs = the same calls o
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
-tmpfs's are not persistent. The mount serves files without the kernel's page cache \
-(as a DAX file system does; `easyio mount --page-cache` turns it on): every read and \
-write through it reaches the server (1st pass GiB/s: the first pass over the file). \
+tmpfs's are not persistent. Unless run with --page-cache, the mount serves files \
+without the kernel's page cache (as a DAX file system does): every read and write \
+through it reaches the server (1st pass GiB/s: the first pass over the file); with it, \
+pages stay in the kernel from one open to the next. Entries and attributes are cached \
+by the kernel (10 s, invalidated on changes through other doors). \
 CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
@@ -697,13 +702,18 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
         }
     }
     rows.iter()
-        .filter(|r| r.door == Door::EasyioFuse && r.workload.sequential())
+        .filter(|r| r.door == Door::EasyioFuse)
         .filter_map(|r| {
+            let asked = if r.workload.sequential() {
+                SEQ_TARGET
+            } else {
+                SMALL_TARGET
+            };
             r.vs_tmpfs.map(|ratio| Goal {
                 workload: r.workload,
                 ratio,
-                asked: SEQ_TARGET,
-                met: ratio >= SEQ_TARGET,
+                asked,
+                met: ratio >= asked,
             })
         })
         .collect()
