@@ -81,37 +81,46 @@ pub struct Invalidator {
     stats: Mutex<InvalStats>,
     /// The way to the kernel, once the mount is up.
     notifier: OnceLock<Notifier>,
+    /// What the kernel holds: only what it may have cached is invalidated.
+    lookups: LookupCounts,
 }
 
 impl Invalidator {
-    /// An invalidator that queues what it hears until [`Invalidator::start`].
-    pub(crate) fn new() -> Arc<Invalidator> {
+    /// An invalidator that queues what it hears until [`Invalidator::start`], of the
+    /// inodes `lookups` says the kernel holds.
+    pub(crate) fn new(lookups: LookupCounts) -> Arc<Invalidator> {
         Arc::new(Invalidator {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             changes: AtomicU64::new(0),
             stats: Mutex::new(InvalStats::default()),
             notifier: OnceLock::new(),
+            lookups,
         })
     }
 
     /// Starts the thread that sends the queued invalidations to the kernel through
-    /// `notifier`, with the names the kernel holds from `lookups`; it ends at
-    /// [`Invalidator::close`].
-    pub(crate) fn start(
-        self: &Arc<Self>,
-        notifier: Notifier,
-        lookups: LookupCounts,
-    ) -> std::io::Result<JoinHandle<()>> {
+    /// `notifier`; it ends at [`Invalidator::close`].
+    pub(crate) fn start(self: &Arc<Self>, notifier: Notifier) -> std::io::Result<JoinHandle<()>> {
         let _ = self.notifier.set(notifier);
         let me = self.clone();
         std::thread::Builder::new()
             .name("easyio-fuse-inval".into())
             .spawn(move || {
                 if let Some(n) = me.notifier.get() {
-                    me.send_loop(n, &lookups);
+                    me.send_loop(n);
                 }
             })
+    }
+
+    /// Whether the kernel may hold inode `ino`, and so cache something of it (or, for
+    /// a directory, of its entries): the root, or an inode it holds a lookup of.
+    ///
+    /// Checked after [`Invalidator::changes`] moved for the change: a reply that gave
+    /// the kernel `ino` took its lookup before it read that counter, so either the
+    /// lookup is seen here or the reply carried a zero timeout.
+    fn held(&self, ino: u64) -> bool {
+        ino == fs::ROOT_INO || self.lookups.count(ino) > 0
     }
 
     /// Drops the kernel's attributes of inode `ino` now, from a FUSE handler, before
@@ -144,11 +153,16 @@ impl Invalidator {
         self.wake.notify_all();
     }
 
-    fn queue(&self, f: impl FnOnce(&mut Queue)) {
+    /// Queues `f`'s invalidation of a change of inode `ino` (for an entry, of its
+    /// directory) made through another door.
+    fn queue(&self, ino: u64, f: impl FnOnce(&mut Queue)) {
         if is_handler() {
             return;
         }
         self.changes.fetch_add(1, Ordering::SeqCst);
+        if !self.held(ino) {
+            return;
+        }
         let mut q = self.queue.lock();
         if q.closed {
             return;
@@ -171,7 +185,7 @@ impl Invalidator {
         }
     }
 
-    fn send_loop(&self, notifier: &Notifier, lookups: &LookupCounts) {
+    fn send_loop(&self, notifier: &Notifier) {
         loop {
             let mut q = self.queue.lock();
             while q.queued == q.sent && !q.closed {
@@ -185,7 +199,7 @@ impl Invalidator {
             let mut entries = std::mem::take(&mut q.entries);
             drop(q);
             for &ino in &inodes {
-                entries.extend(lookups.names(ino));
+                entries.extend(self.lookups.names(ino));
             }
             // Errors are of a kernel that already forgot (ENOENT, which `fuser` makes
             // success) or of a connection that is gone: nothing is left to invalidate.
@@ -218,13 +232,13 @@ impl Invalidator {
 
 impl fs::InodeChanges for Invalidator {
     fn changing(&self, ino: u64) {
-        self.queue(|q| {
+        self.queue(ino, |q| {
             q.inodes.insert(ino);
         });
     }
 
     fn entry_changing(&self, dir: u64, name: &str) {
-        self.queue(|q| {
+        self.queue(dir, |q| {
             q.entries.insert((dir, name.to_string()));
         });
     }

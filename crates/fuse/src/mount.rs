@@ -172,7 +172,7 @@ impl Mount {
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
         // From here on, every change made through another door of this process is
         // invalidated in the kernel's caches.
-        let inval_thread = inval.start(session.notifier(), lookups.clone())?;
+        let inval_thread = inval.start(session.notifier())?;
         fs.set_inode_changes(inval.clone());
         Ok(Mount {
             session,

@@ -175,10 +175,11 @@ fn fd(fh: FileHandle) -> Fd {
 impl Server {
     /// A server for `fs` whose handlers all run on the threads that read requests.
     pub fn new(fs: Arc<FileSystem>) -> Server {
+        let lookups = LookupCounts::default();
         Server {
             fs,
-            lookups: LookupCounts::default(),
-            inval: Invalidator::new(),
+            inval: Invalidator::new(lookups.clone()),
+            lookups,
             buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
