@@ -189,11 +189,20 @@ fn describe(o: &ServeOptions) -> String {
         s += ", kernel writeback cache: a returned write is durable only after fsync or close";
     }
     s += &format!(
-        ", entries and attributes cached by the kernel {} s, transport /dev/fuse ({})",
+        ", entries and attributes cached by the kernel {} s, {}",
         crate::ENTRY_TTL.as_secs(),
-        uring_note(std::fs::read_to_string(URING_PARAMETER).ok().as_deref())
+        transport()
     );
     s
+}
+
+/// Which transport a mount of this machine serves through, and whether the kernel
+/// offers FUSE over io_uring (which this server does not speak).
+pub fn transport() -> String {
+    format!(
+        "transport /dev/fuse ({})",
+        uring_note(std::fs::read_to_string(URING_PARAMETER).ok().as_deref())
+    )
 }
 
 /// The `fuse` module's switch for FUSE over io_uring.
@@ -273,4 +282,17 @@ fn watch_stop(o: &ServeOptions, done: Arc<AtomicBool>) -> std::thread::JoinHandl
             std::thread::sleep(Duration::from_millis(50));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_says_whether_the_kernel_offers_fuse_over_io_uring() {
+        assert!(uring_note(Some("Y\n")).contains("offers"));
+        assert!(uring_note(Some("N\n")).contains("off"));
+        assert!(uring_note(None).contains("no FUSE over io_uring"));
+        assert!(transport().starts_with("transport /dev/fuse ("));
+    }
 }

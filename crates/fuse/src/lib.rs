@@ -38,7 +38,9 @@ pub use control::{
     check_fuse_device, check_mountpoint, mount_of, read_state, state_file, umount, write_state,
     Error, Result, SERVER_EXIT_WAIT,
 };
-pub use daemon::{detach, label, open_image, serve, DetachOptions, Detached, ServeOptions};
+pub use daemon::{
+    detach, label, open_image, serve, transport, DetachOptions, Detached, ServeOptions,
+};
 pub use inval::{InvalStats, Invalidator};
 pub use mount::{
     default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
