@@ -7,10 +7,12 @@
 //! for and accounts for itself; any other is queued, and a thread of the mount sends
 //! the kernel `FUSE_NOTIFY_INVAL_INODE` for each changed inode (attributes and pages),
 //! `FUSE_NOTIFY_INVAL_ENTRY` for each added or removed name (negative entries too) and
-//! for every name the kernel was given for a changed inode (a lookup whose reply was
+//! for every name the kernel was given for a changed file (a lookup whose reply was
 //! still on its way when the change was made installs its inode after the inode's
 //! invalidation found nothing to drop; the entry's invalidation waits for that lookup,
-//! as it takes the directory's lock, and drops it). The notifications are sent from
+//! as it takes the directory's lock, and drops it). A directory's entry is not
+//! invalidated for that (it would detach what is mounted below it): the reply that
+//! first gives the kernel a directory gives its attributes for no time instead. The notifications are sent from
 //! that thread, never under the file system's locks: the kernel may have to wait for
 //! a request in flight, whose handler may wait for that lock.
 //!

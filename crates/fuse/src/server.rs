@@ -40,22 +40,31 @@ pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
 #[derive(Default)]
 struct Held {
     count: u64,
+    /// The names it was given under, kept for files only: invalidating a directory's
+    /// entry would also detach whatever is mounted below it.
     names: Vec<(u64, Box<str>)>,
 }
 
-/// Names kept per inode at most (hard links beyond are invalidated with their
-/// directory's changes, or time out).
+/// Names kept per inode at most. The names matter while the kernel is installing the
+/// inode from its first replies; an inode given under more names is held already.
 const NAMES_PER_INODE: usize = 8;
 
 impl LookupCounts {
-    fn add(&self, ino: u64, dir: u64, name: &str) {
+    /// One more lookup of `st`'s inode, given as `name` in directory `dir`; whether it
+    /// is the first (the kernel did not hold the inode).
+    fn add(&self, st: &Stat, dir: u64, name: &str) -> bool {
         let mut map = self.0.lock();
-        let held = map.entry(ino).or_default();
+        let held = map.entry(st.ino).or_default();
         held.count += 1;
+        let first = held.count == 1;
+        if st.kind == fs::FileKind::Dir {
+            return first;
+        }
         let known = held.names.iter().any(|(d, n)| *d == dir && &**n == name);
         if !known && held.names.len() < NAMES_PER_INODE {
             held.names.push((dir, name.into()));
         }
+        first
     }
 
     fn forget(&self, ino: u64, n: u64) {
@@ -249,14 +258,30 @@ impl Server {
         }
     }
 
+    /// How long the kernel may keep the attributes of `st` it is given with an entry,
+    /// `first` if it did not hold the inode: a directory the kernel did not hold gets
+    /// them for no time, and asks again at its next use. A change of it through another
+    /// door racing this reply could find nothing to invalidate while the reply is on its
+    /// way; for a file the invalidation of its name covers that, but invalidating a
+    /// directory's entry would also detach whatever is mounted below it.
+    fn entry_attr_ttl(st: &Stat, first: bool, ttl: Duration) -> Duration {
+        if first && st.kind == fs::FileKind::Dir {
+            Duration::ZERO
+        } else {
+            ttl
+        }
+    }
+
     /// Replies with the entry `name` of directory `dir`, which the kernel then holds one
     /// more lookup of; the reply was built since [`Invalidator::changes`] was `since`.
     fn entry(&self, (dir, name): (u64, &str), since: u64, r: fs::Result<Stat>, reply: ReplyEntry) {
         match r {
             Ok(st) => {
-                self.lookups.add(st.ino, dir, name);
+                let first = self.lookups.add(&st, dir, name);
                 let ttl = self.ttl(since, ENTRY_TTL);
-                reply.entry(&ttl, &file_attr(&st), Generation(st.generation));
+                let attr_ttl = Self::entry_attr_ttl(&st, first, ttl);
+                let (a, g) = (file_attr(&st), Generation(st.generation));
+                reply.entry_with_ttls(&attr_ttl, &ttl, &a, g);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -770,11 +795,10 @@ impl Filesystem for Server {
             // An entry removed since the listing, or unreadable, is left out.
             let Some(st) = st else { continue };
             // The kernel takes a lookup of every entry but `.` and `..`.
-            if !dots {
-                self.lookups.add(st.ino, ino.0, &e.entry.name);
-            }
+            let first = !dots && self.lookups.add(&st, ino.0, &e.entry.name);
             let (a, g) = (file_attr(&st), Generation(st.generation));
-            let ttl = self.ttl(since, ENTRY_TTL);
+            // One timeout for the entry and its attributes (see `entry_attr_ttl`).
+            let ttl = Self::entry_attr_ttl(&st, first, self.ttl(since, ENTRY_TTL));
             if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ttl, &a, g) {
                 // Not sent: the kernel takes no lookup of it.
                 if !dots {
@@ -895,7 +919,7 @@ impl Filesystem for Server {
         let since = self.inval.changes();
         match self.create_open(req, parent.0, n, (mode, umask, flags)) {
             Ok((st, fd)) => {
-                self.lookups.add(st.ino, parent.0, n);
+                self.lookups.add(&st, parent.0, n);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
                 let ttl = self.ttl(since, ENTRY_TTL);
                 reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.open_flags);
