@@ -298,3 +298,12 @@ fn async_mode_handlers_run_as_uthreads_that_wait_for_their_copies() {
     assert!(handlers.copy_waits() > 0, "{}", handlers.summary());
     fs.unmount().unwrap();
 }
+
+#[test]
+fn changes_through_the_library_are_seen_with_the_writeback_cache() {
+    let opts = Options {
+        writeback_cache: true,
+        ..Options::default()
+    };
+    library_changes_seen("inval-wb", &opts);
+}
