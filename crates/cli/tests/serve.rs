@@ -1471,14 +1471,12 @@ fn a_change_by_a_client_is_seen_through_the_mount_at_once() {
         let fd = c.open("/d/f", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
         c.pwrite(fd, &data, 0).unwrap();
         c.close(fd).unwrap();
+        let len = data.len() as u64;
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), len, "round {round}");
+        assert_eq!(std::fs::read(&f).unwrap(), data, "round {round}");
         let mode = 0o600 | (round & 0o7) << 3;
         c.chmod("/d/f", mode).unwrap();
-        assert_eq!(
-            size_and_mode(&f),
-            Ok((data.len() as u64, mode)),
-            "round {round}"
-        );
-        assert_eq!(std::fs::read(&f).unwrap(), data, "round {round}");
+        assert_eq!(size_and_mode(&f), Ok((len, mode)), "round {round}");
         let fd = c
             .open(
                 &format!("/d/new{round}"),
