@@ -407,6 +407,10 @@ impl Filesystem for Server {
             InitFlags::FUSE_PARALLEL_DIROPS,
             // Shared mappings of files opened without the page cache (Linux 6.6+).
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            // Symlink targets kept by the kernel: a symlink never changes (a new one
+            // under the same name is a new inode), and a change through another door
+            // drops the inode's pages with it.
+            InitFlags::FUSE_CACHE_SYMLINKS,
         ] {
             let _ = config.add_capabilities(f);
         }
