@@ -1031,3 +1031,58 @@ fn may_access(c: &fs::Cred, st: &Stat, mask: u32) -> fs::Result<()> {
         Err(fs::Error::Access)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_follow_the_caches() {
+        let direct = file_open_flags(false, false);
+        assert!(direct.contains(FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!direct.contains(FopenFlags::FOPEN_KEEP_CACHE));
+        let cached = file_open_flags(true, false);
+        assert!(cached.contains(FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
+        // With the writeback cache, `close` must still flush the dirty pages.
+        assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
+    }
+
+    #[test]
+    fn lookups_keep_names_of_files_and_say_which_is_first() {
+        let st = |ino, kind| Stat {
+            ino,
+            generation: 1,
+            kind,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            blksize: 4096,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        let l = LookupCounts::default();
+        assert!(l.add(&st(5, fs::FileKind::File), 1, "a"));
+        assert!(!l.add(&st(5, fs::FileKind::File), 1, "a"));
+        assert!(!l.add(&st(5, fs::FileKind::File), 2, "b"));
+        assert_eq!(l.names(5), [(1, "a".to_string()), (2, "b".to_string())]);
+        assert!(l.add(&st(6, fs::FileKind::Dir), 1, "d"));
+        assert!(
+            l.names(6).is_empty(),
+            "a directory's entry is never invalidated"
+        );
+        l.forget(5, 3);
+        assert_eq!((l.count(5), l.names(5).len()), (0, 0));
+        let dir = st(6, fs::FileKind::Dir);
+        let ttl = Duration::from_secs(10);
+        assert_eq!(Server::entry_attr_ttl(&dir, true, ttl), Duration::ZERO);
+        assert_eq!(Server::entry_attr_ttl(&dir, false, ttl), ttl);
+        let file = st(5, fs::FileKind::File);
+        assert_eq!(Server::entry_attr_ttl(&file, true, ttl), ttl);
+    }
+}
