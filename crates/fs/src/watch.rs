@@ -17,6 +17,10 @@ use parking_lot::RwLockWriteGuard;
 use crate::inode::{Inode, InodeState};
 use crate::FileSystem;
 
+/// Listeners of inode changes a file system keeps at most (a server's clients, a FUSE
+/// mount of the same process, and room to spare).
+pub const MAX_INODE_LISTENERS: usize = 4;
+
 /// Hears of inodes that may change (see the module).
 ///
 /// [`InodeChanges::changing`] is called for inode `ino` once the file system holds
@@ -62,9 +66,24 @@ impl FileSystem {
     }
 
     /// Makes `changes` hear of every inode that may change, beside the listeners set
-    /// before (a server's clients and a FUSE mount of the same process each keep one).
+    /// before (a server's clients and a FUSE mount of the same process each keep one);
+    /// past [`MAX_INODE_LISTENERS`] it is ignored, saying so on standard error.
     pub fn set_inode_changes(&self, changes: Arc<dyn InodeChanges>) {
-        self.changes.write().push(changes);
+        let mut changes = Some(changes);
+        for slot in &self.changes {
+            let Some(c) = changes.take() else { return };
+            if let Err(c) = slot.set(c) {
+                changes = Some(c);
+            }
+        }
+        if changes.is_some() {
+            eprintln!("easyio: more than {MAX_INODE_LISTENERS} inode listeners: one is ignored");
+        }
+    }
+
+    /// The listeners set so far.
+    fn listeners(&self) -> impl Iterator<Item = &Arc<dyn InodeChanges>> {
+        self.changes.iter().map_while(std::sync::OnceLock::get)
     }
 
     /// Locks `inode` for a change, telling [`InodeChanges`] once it is locked.
@@ -76,7 +95,7 @@ impl FileSystem {
 
     /// Tells [`InodeChanges`] that inode `ino` changed or was just made.
     pub(crate) fn made(&self, ino: u64) {
-        for c in self.changes.read().iter() {
+        for c in self.listeners() {
             c.changing(ino);
         }
     }
@@ -85,7 +104,7 @@ impl FileSystem {
     /// changes made so far: a door calls it before it tells its caller a change is
     /// made, so that the caller's next call through any other door sees it.
     pub fn settle_changes(&self) {
-        for c in self.changes.read().iter() {
+        for c in self.listeners() {
             c.settle();
         }
     }
@@ -93,15 +112,14 @@ impl FileSystem {
     /// Tells [`InodeChanges`] of the entries `staged` adds to or removes from its
     /// directory, before they are committed.
     pub(crate) fn entries_changing(&self, staged: &crate::commit::Staged) {
-        let changes = self.changes.read();
-        if changes.is_empty() {
+        if self.changes[0].get().is_none() {
             return;
         }
         for e in &staged.entries {
             if let crate::log::Entry::DentryAdd { name, .. }
             | crate::log::Entry::DentryDel { name, .. } = e
             {
-                for c in changes.iter() {
+                for c in self.listeners() {
                     c.entry_changing(staged.ino, name);
                 }
             }
