@@ -389,13 +389,70 @@ pub(crate) fn is_internal(fd: i32) -> bool {
 /// Descriptor numbers looked at for the mount's own: past any a mount opens.
 const FD_SCAN: i32 = 4096;
 
-/// The process's open descriptors below [`FD_SCAN`], found without opening one.
+/// The process's open descriptors below [`FD_SCAN`]: the names in `/proc/self/fd`
+/// (one directory read, not a call per number), or, without `/proc`, every number
+/// asked in turn.
 fn open_fds() -> Vec<i32> {
-    let fcntl = crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
-    // SAFETY: F_GETFD only asks whether a number is open.
-    (0..FD_SCAN)
-        .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
-        .collect()
+    proc_fds().unwrap_or_else(|| {
+        let fcntl =
+            crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+        // SAFETY: F_GETFD only asks whether a number is open.
+        (0..FD_SCAN)
+            .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
+            .collect()
+    })
+}
+
+/// The names of `/proc/self/fd` below [`FD_SCAN`], less the descriptor that reads
+/// them; `None` if it cannot be read.
+fn proc_fds() -> Option<Vec<i32>> {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let getdents =
+        real!(getdents64: fn(libc::c_int, *mut libc::c_void, libc::size_t) -> libc::ssize_t);
+    let close = real!(close: fn(libc::c_int) -> libc::c_int);
+    // SAFETY: opening a directory of the kernel's to read its names.
+    let dir = unsafe {
+        open(
+            c"/proc/self/fd".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if dir < 0 {
+        return None;
+    }
+    let mut fds = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    let ok = loop {
+        // SAFETY: the kernel writes at most `buf.len()` bytes of entries.
+        let n = unsafe { getdents(dir, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break n == 0;
+        }
+        let mut at = 0usize;
+        while at < n as usize {
+            // A `linux_dirent64`: ino (8), off (8), reclen (2), type (1), name.
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = &buf[at + 19..at + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if let Some(fd) = std::str::from_utf8(name)
+                .ok()
+                .and_then(|s| s.parse::<i32>().ok())
+            {
+                if fd != dir && fd < FD_SCAN {
+                    fds.push(fd);
+                }
+            }
+            at += reclen;
+        }
+    };
+    // SAFETY: our own descriptor.
+    unsafe { close(dir) };
+    if !ok {
+        return None;
+    }
+    fds.sort_unstable();
+    Some(fds)
 }
 
 /// The calling process's effective ids and groups.
