@@ -38,6 +38,7 @@ mod copy;
 mod cwd;
 mod dir;
 mod guard;
+mod ids;
 mod image_exec;
 mod inherit;
 mod io;

@@ -115,6 +115,24 @@ pub(crate) fn take_fork_token() -> Option<u64> {
     Some(FORK_TOKEN.with(|t| t.replace(0))).filter(|&t| t != 0)
 }
 
+/// Set in a forked child whose parent was a server's client (the child let its copy
+/// of the connection go).
+static PARENT_JOINED: AtomicBool = AtomicBool::new(false);
+
+/// In a forked child whose parent was connected to a server: connects now, as the
+/// process is (before it changes its ids, see `ids.rs`: the parent's server may be
+/// out of reach of the new ids, and the connection then follows them).
+pub(crate) fn connect_if_inherited() {
+    let inherited = match &*STATE.read() {
+        State::Up(l) => l.is_parents_connection(),
+        State::Down => PARENT_JOINED.load(Ordering::Relaxed),
+        State::Failed(_) => false,
+    };
+    if inherited {
+        let _ = live();
+    }
+}
+
 /// The mount if it is up, without starting it (and without waiting for a lock).
 pub(crate) fn current() -> Option<Arc<Live>> {
     match &*STATE.try_read()? {
@@ -146,6 +164,7 @@ pub(crate) fn live() -> Result<Arc<Live>, i32> {
                 c.abandon();
             }
             *state = State::Down;
+            PARENT_JOINED.store(true, Ordering::Relaxed);
         }
     }
     match &*state {
@@ -220,7 +239,7 @@ fn start() -> Result<Live, (i32, String)> {
     Ok(Live {
         fs: Backend::Local {
             fs: Box::new(fs),
-            cred: process_cred(),
+            cred: parking_lot::RwLock::new(process_cred()),
         },
         image,
         generation: GENERATION.load(Ordering::Relaxed),
@@ -456,7 +475,7 @@ fn proc_fds() -> Option<Vec<i32>> {
 }
 
 /// The calling process's effective ids and groups.
-fn process_cred() -> Cred {
+pub(crate) fn process_cred() -> Cred {
     // SAFETY: these calls only read the process's credentials.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut groups = vec![0; 256];
@@ -544,6 +563,7 @@ extern "C" fn in_child() {
                 c.abandon();
             }
             *state = State::Down;
+            PARENT_JOINED.store(true, Ordering::Relaxed);
         }
         State::Up(_) => {
             // SAFETY: getppid only reads.

@@ -112,11 +112,24 @@ fn absolute(path: &str) -> Result<Target, i32> {
     if parts.len() < prefix.len() || parts[..prefix.len()] != prefix[..] {
         return Ok(Target::Kernel);
     }
-    let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
-    // A trailing slash or "/." asks for a directory: keep that for the file system.
-    if (path.ends_with('/') || path.ends_with("/.")) && inner.len() > 1 {
-        inner.push('/');
-    }
+    // Below a prefix the path names as written, the rest goes to the file system as
+    // the program wrote it: it resolves `.`, `..` and links on the way as the kernel
+    // does (`l/..` is the parent of where `l` leads; `d/.` is `d` as a directory).
+    let raw = path
+        .strip_prefix(config().prefix_str.as_str())
+        .filter(|r| r.is_empty() || r.starts_with('/'));
+    let inner = match raw {
+        Some("") => "/".to_owned(),
+        Some(r) => r.to_owned(),
+        None => {
+            let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
+            // A trailing slash or "/." asks for a directory: keep that.
+            if (path.ends_with('/') || path.ends_with("/.")) && inner.len() > 1 {
+                inner.push('/');
+            }
+            inner
+        }
+    };
     Ok(Target::Easy {
         dir: None,
         path: inner,
