@@ -2,9 +2,12 @@
 //! system calls with the `syscall` instruction itself (as a static program or a
 //! language runtime would) on a path of the mount, on descriptors of the mount,
 //! and relative to a current directory inside the mount, from a host directory
-//! that holds a file `victim`. Every call must fail, the host directory must be
+//! that holds a file `victim`; then, through libc, writes, reads, `close`, `dup2`
+//! onto and `fcntl` of every descriptor number from 3 to 1023 it did not open (the
+//! shim's own among them). Every call must fail, the host directory must be
 //! unchanged, and the image must still hold what the program wrote through the
-//! shim. On an image served on demand and through a server.
+//! shim and pass fsck. On an image served on demand, mounted in the process, and
+//! through a server.
 
 mod common;
 
@@ -27,7 +30,17 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-fn unseen_calls_fail(w: &World, socket: Option<&Path>) {
+/// How the program reaches the image.
+enum Way<'a> {
+    /// With `EASYIO_IMAGE` alone: a server started on demand.
+    OnDemand,
+    /// Mounted in the process alone (`EASYIO_PRIVATE=1`).
+    Private,
+    /// A client of this server.
+    Server(&'a Path),
+}
+
+fn unseen_calls_fail(w: &World, way: Way<'_>) {
     let exe = common::build_c(w, "fault");
     let host = w.dir.join("host");
     std::fs::create_dir_all(&host).unwrap();
@@ -35,8 +48,14 @@ fn unseen_calls_fail(w: &World, socket: Option<&Path>) {
     let before = snapshot(&host);
     let mut cmd = w.shim_cmd(exe.to_str().unwrap(), &["{R}", host.to_str().unwrap()]);
     cmd.current_dir(&host);
-    if let Some(s) = socket {
-        cmd.env("EASYIO_SERVER", s);
+    match way {
+        Way::OnDemand => {}
+        Way::Private => {
+            cmd.env("EASYIO_PRIVATE", "1");
+        }
+        Way::Server(s) => {
+            cmd.env("EASYIO_SERVER", s);
+        }
     }
     let out = run(&mut cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -55,6 +74,10 @@ fn unseen_calls_fail(w: &World, socket: Option<&Path>) {
         );
     }
     assert!(
+        stdout.contains("stray descriptor calls that did not fail: 0"),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("the mount's file by the shim: the image's"),
         "{stdout}"
     );
@@ -64,8 +87,18 @@ fn unseen_calls_fail(w: &World, socket: Option<&Path>) {
 #[test]
 fn calls_the_shim_does_not_see_fail_on_an_image_served_on_demand() {
     let w = World::new("fault", 32);
-    unseen_calls_fail(&w, None);
+    unseen_calls_fail(&w, Way::OnDemand);
     drop(common::open_when_free(&w.img));
+    fsck_clean(&w.img);
+    assert_eq!(read_image(&w.img, "/file"), b"the image's\n");
+}
+
+/// The same with the image mounted in the program's process: the region file and
+/// the engine's descriptors are the shim's to keep.
+#[test]
+fn calls_the_shim_does_not_see_fail_in_a_private_mount() {
+    let w = World::new("fault-private", 32);
+    unseen_calls_fail(&w, Way::Private);
     fsck_clean(&w.img);
     assert_eq!(read_image(&w.img, "/file"), b"the image's\n");
 }
@@ -75,7 +108,7 @@ fn calls_the_shim_does_not_see_fail_through_a_server() {
     static STOP: AtomicBool = AtomicBool::new(false);
     let w = World::new("fault-served", 32);
     let served = common::serve(&w, || STOP.load(Ordering::SeqCst));
-    unseen_calls_fail(&w, Some(&served.socket));
+    unseen_calls_fail(&w, Way::Server(&served.socket));
     STOP.store(true, Ordering::SeqCst);
     served.end(&w);
     assert_eq!(read_image(&w.img, "/file"), b"the image's\n");

@@ -60,6 +60,10 @@ int main(int argc, char **argv) {
     }
     const char *m = argv[1];
     char p[4096];
+    /* What the program was started with (besides 0-2) is its own, not the shim's. */
+    static char inherited[1024];
+    for (int k = 3; k < 1024; k++)
+        inherited[k] = fcntl(k, F_GETFD) >= 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     /* A file of the mount, opened by the shim, then touched behind its back. */
@@ -105,6 +109,34 @@ int main(int argc, char **argv) {
     report("raw chdir .. then unlink", raw(SYS_chdir, (long)"..", 0, 0, 0) >= 0
                                            ? raw(SYS_unlinkat, AT_FDCWD, (long)"victim", 0, 0)
                                            : -ENOENT);
+
+    /* Every descriptor number the program did not open, through libc: writes,
+     * reads, close, dup2 onto it, fcntl. None may reach what the shim holds (the
+     * region file, a server's socket and mailbox): each is EBADF. */
+    int stray = 0;
+    for (int k = 3; k < 1024; k++) {
+        if (k == fd || inherited[k])
+            continue;
+        char junk[8] = "junk!!!\n";
+        if (write(k, junk, sizeof junk) >= 0 || errno != EBADF)
+            stray++, printf("write to %d: %s\n", k, strerrorname_np(errno));
+        if (pwrite(k, junk, sizeof junk, 0) >= 0 || errno != EBADF)
+            stray++, printf("pwrite to %d: %s\n", k, strerrorname_np(errno));
+        if (read(k, b, 1) >= 0 || errno != EBADF)
+            stray++, printf("read of %d: %s\n", k, strerrorname_np(errno));
+        if (fcntl(k, F_SETFD, 0) >= 0 || errno != EBADF)
+            stray++, printf("fcntl of %d: %s\n", k, strerrorname_np(errno));
+        if (dup2(fd, k) >= 0) {
+            /* Allowed only onto a free number: then it is the program's own. */
+            close(k);
+        } else if (errno != EBADF) {
+            stray++, printf("dup2 onto %d: %s\n", k, strerrorname_np(errno));
+        }
+        if (close(k) >= 0 || errno != EBADF)
+            stray++, printf("close of %d: %s\n", k, strerrorname_np(errno));
+    }
+    printf("stray descriptor calls that did not fail: %d\n", stray);
+    failures += stray;
 
     /* The kernel's current directory was not the host's: the shim still serves. */
     snprintf(p, sizeof p, "%s/file", m);
