@@ -342,52 +342,7 @@ fn note_internal(before: &[i32]) {
 /// The lowest descriptor the mount holds: a cheap first test of [`is_internal`].
 static MIN_INTERNAL: AtomicI32 = AtomicI32::new(i32::MAX);
 
-/// Runs `f` with every free descriptor number below the floor taken, so that what
-/// `f` opens and keeps (the region file, an engine's) lands above it, out of the
-/// program's way.
-fn above_floor<T>(f: impl FnOnce() -> T) -> T {
-    let floor = descriptor_floor();
-    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
-    let dup = real!(dup: fn(libc::c_int) -> libc::c_int);
-    let close = real!(close: fn(libc::c_int) -> libc::c_int);
-    // SAFETY: opening /dev/null for a path only; dup of our own descriptor.
-    let first = unsafe { open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
-    let mut taken = Vec::new();
-    if first >= 0 {
-        taken.push(first);
-        loop {
-            // SAFETY: as above.
-            let d = unsafe { dup(first) };
-            if d < 0 {
-                break;
-            }
-            taken.push(d);
-            if d >= floor {
-                break;
-            }
-        }
-    }
-    let r = f();
-    for d in taken {
-        // SAFETY: our own descriptors, taken above.
-        unsafe { close(d) };
-    }
-    r
-}
-
-/// Where a server's connection keeps its descriptors: high, below the process's
-/// limit, out of the way of numbers a program names itself.
-fn descriptor_floor() -> i32 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit fills the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 10;
-    }
-    lim.rlim_cur.saturating_sub(64).clamp(10, 1000) as i32
-}
+use easyio::descriptors::{above_floor, floor as descriptor_floor};
 
 /// The kernel descriptors the mount itself holds (the region file, an engine's):
 /// a program closing descriptors it does not know of must not close these.
