@@ -31,7 +31,7 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
 
 /// The kernel's lookup count of each inode it holds: one for every entry a reply gave
 /// it, less what it gave back with `forget`; and the names (directory, name) it was
-/// given the inode under, which are invalidated with the inode (see [`crate::inval`]).
+/// given the inode under, which are invalidated with the inode (see the `inval` module).
 /// An inode leaves the table at zero.
 #[derive(Clone, Default)]
 pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
