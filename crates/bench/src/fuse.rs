@@ -12,6 +12,7 @@
 //! | seqread   | `pread` 1 MiB after 1 MiB from its start, starting over at its end |
 //! | seqwrite  | `pwrite` 1 MiB after 1 MiB from its start, starting over at its end |
 //! | create    | create a file in one directory, write 4 KiB, close               |
+//! | programs  | real programs (tar, cp, git, make, sqlite3, rm) timed beside tmpfs: [`programs`] |
 //!
 //! Every byte is checked: each 4 KiB block of the data file carries its block number
 //! and the operation that wrote it, and a fill byte of its number. A read checks the
@@ -22,6 +23,7 @@
 //! CPU: the benchmark process's (getrusage) plus, for the FUSE mount, the server
 //! process's (user plus system time of all its threads, from `/proc/PID/stat`).
 
+pub mod programs;
 mod server;
 
 use std::path::Path;
@@ -54,9 +56,12 @@ const MAGIC: u64 = 0x6561_7379_696f_4655;
 const SEED: u64 = 0x5EED_F05E;
 /// Files the create workload makes before it checks and removes them (untimed).
 const CREATE_BATCH: u64 = 1_000;
-/// What the 1 MiB sequential workloads through the mount must reach, as a fraction of
-/// tmpfs's bandwidth (issue 19).
-const SEQ_TARGET: f64 = 0.5;
+/// What the 1 MiB sequential workloads through the mount should reach, as a fraction of
+/// tmpfs's bandwidth.
+const SEQ_TARGET: f64 = 0.8;
+/// What the 4 KiB and create workloads through the mount should reach, as a fraction
+/// of tmpfs's operations per second.
+const SMALL_TARGET: f64 = 0.3;
 
 /// A workload (see the module's table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -72,6 +77,8 @@ pub enum Workload {
     Seqwrite,
     /// Create, write 4 KiB, close: many small files in one directory.
     Create,
+    /// Real programs on the mount and on tmpfs, by wall time (see [`programs`]).
+    Programs,
 }
 
 impl Workload {
@@ -98,6 +105,7 @@ impl Workload {
             Workload::Seqread => "seqread",
             Workload::Seqwrite => "seqwrite",
             Workload::Create => "create",
+            Workload::Programs => "programs",
         }
     }
 }
@@ -139,8 +147,9 @@ pub struct FuseArgs {
     /// Who moves file data in the server (and in the library column).
     #[arg(long, default_value = "cpu")]
     mode: Mode,
-    /// Threads serving FUSE requests.
-    #[arg(long, default_value_t = 4, value_parser = args::threads())]
+    /// Threads serving FUSE requests (default: as `easyio mount`'s, one per core, at
+    /// most 8).
+    #[arg(long, default_value_t = server_threads(), value_parser = args::threads())]
     threads: usize,
     /// Seconds per workload and door (more than 0, at most 3600).
     #[arg(long, default_value_t = 2.0, value_parser = args::seconds)]
@@ -154,8 +163,19 @@ pub struct FuseArgs {
     /// server's, skipping the page cache.
     #[arg(long)]
     direct: bool,
+    /// Mount with `easyio mount --page-cache`: the kernel keeps file pages (from one
+    /// open to the next), so repeated reads stay in it.
+    #[arg(long)]
+    page_cache: bool,
     #[arg(long)]
     json: bool,
+}
+
+/// `easyio mount`'s default number of threads: one per core, at most 8.
+fn server_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
 }
 
 /// A data file size: 1 MiB to 16 GiB, rounded up to whole MiB.
@@ -213,6 +233,8 @@ struct Report {
     machine: Machine,
     mode: Mode,
     server_threads: usize,
+    /// The mount keeps file pages in the kernel's page cache (`--page-cache`).
+    page_cache: bool,
     /// Files of the mount and of tmpfs opened with `O_DIRECT`.
     direct: bool,
     duration_s: f64,
@@ -220,6 +242,9 @@ struct Report {
     note: &'static str,
     results: Vec<Row>,
     goals: Vec<Goal>,
+    /// `--workload programs`: each step's wall time on the mount and on tmpfs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    programs: Vec<programs::ProgramRow>,
 }
 
 /// What the table's footnote says.
@@ -228,9 +253,11 @@ in /dev/shm served by `easyio mount` (a child process); tmpfs = the same calls o
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
-tmpfs's are not persistent. The mount serves files without the kernel's page cache \
-(as a DAX file system does; `easyio mount --page-cache` turns it on): every read and \
-write through it reaches the server (1st pass GiB/s: the first pass over the file). \
+tmpfs's are not persistent. Unless run with --page-cache, the mount serves files \
+without the kernel's page cache (as a DAX file system does): every read and write \
+through it reaches the server (1st pass GiB/s: the first pass over the file); with it, \
+pages stay in the kernel from one open to the next. Entries and attributes are cached \
+by the kernel (10 s, invalidated on changes through other doors). \
 CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
@@ -634,11 +661,17 @@ fn measure_all(a: &FuseArgs, server: &server::Server) -> anyhow::Result<Vec<Row>
         lib_region: lib_region.clone(),
         mode: a.mode,
     };
-    let runs = a.workload.len() * Door::ALL.len();
+    let data: Vec<Workload> = a
+        .workload
+        .iter()
+        .copied()
+        .filter(|&w| w != Workload::Programs)
+        .collect();
+    let runs = data.len() * Door::ALL.len();
     let quiet = a.json || a.duration * runs as f64 <= 3.0;
     let progress = progress::bar(runs as u64, quiet);
     let mut rows = Vec::new();
-    for &w in &a.workload {
+    for &w in &data {
         for door in Door::ALL {
             signals::check()?;
             progress.set_message(format!("{} through {}", w.name(), door.name()));
@@ -669,13 +702,18 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
         }
     }
     rows.iter()
-        .filter(|r| r.door == Door::EasyioFuse && r.workload.sequential())
+        .filter(|r| r.door == Door::EasyioFuse)
         .filter_map(|r| {
+            let asked = if r.workload.sequential() {
+                SEQ_TARGET
+            } else {
+                SMALL_TARGET
+            };
             r.vs_tmpfs.map(|ratio| Goal {
                 workload: r.workload,
                 ratio,
-                asked: SEQ_TARGET,
-                met: ratio >= SEQ_TARGET,
+                asked,
+                met: ratio >= asked,
             })
         })
         .collect()
@@ -693,20 +731,39 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
     if !Path::new("/dev/fuse").exists() {
         bail!("no /dev/fuse on this machine: load the fuse module (modprobe fuse)");
     }
-    let server = server::Server::start(easyio_exe, image_bytes(a.size), a.mode, a.threads)?;
+    let server = server::Server::start(
+        easyio_exe,
+        image_bytes(a.size),
+        a.mode,
+        a.threads,
+        a.page_cache,
+    )?;
     let mut results = measure_all(&a, &server)?;
+    let programs = match a.workload.contains(&Workload::Programs) {
+        true => programs::measure(
+            &server.mountpoint().join("programs"),
+            Path::new(&format!(
+                "/dev/shm/easyio-bench-fuse-programs-{}",
+                std::process::id()
+            )),
+            a.json,
+        )?,
+        false => Vec::new(),
+    };
     server.stop()?;
     let goals = compare(&mut results);
     let report = Report {
         machine: Machine::this(),
         mode: a.mode,
         server_threads: a.threads,
+        page_cache: a.page_cache,
         direct: a.direct,
         duration_s: a.duration,
         file_bytes: a.size,
         note: NOTE,
         results,
         goals,
+        programs,
     };
     if a.json {
         return report::print_json(&report);
@@ -717,16 +774,35 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
 
 /// The report for people: settings, machine, the table, the goals and the note.
 fn print_report(r: &Report) {
-    println!(
-        "easyio bench fuse — {} s per run, {} data file, {}; server: --mode {} --threads {}",
-        r.duration_s,
-        report::size_label(r.file_bytes),
-        if r.direct { "O_DIRECT" } else { "buffered" },
-        r.mode.name(),
-        r.server_threads
-    );
+    if r.results.is_empty() {
+        println!(
+            "easyio bench fuse — programs; server: --mode {} --threads {}{}",
+            r.mode.name(),
+            r.server_threads,
+            if r.page_cache { " --page-cache" } else { "" }
+        );
+    } else {
+        println!(
+            "easyio bench fuse — {} s per run, {} data file, {}; server: --mode {} --threads {}{}",
+            r.duration_s,
+            report::size_label(r.file_bytes),
+            if r.direct { "O_DIRECT" } else { "buffered" },
+            r.mode.name(),
+            r.server_threads,
+            if r.page_cache { " --page-cache" } else { "" }
+        );
+    }
     println!("machine: {}", r.machine.describe());
-    println!("{}", table(&r.results));
+    if !r.results.is_empty() {
+        println!("{}", table(&r.results));
+    }
+    if !r.programs.is_empty() {
+        println!("{}", programs::table(&r.programs));
+        println!("note: {}", programs::NOTE);
+        if r.results.is_empty() {
+            return;
+        }
+    }
     for g in &r.goals {
         println!(
             "goal: {} through the mount ≥ {}× tmpfs: {:.2}× ({})",

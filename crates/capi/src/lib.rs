@@ -32,6 +32,7 @@
 mod aio;
 mod args;
 mod buffers;
+pub mod descriptors;
 mod dir;
 mod error;
 mod files;

@@ -159,17 +159,21 @@ fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut e
         unsafe { *o }
     };
     let (opts, model) = options(&o)?;
-    let region = if opts.read_only {
-        Region::open_read_only(image)
-    } else {
-        Region::open(image)
-    }
-    .map_err(fs::Error::Region)?;
-    let mut pm: Arc<dyn Pmem> = Arc::new(region);
-    if let Some(model) = model {
-        pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
-    }
-    let (fs, _report) = FileSystem::mount(pm, opts)?;
+    // What the mount keeps open (the region file, an engine's) sits at high numbers,
+    // out of the way of the program's own.
+    let (fs, _report) = crate::descriptors::above_floor(|| {
+        let region = if opts.read_only {
+            Region::open_read_only(image)
+        } else {
+            Region::open(image)
+        }
+        .map_err(fs::Error::Region)?;
+        let mut pm: Arc<dyn Pmem> = Arc::new(region);
+        if let Some(model) = model {
+            pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
+        }
+        FileSystem::mount(pm, opts)
+    })?;
     Ok(MOUNTS.insert(Mount {
         requests: Mutex::new(HashMap::new()),
         next_request: AtomicU64::new(1),

@@ -898,3 +898,30 @@ fn unmount_under_concurrent_calls_makes_them_ebadf_not_crash() {
     }
     drop(bufs);
 }
+
+/// What the mount keeps open sits at or above `descriptors::floor()`: a program
+/// that opens, dup2s onto or closes low numbers (3, 4, ...) never touches the
+/// image. Checked in `/proc/self/fd` for the image's own descriptors, with the
+/// engine threads of the async mode running.
+#[test]
+fn a_mount_keeps_its_descriptors_above_the_programs() {
+    let img = Image::new("async");
+    let floor = easyio::descriptors::floor();
+    let mut held = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let e = e.unwrap();
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if target.to_string_lossy() == img.path {
+            held.push(e.file_name().to_string_lossy().parse::<i32>().unwrap());
+        }
+    }
+    assert!(
+        !held.is_empty() || floor < 64,
+        "the mount holds no descriptor of its image"
+    );
+    for fd in held {
+        assert!(fd >= floor, "the image is open at {fd}, below {floor}");
+    }
+}

@@ -408,6 +408,8 @@ struct Info {
     usage: fs::Usage,
     mount: MountReport,
     protection: Protection,
+    /// What `easyio mount` of this image would serve through on this machine.
+    fuse_transport: String,
 }
 
 /// Whether stray stores of the application into a region mounted in its process
@@ -452,6 +454,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
             used: fs.pmem().protection_key().is_some(),
             key: fs.pmem().protection_key(),
         },
+        fuse_transport: easyio_fuse::transport(),
     };
     if a.json {
         report::print_json(&info)?;
@@ -495,6 +498,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
             out,
             "protection: {how}; clients of `easyio serve` map the image read-only"
         )?;
+        writeln!(out, "fuse:       {}", info.fuse_transport)?;
     }
     fs.unmount()?;
     Ok(())

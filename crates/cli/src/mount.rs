@@ -48,8 +48,8 @@ pub struct MountArgs {
     /// Mount read-only: nothing is written to the image.
     #[arg(long)]
     read_only: bool,
-    /// Threads serving requests.
-    #[arg(long, default_value_t = 4)]
+    /// Threads serving requests (default: one per core, at most 8).
+    #[arg(long, default_value_t = easyio_fuse::default_threads())]
     threads: usize,
     /// Log file of the background server (default: one in the temporary directory).
     #[arg(long, value_name = "FILE")]

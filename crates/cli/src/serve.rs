@@ -99,7 +99,7 @@ struct FuseSide {
 impl FuseSide {
     /// Mounts `fs` on `dir` and serves it on a thread of its own.
     fn start(fs: Arc<FileSystem>, dir: &Path, mode: Mode) -> anyhow::Result<FuseSide> {
-        let threads = 4;
+        let threads = easyio_fuse::default_threads();
         let opts = easyio_fuse::Options {
             threads,
             uthread_workers: if mode == Mode::Async { threads } else { 0 },

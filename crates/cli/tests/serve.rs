@@ -1434,6 +1434,75 @@ fn clients_and_programs_on_the_fuse_mount_share_one_file_system() {
     assert!(!mounted(&mp), "the mount is gone with the server");
 }
 
+/// `stat` through a mount: size and permission bits, or the errno.
+fn size_and_mode(p: &Path) -> Result<(u64, u32), i32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| (m.len(), m.permissions().mode() & 0o7777))
+        .map_err(|e| e.raw_os_error().unwrap())
+}
+
+#[test]
+fn a_change_by_a_client_is_seen_through_the_mount_at_once() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: install fuse3 (as .ci/run does) to run this test"
+    );
+    let dir = Scratch::new("inval");
+    let mp = dir.0.join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let server = Server::start(&dir.0, &["--mount", mp.to_str().unwrap()]);
+    assert!(mounted(&mp), "{}", server.log_text());
+    let c = Client::connect(&server.socket).unwrap();
+    std::fs::create_dir(mp.join("d")).unwrap();
+    std::fs::write(mp.join("d/f"), b"first").unwrap();
+    // Each round the mount first reads what the kernel then caches (entries,
+    // attributes, a missing name, a listing), then a client changes it, and the
+    // mount's next call sees the change.
+    for round in 0..20u32 {
+        let f = mp.join("d/f");
+        let new = mp.join(format!("d/new{round}"));
+        for _ in 0..2 {
+            assert!(size_and_mode(&f).is_ok());
+            assert_eq!(size_and_mode(&new), Err(libc::ENOENT));
+            assert!(std::fs::read_dir(mp.join("d")).unwrap().count() >= 1);
+        }
+        let data = contents(round, 7);
+        let fd = c.open("/d/f", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
+        c.pwrite(fd, &data, 0).unwrap();
+        c.close(fd).unwrap();
+        let len = data.len() as u64;
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), len, "round {round}");
+        assert_eq!(std::fs::read(&f).unwrap(), data, "round {round}");
+        let mode = 0o600 | (round & 0o7) << 3;
+        c.chmod("/d/f", mode).unwrap();
+        assert_eq!(size_and_mode(&f), Ok((len, mode)), "round {round}");
+        let fd = c
+            .open(
+                &format!("/d/new{round}"),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        c.close(fd).unwrap();
+        assert_eq!(size_and_mode(&new), Ok((0, 0o644)), "round {round}");
+        c.unlink(&format!("/d/new{round}")).unwrap();
+        assert_eq!(size_and_mode(&new), Err(libc::ENOENT), "round {round}");
+        c.rename("/d/f", "/d/g").unwrap();
+        assert_eq!(size_and_mode(&f), Err(libc::ENOENT), "round {round}");
+        assert_eq!(std::fs::read(mp.join("d/g")).unwrap(), data);
+        c.rename("/d/g", "/d/f").unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(mp.join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f"], "round {round}");
+    }
+    drop(c);
+    server.stop();
+}
+
 /// What the lines of killed `acker` processes say must be in the image: for each
 /// path, its contents' CRC or `None` for gone; paths whose last step was not
 /// acknowledged may be either way and are left out.

@@ -166,6 +166,7 @@ impl FileSystem {
     /// Commits staged entries of one inode with a single atomic tail store, then
     /// applies them to the DRAM state. Returns displaced data blocks.
     pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
+        self.entries_changing(&staged);
         let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
         let word = seal_log_word(staged.ino, LogWord::Tail, staged.new_tail);
         if crate::fault::active(crate::fault::Fault::CommitWithoutFlush) {
@@ -190,6 +191,9 @@ impl FileSystem {
     /// Commits several staged inodes — and any extra words, such as valid words of
     /// created or freed inodes — atomically through a journal.
     pub(crate) fn commit_journaled(&self, staged: &[&Staged], extra: &[(u64, u64)]) {
+        for s in staged {
+            self.entries_changing(s);
+        }
         let mut words: Vec<(u64, u64)> = staged
             .iter()
             .map(|s| {

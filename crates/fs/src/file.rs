@@ -77,7 +77,7 @@ impl OpenFlags {
 
     /// Whether the flags may be used, and if so whether they open for reading and
     /// for writing.
-    pub(crate) fn validate(self) -> Result<(bool, bool)> {
+    pub fn validate(self) -> Result<(bool, bool)> {
         if self.0 & !Self::KNOWN != 0 {
             return Err(Error::Invalid(format!(
                 "unsupported open flags {:#o}",

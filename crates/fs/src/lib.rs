@@ -75,7 +75,7 @@ use epoch::Epoch;
 pub use epoch::ExternalReaders;
 use file::OpenFile;
 use inode::Inode;
-pub use watch::{DataChanges, InodeChanges};
+pub use watch::{DataChanges, InodeChanges, MAX_INODE_LISTENERS};
 
 /// Longest name of a directory entry, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -246,8 +246,9 @@ pub struct FileSystem {
     unmounted: std::sync::atomic::AtomicBool,
     /// See [`DataChanges`].
     watcher: std::sync::OnceLock<Arc<dyn DataChanges>>,
-    /// See [`InodeChanges`].
-    changes: std::sync::OnceLock<Arc<dyn InodeChanges>>,
+    /// See [`InodeChanges`]: every listener hears every change. Slots set once each,
+    /// in order, so that telling them costs the hot path plain loads.
+    changes: [std::sync::OnceLock<Arc<dyn InodeChanges>>; watch::MAX_INODE_LISTENERS],
 }
 
 impl FileSystem {

@@ -200,6 +200,15 @@ impl FileSystem {
             };
         }
         check_name(last)?;
+        // Linux's walk asks for search permission on each directory before it looks
+        // at the next name, the last one too: a parent that may not be searched is
+        // EACCES before anything about the name or the other path of a rename.
+        {
+            let st = dir.state.read();
+            if st.kind == FileKind::Dir {
+                cred::may(who, &st, MAY_EXEC)?;
+            }
+        }
         if last == ".." {
             return Ok(Parent {
                 dir: self.step(who, &dir, "..")?,
@@ -633,7 +642,14 @@ impl FileSystem {
     ) -> Result<()> {
         let p = self.resolve_parent_as(who, base, path)?;
         if p.dot {
-            return Err(Error::Invalid("cannot remove '.' or '..'".into()));
+            // As Linux: unlink of `.` or `..` is EISDIR; rmdir of `.` EINVAL, of `..`
+            // ENOTEMPTY (its parent is never empty: it holds the directory).
+            let dotdot = path.trim_end_matches('/').rsplit('/').next() == Some("..");
+            return Err(match (want_dir, dotdot) {
+                (false, _) => Error::IsDir,
+                (true, false) => Error::Invalid("cannot remove '.'".into()),
+                (true, true) => Error::NotEmpty,
+            });
         }
         if p.name.is_empty() {
             return Err(if want_dir {
@@ -787,6 +803,9 @@ impl FileSystem {
         // Kinds never change; knowing it now means a directory target is never
         // locked while the destination directory is (an unrelated directory).
         let target_is_dir = target.state.read().kind == FileKind::Dir;
+        // Protected hard links are judged before the directory is locked: the target
+        // may be that very directory. (Judged again below, with the target locked.)
+        let protected = may_link(who, &target.state.read());
         let mut dst = self.write_state(dir);
         if dst.kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -802,6 +821,9 @@ impl FileSystem {
             // As for symlink: a free name with a trailing slash is ENOENT.
             return Err(Error::NotFound);
         }
+        // Linux's order: protected hard links (`may_linkat`), then write permission
+        // on the directory (`may_create`), then a directory target.
+        protected?;
         self.check_writable()?;
         cred::may(who, &dst, MAY_WRITE)?;
         if target_is_dir {

@@ -252,6 +252,10 @@ impl FileSystem {
         }
         loop {
             if p.name.is_empty() {
+                // `.`, `..` or the root: it exists (Linux checks O_EXCL first).
+                if flags.has(OpenFlags::EXCL) {
+                    return Err(Error::Exists);
+                }
                 return Ok((p.dir, false));
             }
             crate::namespace::check_name(&p.name)?;

@@ -230,7 +230,7 @@ fn mount_with(
         read_only: false,
         unmounted: AtomicBool::new(false),
         watcher: std::sync::OnceLock::new(),
-        changes: std::sync::OnceLock::new(),
+        changes: Default::default(),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report, fixes))
@@ -369,7 +369,7 @@ fn mount_read_only(
         read_only: true,
         unmounted: AtomicBool::new(false),
         watcher: std::sync::OnceLock::new(),
-        changes: std::sync::OnceLock::new(),
+        changes: Default::default(),
     };
     Ok((fs, report))
 }

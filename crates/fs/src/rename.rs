@@ -90,7 +90,8 @@ impl FileSystem {
         let from = self.resolve_parent_as(who, obase, old)?;
         let to = self.resolve_parent_as(who, nbase, new)?;
         if from.name.is_empty() || to.name.is_empty() {
-            return Err(Error::Invalid("cannot rename the root, '.' or '..'".into()));
+            // Linux: EBUSY for a last component `.`, `..` or the root, on either side.
+            return Err(Error::Errno(libc::EBUSY));
         }
         let side = |p: crate::namespace::Parent| Side {
             dir: p.dir,

@@ -17,6 +17,10 @@ use parking_lot::RwLockWriteGuard;
 use crate::inode::{Inode, InodeState};
 use crate::FileSystem;
 
+/// Listeners of inode changes a file system keeps at most (a server's clients, a FUSE
+/// mount of the same process, and room to spare).
+pub const MAX_INODE_LISTENERS: usize = 4;
+
 /// Hears of inodes that may change (see the module).
 ///
 /// [`InodeChanges::changing`] is called for inode `ino` once the file system holds
@@ -29,6 +33,19 @@ use crate::FileSystem;
 pub trait InodeChanges: Send + Sync {
     /// Inode `ino` may be about to change, or was just made.
     fn changing(&self, ino: u64);
+
+    /// The entry `name` of directory `dir` is about to be added or removed (a create,
+    /// link, unlink or rename), called under the same lock as [`InodeChanges::changing`]
+    /// of `dir`. For a listener that caches names as well as inodes (the kernel's
+    /// dentries behind a FUSE mount, negative ones included).
+    fn entry_changing(&self, dir: u64, name: &str) {
+        let _ = (dir, name);
+    }
+
+    /// Returns once what the listener does about the changes it heard of so far is
+    /// done (a FUSE mount: the kernel told to forget what it cached of them). See
+    /// [`FileSystem::settle_changes`].
+    fn settle(&self) {}
 }
 
 /// Watches changes of file data (see the module).
@@ -48,10 +65,25 @@ impl FileSystem {
         let _ = self.watcher.set(watcher);
     }
 
-    /// Makes `changes` hear of every inode that may change (set once; later calls
-    /// are ignored).
+    /// Makes `changes` hear of every inode that may change, beside the listeners set
+    /// before (a server's clients and a FUSE mount of the same process each keep one);
+    /// past [`MAX_INODE_LISTENERS`] it is ignored, saying so on standard error.
     pub fn set_inode_changes(&self, changes: Arc<dyn InodeChanges>) {
-        let _ = self.changes.set(changes);
+        let mut changes = Some(changes);
+        for slot in &self.changes {
+            let Some(c) = changes.take() else { return };
+            if let Err(c) = slot.set(c) {
+                changes = Some(c);
+            }
+        }
+        if changes.is_some() {
+            eprintln!("easyio: more than {MAX_INODE_LISTENERS} inode listeners: one is ignored");
+        }
+    }
+
+    /// The listeners set so far.
+    fn listeners(&self) -> impl Iterator<Item = &Arc<dyn InodeChanges>> {
+        self.changes.iter().map_while(std::sync::OnceLock::get)
     }
 
     /// Locks `inode` for a change, telling [`InodeChanges`] once it is locked.
@@ -63,8 +95,34 @@ impl FileSystem {
 
     /// Tells [`InodeChanges`] that inode `ino` changed or was just made.
     pub(crate) fn made(&self, ino: u64) {
-        if let Some(c) = self.changes.get() {
+        for c in self.listeners() {
             c.changing(ino);
+        }
+    }
+
+    /// Returns once every [`InodeChanges`] listener has done what it does about the
+    /// changes made so far: a door calls it before it tells its caller a change is
+    /// made, so that the caller's next call through any other door sees it.
+    pub fn settle_changes(&self) {
+        for c in self.listeners() {
+            c.settle();
+        }
+    }
+
+    /// Tells [`InodeChanges`] of the entries `staged` adds to or removes from its
+    /// directory, before they are committed.
+    pub(crate) fn entries_changing(&self, staged: &crate::commit::Staged) {
+        if self.changes[0].get().is_none() {
+            return;
+        }
+        for e in &staged.entries {
+            if let crate::log::Entry::DentryAdd { name, .. }
+            | crate::log::Entry::DentryDel { name, .. } = e
+            {
+                for c in self.listeners() {
+                    c.entry_changing(staged.ino, name);
+                }
+            }
         }
     }
 

@@ -128,6 +128,7 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     }
     announce(o);
     let handler_stats = m.handler_stats();
+    let inval = m.invalidator();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch_stop(o, done.clone());
     let served = m.run();
@@ -135,6 +136,11 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     if let Some(h) = handler_stats {
         eprintln!("easyio: {}", h.summary());
     }
+    let sent = inval.stats();
+    eprintln!(
+        "easyio: invalidations sent to the kernel: {} inodes, {} entries",
+        sent.inodes, sent.entries
+    );
     let _ = watcher.join();
     let _ = std::fs::remove_file(&state);
     served.map_err(|e| Error::os("serving FUSE requests".into(), e))?;
@@ -182,7 +188,34 @@ fn describe(o: &ServeOptions) -> String {
     if o.mount.writeback_cache() {
         s += ", kernel writeback cache: a returned write is durable only after fsync or close";
     }
+    s += &format!(
+        ", entries and attributes cached by the kernel {} s, {}",
+        crate::ENTRY_TTL.as_secs(),
+        transport()
+    );
     s
+}
+
+/// Which transport a mount of this machine serves through, and whether the kernel
+/// offers FUSE over io_uring (which this server does not speak).
+pub fn transport() -> String {
+    format!(
+        "transport /dev/fuse ({})",
+        uring_note(std::fs::read_to_string(URING_PARAMETER).ok().as_deref())
+    )
+}
+
+/// The `fuse` module's switch for FUSE over io_uring.
+const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// What the log says of FUSE over io_uring, given the module's switch (`None`: the
+/// kernel has none).
+fn uring_note(enable_uring: Option<&str>) -> &'static str {
+    match enable_uring.map(str::trim) {
+        Some("Y") => "the kernel offers FUSE over io_uring; this server does not speak it",
+        Some(_) => "FUSE over io_uring is off in the kernel",
+        None => "the kernel has no FUSE over io_uring",
+    }
 }
 
 /// What `easyio mount`'s output line adds for slow-memory emulation.
@@ -249,4 +282,17 @@ fn watch_stop(o: &ServeOptions, done: Arc<AtomicBool>) -> std::thread::JoinHandl
             std::thread::sleep(Duration::from_millis(50));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_says_whether_the_kernel_offers_fuse_over_io_uring() {
+        assert!(uring_note(Some("Y\n")).contains("offers"));
+        assert!(uring_note(Some("N\n")).contains("off"));
+        assert!(uring_note(None).contains("no FUSE over io_uring"));
+        assert!(transport().starts_with("transport /dev/fuse ("));
+    }
 }

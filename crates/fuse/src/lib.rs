@@ -29,6 +29,7 @@ mod attr;
 mod control;
 mod cred;
 mod daemon;
+mod inval;
 mod mount;
 mod server;
 mod uthreads;
@@ -37,7 +38,13 @@ pub use control::{
     check_fuse_device, check_mountpoint, mount_of, read_state, state_file, umount, write_state,
     Error, Result, SERVER_EXIT_WAIT,
 };
-pub use daemon::{detach, label, open_image, serve, DetachOptions, Detached, ServeOptions};
-pub use mount::{parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL};
+pub use daemon::{
+    detach, label, open_image, serve, transport, DetachOptions, Detached, ServeOptions,
+};
+pub use inval::{InvalStats, Invalidator};
+pub use mount::{
+    default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
+    MAX_DEFAULT_THREADS, NEGATIVE_TTL,
+};
 pub use server::{LookupCounts, Server};
 pub use uthreads::HandlerStats;

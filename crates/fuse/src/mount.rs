@@ -9,22 +9,26 @@ use std::time::Duration;
 use fs::FileSystem;
 use fuser::{Config, MountOption, SessionACL};
 
+use crate::inval::Invalidator;
 use crate::server::{LookupCounts, Server};
 use crate::uthreads::HandlerStats;
 
-/// How long the kernel may use an entry (a name to inode) without asking again: zero,
-/// so that every path walk asks the server, and a change made by anyone is seen by the
-/// next call of every process (including processes that will share the image without
-/// going through this mount).
-pub const ENTRY_TTL: Duration = Duration::ZERO;
-/// How long the kernel may use attributes without asking again: zero, for the same
-/// reason as [`ENTRY_TTL`].
-pub const ATTR_TTL: Duration = Duration::ZERO;
+/// How long the kernel may use an entry (a name to inode) without asking again. The
+/// kernel keeps what it learns through the mount coherent itself; a change through
+/// another door of this process is invalidated before that door answers (see
+/// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
+/// door saw — there is none: every change of the image goes through this process.
+pub const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// How long the kernel may use attributes without asking again, for the same reason
+/// as [`ENTRY_TTL`].
+pub const ATTR_TTL: Duration = Duration::from_secs(10);
+/// How long the kernel may answer ENOENT for a name it was told does not exist.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 
 /// How to mount.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Threads serving requests (at least 1).
+    /// Threads serving requests (at least 1; default [`default_threads`]).
     pub threads: usize,
     /// Mount read-only (`ro`): the kernel refuses every change.
     pub read_only: bool,
@@ -69,7 +73,7 @@ const WRITEBACK_CACHE: &str = "writeback_cache";
 impl Default for Options {
     fn default() -> Self {
         Options {
-            threads: 4,
+            threads: default_threads(),
             read_only: false,
             extra: Vec::new(),
             uthread_workers: 0,
@@ -77,6 +81,19 @@ impl Default for Options {
             page_cache: false,
         }
     }
+}
+
+/// Most threads [`default_threads`] gives.
+pub const MAX_DEFAULT_THREADS: usize = 8;
+
+/// Threads serving requests unless told: one per core the process may run on, at most
+/// [`MAX_DEFAULT_THREADS`]. Each request wakes one sleeping thread; threads beyond the
+/// cores serve nothing more in parallel and add wake-ups and switches (on 2 cores, 2
+/// threads ran `easyio bench fuse --workload programs` about 1.3× faster than 4).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_DEFAULT_THREADS)
 }
 
 /// Splits a `-o` argument (`a,b=c`) into options.
@@ -138,6 +155,8 @@ fn config(opts: &Options) -> Config {
 pub struct Mount {
     session: fuser::Session<Server>,
     lookups: LookupCounts,
+    inval: Arc<Invalidator>,
+    inval_thread: std::thread::JoinHandle<()>,
     handler_stats: Option<HandlerStats>,
     mountpoint: PathBuf,
 }
@@ -146,13 +165,20 @@ impl Mount {
     /// Mounts `fs` at `mountpoint` (the kernel's handshake included: the mount is up
     /// when this returns).
     pub fn new(fs: Arc<FileSystem>, mountpoint: &Path, opts: &Options) -> io::Result<Mount> {
-        let server = Server::with_options(fs, opts)?;
+        let server = Server::with_options(fs.clone(), opts)?;
         let lookups = server.lookups();
         let handler_stats = server.handler_stats();
+        let inval = server.invalidator();
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
+        // From here on, every change made through another door of this process is
+        // invalidated in the kernel's caches.
+        let inval_thread = inval.start(session.notifier())?;
+        fs.set_inode_changes(inval.clone());
         Ok(Mount {
             session,
             lookups,
+            inval,
+            inval_thread,
             handler_stats,
             mountpoint: mountpoint.to_path_buf(),
         })
@@ -161,6 +187,11 @@ impl Mount {
     /// The uthread handlers' counters, if [`Options::uthread_workers`] is not zero.
     pub fn handler_stats(&self) -> Option<HandlerStats> {
         self.handler_stats.clone()
+    }
+
+    /// The invalidations of the kernel's caches, for inspection while the mount runs.
+    pub fn invalidator(&self) -> Arc<Invalidator> {
+        self.inval.clone()
     }
 
     /// The kernel's lookup counts, for inspection while the mount runs.
@@ -181,7 +212,10 @@ impl Mount {
     /// end like `ENODEV`: it is what a reader may see when the last file open on a
     /// lazily unmounted mount is closed; no request can arrive after it either way.
     pub fn run(self) -> io::Result<()> {
-        match self.session.run() {
+        let r = self.session.run();
+        self.inval.close();
+        let _ = self.inval_thread.join();
+        match r {
             Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
             other => other,
         }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fs::{Fd, FileSystem, OpenFlags as FsFlags, SetAttr, Stat, Whence};
 use fuser::{
@@ -15,8 +15,9 @@ use fuser::{
 };
 use parking_lot::Mutex;
 
-use crate::attr::{file_attr, file_type, time};
-use crate::mount::{ATTR_TTL, ENTRY_TTL};
+use crate::attr::{file_attr, file_type, negative, time};
+use crate::inval::{self, Invalidator};
+use crate::mount::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 use crate::uthreads::{HandlerStats, Uthreads};
 
 // FUSE names the root inode 1, and inode numbers are passed through unchanged.
@@ -29,23 +30,58 @@ const _: () = assert!(fs::ROOT_INO == 1);
 const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
 
 /// The kernel's lookup count of each inode it holds: one for every entry a reply gave
-/// it, less what it gave back with `forget`. An inode leaves the table at zero.
+/// it, less what it gave back with `forget`; and the names (directory, name) it was
+/// given the inode under, which are invalidated with the inode (see the `inval` module).
+/// An inode leaves the table at zero.
 #[derive(Clone, Default)]
-pub struct LookupCounts(Arc<Mutex<HashMap<u64, u64>>>);
+pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
+
+/// What the kernel holds of one inode.
+#[derive(Default)]
+struct Held {
+    count: u64,
+    /// The names it was given under, kept for files only: invalidating a directory's
+    /// entry would also detach whatever is mounted below it.
+    names: Vec<(u64, Box<str>)>,
+}
+
+/// Names kept per inode at most. The names matter while the kernel is installing the
+/// inode from its first replies; an inode given under more names is held already.
+const NAMES_PER_INODE: usize = 8;
 
 impl LookupCounts {
-    fn add(&self, ino: u64) {
-        *self.0.lock().entry(ino).or_insert(0) += 1;
+    /// One more lookup of `st`'s inode, given as `name` in directory `dir`; whether it
+    /// is the first (the kernel did not hold the inode).
+    fn add(&self, st: &Stat, dir: u64, name: &str) -> bool {
+        let mut map = self.0.lock();
+        let held = map.entry(st.ino).or_default();
+        held.count += 1;
+        let first = held.count == 1;
+        if st.kind == fs::FileKind::Dir {
+            return first;
+        }
+        let known = held.names.iter().any(|(d, n)| *d == dir && &**n == name);
+        if !known && held.names.len() < NAMES_PER_INODE {
+            held.names.push((dir, name.into()));
+        }
+        first
     }
 
     fn forget(&self, ino: u64, n: u64) {
         let mut map = self.0.lock();
-        if let Some(c) = map.get_mut(&ino) {
-            *c = c.saturating_sub(n);
-            if *c == 0 {
+        if let Some(held) = map.get_mut(&ino) {
+            held.count = held.count.saturating_sub(n);
+            if held.count == 0 {
                 map.remove(&ino);
             }
         }
+    }
+
+    /// The names the kernel was given inode `ino` under.
+    pub(crate) fn names(&self, ino: u64) -> Vec<(u64, String)> {
+        self.0.lock().get(&ino).map_or_else(Vec::new, |h| {
+            h.names.iter().map(|(d, n)| (*d, n.to_string())).collect()
+        })
     }
 
     /// Inodes the kernel holds at least one lookup of.
@@ -55,7 +91,35 @@ impl LookupCounts {
 
     /// The lookup count of `ino`.
     pub fn count(&self, ino: u64) -> u64 {
-        self.0.lock().get(&ino).copied().unwrap_or(0)
+        self.0.lock().get(&ino).map_or(0, |h| h.count)
+    }
+}
+
+/// Buffers for read replies (and, in `async` mode, the copies of written data the
+/// uthreads take), reused: a fresh zeroed one per request cost a 1 MiB read an `mmap`,
+/// page faults over the whole buffer and a `munmap`.
+#[derive(Default)]
+struct ReadBuffers(Mutex<Vec<Vec<u8>>>);
+
+/// Read buffers kept for reuse at most (one per handler in flight is the most used).
+const READ_BUFFERS_KEPT: usize = 16;
+
+impl ReadBuffers {
+    /// A buffer of `len` bytes (its contents are whatever it held).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut b = self.0.lock().pop().unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b.truncate(len);
+        b
+    }
+
+    fn give_back(&self, b: Vec<u8>) {
+        let mut kept = self.0.lock();
+        if kept.len() < READ_BUFFERS_KEPT {
+            kept.push(b);
+        }
     }
 }
 
@@ -64,12 +128,45 @@ impl LookupCounts {
 pub struct Server {
     fs: Arc<FileSystem>,
     lookups: LookupCounts,
+    /// Invalidates what the kernel caches when another door changes the image.
+    inval: Arc<Invalidator>,
+    buffers: Arc<ReadBuffers>,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
     /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
     /// unless the options ask for it.
     open_flags: FopenFlags,
 }
+
+/// How opened files are served (the flags of every `open` and `create` reply):
+///
+/// - without the page cache (`FOPEN_DIRECT_IO`, the default), writes to one file
+///   from several handles in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders
+///   them itself);
+/// - with it, the pages kept from one open to the next (`FOPEN_KEEP_CACHE`): the
+///   kernel updates them on every write through the mount, and a change through
+///   another door drops them (see `inval.rs`);
+/// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
+///   write was durable when it was answered, so a flush has nothing to do but cost
+///   `close` a round trip. With the writeback cache the kernel ignores the flag and
+///   writes the dirty pages back before its `FLUSH`.
+fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
+    let mut f = if page_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+    };
+    if !writeback_cache {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
+}
+
+/// How opened directories are listed: the kernel keeps the listing
+/// (`FOPEN_CACHE_DIR`), from one open to the next (`FOPEN_KEEP_CACHE`); it drops it
+/// itself when the directory changes through the mount, and a change through another
+/// door drops it with the directory's pages (see `inval.rs`).
+const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
 
 /// An `fs` error as the errno the kernel passes on.
 fn errno(e: &fs::Error) -> Errno {
@@ -88,12 +185,15 @@ fn fd(fh: FileHandle) -> Fd {
 impl Server {
     /// A server for `fs` whose handlers all run on the threads that read requests.
     pub fn new(fs: Arc<FileSystem>) -> Server {
+        let lookups = LookupCounts::default();
         Server {
             fs,
-            lookups: LookupCounts::default(),
+            inval: Invalidator::new(lookups.clone()),
+            lookups,
+            buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
-            open_flags: FopenFlags::FOPEN_DIRECT_IO,
+            open_flags: file_open_flags(false, false),
         }
     }
 
@@ -108,11 +208,7 @@ impl Server {
         Ok(Server {
             uthreads,
             writeback_cache: opts.writeback_cache(),
-            open_flags: if opts.page_cache() {
-                FopenFlags::empty()
-            } else {
-                FopenFlags::FOPEN_DIRECT_IO
-            },
+            open_flags: file_open_flags(opts.page_cache(), opts.writeback_cache()),
             ..Server::new(fs)
         })
     }
@@ -146,12 +242,47 @@ impl Server {
         self.lookups.clone()
     }
 
-    /// Replies with an entry the kernel now holds one more lookup of.
-    fn entry(&self, r: fs::Result<Stat>, reply: ReplyEntry) {
+    /// The invalidator of the kernel's caches.
+    pub(crate) fn invalidator(&self) -> Arc<Invalidator> {
+        self.inval.clone()
+    }
+
+    /// How long the kernel may keep a reply built since [`Invalidator::changes`] was
+    /// `since`: `ttl`, or zero if another door changed the image meanwhile (the reply
+    /// may say what the change replaced, and reach the kernel after the change's
+    /// invalidation).
+    fn ttl(&self, since: u64, ttl: Duration) -> Duration {
+        if self.inval.changes() == since {
+            ttl
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// How long the kernel may keep the attributes of `st` it is given with an entry,
+    /// `first` if it did not hold the inode: a directory the kernel did not hold gets
+    /// them for no time, and asks again at its next use. A change of it through another
+    /// door racing this reply could find nothing to invalidate while the reply is on its
+    /// way; for a file the invalidation of its name covers that, but invalidating a
+    /// directory's entry would also detach whatever is mounted below it.
+    fn entry_attr_ttl(st: &Stat, first: bool, ttl: Duration) -> Duration {
+        if first && st.kind == fs::FileKind::Dir {
+            Duration::ZERO
+        } else {
+            ttl
+        }
+    }
+
+    /// Replies with the entry `name` of directory `dir`, which the kernel then holds one
+    /// more lookup of; the reply was built since [`Invalidator::changes`] was `since`.
+    fn entry(&self, (dir, name): (u64, &str), since: u64, r: fs::Result<Stat>, reply: ReplyEntry) {
         match r {
             Ok(st) => {
-                self.lookups.add(st.ino);
-                reply.entry(&ENTRY_TTL, &file_attr(&st), Generation(st.generation));
+                let first = self.lookups.add(&st, dir, name);
+                let ttl = self.ttl(since, ENTRY_TTL);
+                let attr_ttl = Self::entry_attr_ttl(&st, first, ttl);
+                let (a, g) = (file_attr(&st), Generation(st.generation));
+                reply.entry_with_ttls(&attr_ttl, &ttl, &a, g);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -277,6 +408,10 @@ impl Filesystem for Server {
             InitFlags::FUSE_PARALLEL_DIROPS,
             // Shared mappings of files opened without the page cache (Linux 6.6+).
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            // Symlink targets kept by the kernel: a symlink never changes (a new one
+            // under the same name is a new inode), and a change through another door
+            // drops the inode's pages with it.
+            InitFlags::FUSE_CACHE_SYMLINKS,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -299,18 +434,30 @@ impl Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(self.fs.as_user(&cred).lookup(parent.0, n), reply);
+        let since = self.inval.changes();
+        match self.fs.as_user(&cred).lookup(parent.0, n) {
+            // A negative entry: the kernel answers ENOENT itself until it times out,
+            // or until the name is made (here, or through another door: invalidated).
+            Err(e) if e.errno() == libc::ENOENT => {
+                let ttl = self.ttl(since, NEGATIVE_TTL);
+                reply.entry(&ttl, &negative(), Generation(0));
+            }
+            r => self.entry((parent.0, n), since, r, reply),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        inval::handling();
         self.lookups.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        inval::handling();
         let r = match fh {
             Some(fh) => self.fs.fstat(fd(fh)).or_else(|_| self.fs.getattr(ino.0)),
             None => self.fs.getattr(ino.0),
@@ -336,6 +483,7 @@ impl Filesystem for Server {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        inval::handling();
         let a = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -348,6 +496,7 @@ impl Filesystem for Server {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        inval::handling();
         match self.fs.readlink_ino(ino.0) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(errno(&e)),
@@ -364,15 +513,17 @@ impl Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, umask);
+        let since = self.inval.changes();
         let r = self
             .fs
             .as_user(&cred)
             .mknod_in(parent.0, n, mode, rdev as u64);
-        self.entry(r, reply);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn mkdir(
@@ -384,14 +535,18 @@ impl Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, umask);
-        self.entry(self.fs.as_user(&cred).mkdir_in(parent.0, n, mode), reply);
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).mkdir_in(parent.0, n, mode);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
@@ -400,6 +555,7 @@ impl Filesystem for Server {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENOENT);
         };
@@ -415,11 +571,14 @@ impl Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let (Ok(n), Some(t)) = (name(link_name), target.to_str()) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(self.fs.as_user(&cred).symlink_in(parent.0, n, t), reply);
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).symlink_in(parent.0, n, t);
+        self.entry((parent.0, n), since, r, reply);
     }
 
     fn rename(
@@ -432,6 +591,7 @@ impl Filesystem for Server {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let (Ok(n), Ok(nn)) = (name(n), name(newname)) else {
             return reply.error(Errno::EINVAL);
         };
@@ -451,18 +611,30 @@ impl Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        inval::handling();
         let Ok(nn) = name(newname) else {
             return reply.error(Errno::EINVAL);
         };
         let cred = crate::cred::of(req, 0);
-        self.entry(
-            self.fs.as_user(&cred).link_ino(ino.0, newparent.0, nn),
-            reply,
-        );
+        let since = self.inval.changes();
+        let r = self.fs.as_user(&cred).link_ino(ino.0, newparent.0, nn);
+        self.entry((newparent.0, nn), since, r, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.open_as(req, ino.0, flags.0) {
+        inval::handling();
+        // A truncation by a caller other than root clears setuid/setgid (see `write`).
+        let kills = flags.0 & libc::O_TRUNC != 0
+            && req.uid() != 0
+            && self
+                .fs
+                .getattr(ino.0)
+                .is_ok_and(|st| privileged_mode(st.mode));
+        let r = self.open_as(req, ino.0, flags.0);
+        if kills {
+            self.inval.attrs_now(ino.0);
+        }
+        match r {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags),
             Err(e) => reply.error(errno(&e)),
         }
@@ -479,13 +651,16 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        inval::handling();
         let (fs, fill_pages) = (self.fs.clone(), self.writeback_cache);
+        let buffers = self.buffers.clone();
         self.dispatch(move || {
-            let mut buf = vec![0u8; size as usize];
+            let mut buf = buffers.take(size as usize);
             match read_at(&fs, (ino.0, fh), &mut buf, offset, fill_pages) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(errno(&e)),
             }
+            buffers.give_back(buf);
         });
     }
 
@@ -496,14 +671,28 @@ impl Filesystem for Server {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let written = |r: fs::Result<usize>, reply: ReplyWrite| match r {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno(&e)),
+        inval::handling();
+        // A writer without CAP_FSETID: the fs clears setuid/setgid, which the kernel
+        // must then forget it cached.
+        let kills = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && self
+                .fs
+                .fstat(fd(fh))
+                .is_ok_and(|st| privileged_mode(st.mode));
+        let inval = kills.then(|| self.inval.clone());
+        let written = move |r: fs::Result<usize>, reply: ReplyWrite| {
+            if let Some(inval) = inval {
+                inval.attrs_now(ino.0);
+            }
+            match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
         };
         // An appending handle writes at the end, whatever the offset.
         let at = (flags.0 & libc::O_APPEND == 0).then_some(offset);
@@ -514,10 +703,14 @@ impl Filesystem for Server {
                 .watched_write(ino.0, at, len, || self.fs.pwrite(fd(fh), data, offset));
             return written(r, reply);
         };
-        // The request's buffer is the reader thread's: the uthread gets a copy.
-        let (fs, data) = (self.fs.clone(), data.to_vec());
+        // The request's buffer is the reader thread's: the uthread gets a copy, in a
+        // reused buffer.
+        let (fs, buffers) = (self.fs.clone(), self.buffers.clone());
+        let mut copy = buffers.take(data.len());
+        copy.copy_from_slice(data);
         u.run(move || {
-            let r = fs.watched_write(ino.0, at, len, || fs.pwrite(fd(fh), &data, offset));
+            let r = fs.watched_write(ino.0, at, len, || fs.pwrite(fd(fh), &copy, offset));
+            buffers.give_back(copy);
             written(r, reply)
         });
     }
@@ -530,6 +723,7 @@ impl Filesystem for Server {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         // Nothing is buffered here: every write was durable when it was answered.
         Self::empty(self.fs.fstat(fd(fh)).map(drop), reply);
     }
@@ -544,19 +738,22 @@ impl Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        inval::handling();
         let fs = self.fs.clone();
         self.dispatch(move || Self::empty(fs.fsync(fd(fh)), reply));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        inval::handling();
         let cred = crate::cred::of(req, 0);
         let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
         match self.fs.as_user(&cred).open_ino(ino.0, flags) {
-            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), FopenFlags::empty()),
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), DIR_OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -569,6 +766,7 @@ impl Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        inval::handling();
         let entries = match self.fs.readdir_fd(fd(fh), offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
@@ -590,6 +788,8 @@ impl Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        inval::handling();
+        let since = self.inval.changes();
         let entries = match self.fs.readdir_fd(fd(fh), offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
@@ -603,13 +803,17 @@ impl Filesystem for Server {
             };
             // An entry removed since the listing, or unreadable, is left out.
             let Some(st) = st else { continue };
-            let (a, g) = (file_attr(&st), Generation(st.generation));
-            if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ENTRY_TTL, &a, g) {
-                break;
-            }
             // The kernel takes a lookup of every entry but `.` and `..`.
-            if !dots {
-                self.lookups.add(st.ino);
+            let first = !dots && self.lookups.add(&st, ino.0, &e.entry.name);
+            let (a, g) = (file_attr(&st), Generation(st.generation));
+            // One timeout for the entry and its attributes (see `entry_attr_ttl`).
+            let ttl = Self::entry_attr_ttl(&st, first, self.ttl(since, ENTRY_TTL));
+            if reply.add(INodeNo(st.ino), e.offset, &e.entry.name, &ttl, &a, g) {
+                // Not sent: the kernel takes no lookup of it.
+                if !dots {
+                    self.lookups.forget(st.ino, 1);
+                }
+                break;
             }
         }
         reply.ok();
@@ -623,6 +827,7 @@ impl Filesystem for Server {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
@@ -634,10 +839,12 @@ impl Filesystem for Server {
         _ds: bool,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         Self::empty(self.fs.fsync(fd(fh)), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        inval::handling();
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -663,6 +870,7 @@ impl Filesystem for Server {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EOPNOTSUPP);
         };
@@ -671,6 +879,7 @@ impl Filesystem for Server {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
@@ -679,11 +888,13 @@ impl Filesystem for Server {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        inval::handling();
         let r = Self::read_sized(|buf| self.fs.listxattr_ino(ino.0, buf));
         Self::xattr_reply(r, size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::ENODATA);
         };
@@ -691,6 +902,7 @@ impl Filesystem for Server {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        inval::handling();
         // Sent only without `default_permissions`: the mode bits, as Linux checks them.
         let r = self
             .fs
@@ -709,14 +921,17 @@ impl Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        inval::handling();
         let Ok(n) = name(n) else {
             return reply.error(Errno::EINVAL);
         };
+        let since = self.inval.changes();
         match self.create_open(req, parent.0, n, (mode, umask, flags)) {
             Ok((st, fd)) => {
-                self.lookups.add(st.ino);
+                self.lookups.add(&st, parent.0, n);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
-                reply.created(&ENTRY_TTL, &a, g, FileHandle(fd.0 as u64), self.open_flags);
+                let ttl = self.ttl(since, ENTRY_TTL);
+                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.open_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -732,6 +947,7 @@ impl Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        inval::handling();
         let r = self
             .fs
             .watched_reshape(ino.0, 0, || self.fs.fallocate(fd(fh), mode, offset, length));
@@ -747,6 +963,7 @@ impl Filesystem for Server {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        inval::handling();
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
             libc::SEEK_CUR => Whence::Cur,
@@ -785,6 +1002,11 @@ fn read_at(
     }
 }
 
+/// Whether a file of `mode` has a bit a write of an unprivileged caller clears.
+fn privileged_mode(mode: u32) -> bool {
+    mode & (libc::S_ISUID | libc::S_ISGID) != 0
+}
+
 /// `access(2)`'s check of `mask` (`R_OK`, `W_OK`, `X_OK` bits) against the mode bits.
 fn may_access(c: &fs::Cred, st: &Stat, mask: u32) -> fs::Result<()> {
     let mask = mask & 7;
@@ -807,5 +1029,60 @@ fn may_access(c: &fs::Cred, st: &Stat, mask: u32) -> fs::Result<()> {
         Ok(())
     } else {
         Err(fs::Error::Access)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_follow_the_caches() {
+        let direct = file_open_flags(false, false);
+        assert!(direct.contains(FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!direct.contains(FopenFlags::FOPEN_KEEP_CACHE));
+        let cached = file_open_flags(true, false);
+        assert!(cached.contains(FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
+        // With the writeback cache, `close` must still flush the dirty pages.
+        assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
+    }
+
+    #[test]
+    fn lookups_keep_names_of_files_and_say_which_is_first() {
+        let st = |ino, kind| Stat {
+            ino,
+            generation: 1,
+            kind,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            blksize: 4096,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        let l = LookupCounts::default();
+        assert!(l.add(&st(5, fs::FileKind::File), 1, "a"));
+        assert!(!l.add(&st(5, fs::FileKind::File), 1, "a"));
+        assert!(!l.add(&st(5, fs::FileKind::File), 2, "b"));
+        assert_eq!(l.names(5), [(1, "a".to_string()), (2, "b".to_string())]);
+        assert!(l.add(&st(6, fs::FileKind::Dir), 1, "d"));
+        assert!(
+            l.names(6).is_empty(),
+            "a directory's entry is never invalidated"
+        );
+        l.forget(5, 3);
+        assert_eq!((l.count(5), l.names(5).len()), (0, 0));
+        let dir = st(6, fs::FileKind::Dir);
+        let ttl = Duration::from_secs(10);
+        assert_eq!(Server::entry_attr_ttl(&dir, true, ttl), Duration::ZERO);
+        assert_eq!(Server::entry_attr_ttl(&dir, false, ttl), ttl);
+        let file = st(5, fs::FileKind::File);
+        assert_eq!(Server::entry_attr_ttl(&file, true, ttl), ttl);
     }
 }

@@ -38,6 +38,8 @@ impl Uthreads {
             if rt::in_uthread() {
                 requests.fetch_add(1, Ordering::Relaxed);
             }
+            // The runtime's workers serve only FUSE requests.
+            crate::inval::handling();
             handler();
         }));
     }

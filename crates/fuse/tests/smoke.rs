@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use easyio_fuse::{unmount, HandlerStats, LookupCounts, Mount, Options};
+use easyio_fuse::{unmount, HandlerStats, Invalidator, LookupCounts, Mount, Options};
 use fs::{FileSystem, FormatOptions, MountOptions};
 use pmem::{Pmem, Region};
 
@@ -21,6 +21,7 @@ struct Served {
     dir: PathBuf,
     lookups: LookupCounts,
     handlers: Option<HandlerStats>,
+    inval: Arc<Invalidator>,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     done: Arc<AtomicBool>,
 }
@@ -33,6 +34,10 @@ impl Served {
     /// A mount of a fresh image in the file system mode and with the options given.
     fn with(name: &str, fs_opts: MountOptions, opts: &Options) -> Option<Served> {
         if !Path::new("/dev/fuse").exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no /dev/fuse: install fuse3 to run the FUSE tests"
+            );
             eprintln!("skipped: no /dev/fuse on this machine");
             return None;
         }
@@ -45,6 +50,7 @@ impl Served {
         let m = Mount::new(fs.clone(), &dir, opts).unwrap();
         let lookups = m.lookups();
         let handlers = m.handler_stats();
+        let inval = m.invalidator();
         let thread = Some(std::thread::spawn(move || m.run()));
         let done = Arc::new(AtomicBool::new(false));
         let (d, stop) = (dir.clone(), done.clone());
@@ -64,6 +70,7 @@ impl Served {
             dir,
             lookups,
             handlers,
+            inval,
             thread,
             done,
         })
@@ -124,6 +131,98 @@ fn basic_calls_through_a_mount() {
     let fs = s.finish();
     assert_eq!(fs.stat("/d/b").unwrap().size, 12);
     fs.unmount().unwrap();
+}
+
+/// `stat` of `p` through the mount: its size and permission bits, or the errno.
+fn size_and_mode(p: &Path) -> Result<(u64, u32), i32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| (m.len(), m.permissions().mode() & 0o7777))
+        .map_err(|e| e.raw_os_error().unwrap())
+}
+
+#[test]
+fn changes_through_the_library_are_seen_through_the_mount_at_once() {
+    library_changes_seen("inval", &Options::default());
+}
+
+#[test]
+fn changes_through_the_library_drop_the_kernels_kept_pages() {
+    let opts = Options {
+        page_cache: true,
+        ..Options::default()
+    };
+    library_changes_seen("inval-pages", &opts);
+}
+
+/// Changes through the library, each seen through a mount with `opts` at once after
+/// the kernel cached what they replace (and kept the file's pages, with the page cache).
+fn library_changes_seen(name: &str, opts: &Options) {
+    let Some(s) = Served::with(name, MountOptions::default(), opts) else {
+        return;
+    };
+    let dir = s.dir.clone();
+    let fs = s.fs.clone().unwrap();
+    std::fs::write(dir.join("a"), b"one").unwrap();
+    std::fs::write(dir.join("b"), b"bee").unwrap();
+    std::fs::create_dir(dir.join("d")).unwrap();
+    std::fs::write(dir.join("d/c"), b"sea").unwrap();
+    // The kernel caches all of it: entries, attributes, a negative entry, a listing.
+    for _ in 0..2 {
+        assert_eq!(size_and_mode(&dir.join("a")), Ok((3, 0o644)));
+        assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"one");
+        assert_eq!(size_and_mode(&dir.join("missing")), Err(libc::ENOENT));
+        assert_eq!(size_and_mode(&dir.join("d/c")), Ok((3, 0o644)));
+        assert!(std::fs::read_dir(dir.join("d")).unwrap().count() == 1);
+    }
+    let before = s.inval.stats();
+    // The same changes through the library, from this thread (another door).
+    let f = fs
+        .open("/a", fs::OpenFlags::WRONLY | fs::OpenFlags::TRUNC, 0)
+        .unwrap();
+    fs.write(f, b"changed through the library").unwrap();
+    fs.close(f).unwrap();
+    let f = fs
+        .open(
+            "/missing",
+            fs::OpenFlags::WRONLY | fs::OpenFlags::CREAT,
+            0o640,
+        )
+        .unwrap();
+    fs.close(f).unwrap();
+    fs.unlink("/b").unwrap();
+    fs.rename("/d/c", "/d/e").unwrap();
+    fs.mkdir("/d/f", 0o755).unwrap();
+    fs.settle_changes();
+    // Seen through the mount on the next call.
+    assert_eq!(size_and_mode(&dir.join("a")), Ok((27, 0o644)));
+    assert_eq!(
+        std::fs::read(dir.join("a")).unwrap(),
+        b"changed through the library"
+    );
+    fs.chmod("/a", 0o600).unwrap();
+    fs.settle_changes();
+    assert_eq!(size_and_mode(&dir.join("a")), Ok((27, 0o600)));
+    assert_eq!(size_and_mode(&dir.join("missing")), Ok((0, 0o640)));
+    assert_eq!(size_and_mode(&dir.join("b")), Err(libc::ENOENT));
+    assert_eq!(size_and_mode(&dir.join("d/c")), Err(libc::ENOENT));
+    assert_eq!(size_and_mode(&dir.join("d/e")), Ok((3, 0o644)));
+    let mut names: Vec<_> = std::fs::read_dir(dir.join("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["e", "f"]);
+    let after = s.inval.stats();
+    assert!(after.inodes > before.inodes && after.entries > before.entries);
+    // Changes through the mount are the kernel's own: none is sent back to it.
+    std::fs::write(dir.join("g"), b"through the mount").unwrap();
+    std::fs::remove_file(dir.join("missing")).unwrap();
+    std::fs::rename(dir.join("d/e"), dir.join("h")).unwrap();
+    fs.settle_changes();
+    assert_eq!(s.inval.stats(), after);
+    drop(fs);
+    s.finish().unmount().unwrap();
 }
 
 #[test]
@@ -200,4 +299,13 @@ fn async_mode_handlers_run_as_uthreads_that_wait_for_their_copies() {
     assert_eq!(handlers.workers(), 2);
     assert!(handlers.copy_waits() > 0, "{}", handlers.summary());
     fs.unmount().unwrap();
+}
+
+#[test]
+fn changes_through_the_library_are_seen_with_the_writeback_cache() {
+    let opts = Options {
+        writeback_cache: true,
+        ..Options::default()
+    };
+    library_changes_seen("inval-wb", &opts);
 }

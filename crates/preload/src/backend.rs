@@ -9,7 +9,10 @@ use fs::{Cred, DirEntryAt, Fd, FileSystem, OpenFlags, Stat, StatFs, Time, Whence
 /// The file system the shim calls.
 pub(crate) enum Backend {
     /// Mounted in this process; path calls are checked with `cred`.
-    Local { fs: Box<FileSystem>, cred: Cred },
+    Local {
+        fs: Box<FileSystem>,
+        cred: parking_lot::RwLock<Cred>,
+    },
     /// A server's: every call is a request (reads may be direct), checked by the
     /// server with this process's credentials as the kernel gives them.
     Remote(Box<Remote>),
@@ -21,7 +24,8 @@ pub(crate) enum Backend {
 /// server's client makes the call of the same name and arguments.
 macro_rules! both {
     (@here $fs:ident $cred:ident |$s:ident| $local:expr) => {{
-        let $s = $fs.as_user($cred);
+        let cred = $cred.read();
+        let $s = $fs.as_user(&cred);
         $local
     }};
     (@here $fs:ident $cred:ident fs |$f:ident| $local:expr) => {{
@@ -97,6 +101,17 @@ impl Backend {
     }
 
     /// The server's client, if this is one.
+    /// After the process changed its ids: the calls check the new ones (a server
+    /// reads them from the kernel).
+    pub(crate) fn recredential(&self, now: Cred) {
+        match self {
+            Backend::Local { cred, .. } => *cred.write() = now,
+            Backend::Remote(r) => {
+                let _ = r.0.recredential();
+            }
+        }
+    }
+
     pub(crate) fn client(&self) -> Option<&Client> {
         match self {
             Backend::Remote(r) => Some(&r.0),

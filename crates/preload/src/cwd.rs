@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int};
 
 use crate::call::{at, fd_call};
 use crate::guard::{errno_of, Answer};
-use crate::path::{classify, cwd, normalize, outer, set_cwd, Target};
+use crate::path::{classify, cwd, outer, set_cwd, Target};
 use crate::real::{export, libc_call};
 
 /// Moves into a directory of the mount (its path from the image root).
@@ -15,7 +15,13 @@ fn enter(l: &crate::mount::Live, inner: &str) -> Result<c_int, i32> {
     if st.mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(libc::ENOTDIR);
     }
-    set_cwd(Some(format!("/{}", normalize(inner).join("/"))));
+    // Entering needs search permission on the directory, as the kernel's chdir.
+    crate::call::session(l)
+        .faccessat(None, inner, libc::X_OK, libc::AT_EACCESS)
+        .map_err(errno_of)?;
+    // The directory itself, as the kernel's current directory is: `getcwd` names it
+    // without the links it was reached through, and `..` from it is its parent.
+    set_cwd(Some(resolve(l, inner)?));
     Ok(0)
 }
 
@@ -94,10 +100,18 @@ fn easy_getcwd(buf: *mut c_char, size: usize) -> Answer<*mut c_char> {
 /// Maximum symbolic links followed, as Linux's `MAXSYMLINKS`.
 const MAX_LINKS: usize = 40;
 
+/// The names of a path to walk, `..` kept: it is resolved where the walk stands,
+/// after the links before it (`l/..` is the parent of where `l` leads).
+fn steps(path: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_owned)
+}
+
 /// The canonical path of `inner` (from the image root): every link resolved.
 fn resolve(l: &crate::mount::Live, inner: &str) -> Result<String, i32> {
     let s = crate::call::session(l);
-    let mut todo: Vec<String> = normalize(inner).into_iter().rev().collect();
+    let mut todo: Vec<String> = steps(inner).rev().collect();
     let mut done: Vec<String> = Vec::new();
     let mut links = 0;
     while let Some(c) = todo.pop() {
@@ -117,20 +131,13 @@ fn resolve(l: &crate::mount::Live, inner: &str) -> Result<String, i32> {
                 // An absolute target is stored from the image's root (see
                 // `names::inner_target`).
                 done.clear();
-                todo.extend(normalize(&t).into_iter().rev());
-            } else {
-                todo.extend(
-                    t.split('/')
-                        .filter(|c| !c.is_empty() && *c != ".")
-                        .map(str::to_owned)
-                        .rev(),
-                );
             }
+            todo.extend(steps(&t).rev());
             continue;
         }
         done.push(c);
     }
-    Ok(outer(&format!("/{}", done.join("/"))))
+    Ok(format!("/{}", done.join("/")))
 }
 
 fn easy_realpath(path: *const c_char, out: *mut c_char) -> Answer<*mut c_char> {
@@ -138,7 +145,7 @@ fn easy_realpath(path: *const c_char, out: *mut c_char) -> Answer<*mut c_char> {
     let inner = at(t, |_, _, p| Ok(p.to_owned()))?;
     Some(inner.and_then(|p| {
         let l = crate::mount::live()?;
-        let r = resolve(&l, &p)?;
+        let r = outer(&resolve(&l, &p)?);
         give(
             &r,
             out,

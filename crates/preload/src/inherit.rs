@@ -156,13 +156,44 @@ extern "C" fn at_start() {
     let Ok(value) = std::env::var(VAR) else {
         return;
     };
-    std::env::remove_var(VAR);
+    drop_from_environ();
     // Only a client of a server can adopt (an image mounted here alone has other
     // numbers); without one the placeholders stay `O_PATH`: EBADF, not `/dev/null`.
     if std::env::var_os("EASYIO_SERVER").is_none() && crate::mount::private() {
         return;
     }
     let _ = std::panic::catch_unwind(|| adopt(&value));
+}
+
+/// Takes `EASYIO_INHERIT` out of the process's environment by hand, before `main`:
+/// a program may define its own `unsetenv` (bash does, and its version does nothing
+/// before the shell's variables exist), so the variable would reach its children
+/// with a handoff already taken.
+fn drop_from_environ() {
+    extern "C" {
+        static mut environ: *mut *mut c_char;
+    }
+    // SAFETY: before `main`, one thread; `environ` is NULL or a NULL-terminated array
+    // of C strings that the entries are shifted down within, as glibc's `unsetenv`
+    // does.
+    unsafe {
+        let env = environ;
+        if env.is_null() {
+            return;
+        }
+        let mut read = env;
+        let mut write = env;
+        while !(*read).is_null() {
+            let s = std::ffi::CStr::from_ptr(*read).to_bytes();
+            let ours = s.starts_with(VAR.as_bytes()) && s.get(VAR.len()) == Some(&b'=');
+            if !ours {
+                *write = *read;
+                write = write.add(1);
+            }
+            read = read.add(1);
+        }
+        *write = std::ptr::null_mut();
+    }
 }
 
 // SAFETY of the link section: `.init_array` entries are run by the dynamic loader,

@@ -115,6 +115,24 @@ pub(crate) fn take_fork_token() -> Option<u64> {
     Some(FORK_TOKEN.with(|t| t.replace(0))).filter(|&t| t != 0)
 }
 
+/// Set in a forked child whose parent was a server's client (the child let its copy
+/// of the connection go).
+static PARENT_JOINED: AtomicBool = AtomicBool::new(false);
+
+/// In a forked child whose parent was connected to a server: connects now, as the
+/// process is (before it changes its ids, see `ids.rs`: the parent's server may be
+/// out of reach of the new ids, and the connection then follows them).
+pub(crate) fn connect_if_inherited() {
+    let inherited = match &*STATE.read() {
+        State::Up(l) => l.is_parents_connection(),
+        State::Down => PARENT_JOINED.load(Ordering::Relaxed),
+        State::Failed(_) => false,
+    };
+    if inherited {
+        let _ = live();
+    }
+}
+
 /// The mount if it is up, without starting it (and without waiting for a lock).
 pub(crate) fn current() -> Option<Arc<Live>> {
     match &*STATE.try_read()? {
@@ -146,6 +164,7 @@ pub(crate) fn live() -> Result<Arc<Live>, i32> {
                 c.abandon();
             }
             *state = State::Down;
+            PARENT_JOINED.store(true, Ordering::Relaxed);
         }
     }
     match &*state {
@@ -220,7 +239,7 @@ fn start() -> Result<Live, (i32, String)> {
     Ok(Live {
         fs: Backend::Local {
             fs: Box::new(fs),
-            cred: process_cred(),
+            cred: parking_lot::RwLock::new(process_cred()),
         },
         image,
         generation: GENERATION.load(Ordering::Relaxed),
@@ -323,52 +342,7 @@ fn note_internal(before: &[i32]) {
 /// The lowest descriptor the mount holds: a cheap first test of [`is_internal`].
 static MIN_INTERNAL: AtomicI32 = AtomicI32::new(i32::MAX);
 
-/// Runs `f` with every free descriptor number below the floor taken, so that what
-/// `f` opens and keeps (the region file, an engine's) lands above it, out of the
-/// program's way.
-fn above_floor<T>(f: impl FnOnce() -> T) -> T {
-    let floor = descriptor_floor();
-    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
-    let dup = real!(dup: fn(libc::c_int) -> libc::c_int);
-    let close = real!(close: fn(libc::c_int) -> libc::c_int);
-    // SAFETY: opening /dev/null for a path only; dup of our own descriptor.
-    let first = unsafe { open(c"/dev/null".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
-    let mut taken = Vec::new();
-    if first >= 0 {
-        taken.push(first);
-        loop {
-            // SAFETY: as above.
-            let d = unsafe { dup(first) };
-            if d < 0 {
-                break;
-            }
-            taken.push(d);
-            if d >= floor {
-                break;
-            }
-        }
-    }
-    let r = f();
-    for d in taken {
-        // SAFETY: our own descriptors, taken above.
-        unsafe { close(d) };
-    }
-    r
-}
-
-/// Where a server's connection keeps its descriptors: high, below the process's
-/// limit, out of the way of numbers a program names itself.
-fn descriptor_floor() -> i32 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit fills the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 10;
-    }
-    lim.rlim_cur.saturating_sub(64).clamp(10, 1000) as i32
-}
+use easyio::descriptors::{above_floor, floor as descriptor_floor};
 
 /// The kernel descriptors the mount itself holds (the region file, an engine's):
 /// a program closing descriptors it does not know of must not close these.
@@ -389,17 +363,74 @@ pub(crate) fn is_internal(fd: i32) -> bool {
 /// Descriptor numbers looked at for the mount's own: past any a mount opens.
 const FD_SCAN: i32 = 4096;
 
-/// The process's open descriptors below [`FD_SCAN`], found without opening one.
+/// The process's open descriptors below [`FD_SCAN`]: the names in `/proc/self/fd`
+/// (one directory read, not a call per number), or, without `/proc`, every number
+/// asked in turn.
 fn open_fds() -> Vec<i32> {
-    let fcntl = crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
-    // SAFETY: F_GETFD only asks whether a number is open.
-    (0..FD_SCAN)
-        .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
-        .collect()
+    proc_fds().unwrap_or_else(|| {
+        let fcntl =
+            crate::real::real!(fcntl: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+        // SAFETY: F_GETFD only asks whether a number is open.
+        (0..FD_SCAN)
+            .filter(|&fd| unsafe { fcntl(fd, libc::F_GETFD, 0) } >= 0)
+            .collect()
+    })
+}
+
+/// The names of `/proc/self/fd` below [`FD_SCAN`], less the descriptor that reads
+/// them; `None` if it cannot be read.
+fn proc_fds() -> Option<Vec<i32>> {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let getdents =
+        real!(getdents64: fn(libc::c_int, *mut libc::c_void, libc::size_t) -> libc::ssize_t);
+    let close = real!(close: fn(libc::c_int) -> libc::c_int);
+    // SAFETY: opening a directory of the kernel's to read its names.
+    let dir = unsafe {
+        open(
+            c"/proc/self/fd".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if dir < 0 {
+        return None;
+    }
+    let mut fds = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    let ok = loop {
+        // SAFETY: the kernel writes at most `buf.len()` bytes of entries.
+        let n = unsafe { getdents(dir, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break n == 0;
+        }
+        let mut at = 0usize;
+        while at < n as usize {
+            // A `linux_dirent64`: ino (8), off (8), reclen (2), type (1), name.
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = &buf[at + 19..at + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if let Some(fd) = std::str::from_utf8(name)
+                .ok()
+                .and_then(|s| s.parse::<i32>().ok())
+            {
+                if fd != dir && fd < FD_SCAN {
+                    fds.push(fd);
+                }
+            }
+            at += reclen;
+        }
+    };
+    // SAFETY: our own descriptor.
+    unsafe { close(dir) };
+    if !ok {
+        return None;
+    }
+    fds.sort_unstable();
+    Some(fds)
 }
 
 /// The calling process's effective ids and groups.
-fn process_cred() -> Cred {
+pub(crate) fn process_cred() -> Cred {
     // SAFETY: these calls only read the process's credentials.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut groups = vec![0; 256];
@@ -487,6 +518,7 @@ extern "C" fn in_child() {
                 c.abandon();
             }
             *state = State::Down;
+            PARENT_JOINED.store(true, Ordering::Relaxed);
         }
         State::Up(_) => {
             // SAFETY: getppid only reads.

@@ -105,6 +105,16 @@ fn inner_target(target: &str) -> Result<String, i32> {
 }
 
 fn readlink2(dirfd: c_int, path: *const c_char, out: *mut c_char, n: size_t) -> Answer<ssize_t> {
+    // `/proc/self/fd/N` of a descriptor of the mount links to its file's name.
+    if let Some(t) = crate::path::alias_target(path) {
+        let k = t.len().min(n);
+        buf_mut(out.cast(), k).copy_from_slice(&t.as_bytes()[..k]);
+        return Some(Ok(k as ssize_t));
+    }
+    if crate::path::is_alias(path) {
+        // `/dev/stdin` and the like: the kernel's links to `/proc/self/fd/N`.
+        return None;
+    }
     path_at(dirfd, path, |s, d, p| s.readlinkat(d, p)).map(|r| {
         let t = r?;
         let t = if t.starts_with('/') {
@@ -185,10 +195,30 @@ fn utimens_at(
     at(t, |s, d, p| s.utimensat(d, p, a, m, flags)).map(|r| r.map(|_| 0))
 }
 
-fn utimes_at(path: *const c_char, tv: *const libc::timeval, flags: c_int) -> Answer<c_int> {
+fn utimes_at(
+    dirfd: c_int,
+    path: *const c_char,
+    tv: *const libc::timeval,
+    flags: c_int,
+) -> Answer<c_int> {
     let ts = timevals(tv);
     let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    utimens_at(libc::AT_FDCWD, path, p, flags)
+    utimens_at(dirfd, path, p, flags)
+}
+
+/// `utime`'s two times, whole seconds (NULL: both now).
+fn utimbuf_at(path: *const c_char, b: *const libc::utimbuf) -> Answer<c_int> {
+    if b.is_null() {
+        return utimens_at(CWD, path, std::ptr::null(), 0);
+    }
+    // SAFETY: a non-NULL `times` argument of `utime` points to one utimbuf.
+    let b = unsafe { *b };
+    let ts = |s| libc::timespec {
+        tv_sec: s,
+        tv_nsec: 0,
+    };
+    let t = [ts(b.actime), ts(b.modtime)];
+    utimens_at(CWD, path, t.as_ptr(), 0)
 }
 
 fn truncate_path(path: *const c_char, len: libc::off_t) -> Answer<c_int> {
@@ -237,8 +267,18 @@ export! {
             session(l).futimens(d.fd, a, m).map(|_| 0).map_err(errno_of)
         })
     }
-    fn utimes(p: *const c_char, tv: *const libc::timeval) -> c_int { utimes_at(p, tv, 0) }
-    fn lutimes(p: *const c_char, tv: *const libc::timeval) -> c_int { utimes_at(p, tv, libc::AT_SYMLINK_NOFOLLOW) }
+    fn utimes(p: *const c_char, tv: *const libc::timeval) -> c_int { utimes_at(CWD, p, tv, 0) }
+    fn lutimes(p: *const c_char, tv: *const libc::timeval) -> c_int { utimes_at(CWD, p, tv, libc::AT_SYMLINK_NOFOLLOW) }
+    fn futimesat(d: c_int, p: *const c_char, tv: *const libc::timeval) -> c_int { utimes_at(d, p, tv, 0) }
+    fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
+        fd_call(fd, |d, l| {
+            let ts = timevals(tv);
+            let (a, m) = times(ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()))?;
+            session(l).futimens(d.fd, a, m).map(|_| 0).map_err(errno_of)
+        })
+    }
+    fn utime(p: *const c_char, b: *const libc::utimbuf) -> c_int { utimbuf_at(p, b) }
+    fn lchmod(p: *const c_char, mode: mode_t) -> c_int { path_at(CWD, p, |s, d, p| s.fchmodat(d, p, mode, libc::AT_SYMLINK_NOFOLLOW)).map(|r| r.map(|_| 0)) }
     fn truncate(p: *const c_char, len: libc::off_t) -> c_int { truncate_path(p, len) }
     fn truncate64(p: *const c_char, len: libc::off_t) -> c_int { truncate_path(p, len) }
 }

@@ -59,7 +59,7 @@ export! {
 /// A descriptor the mount itself holds stays open: a program that closes every
 /// descriptor it did not open (before an exec, say) must not unmap the image; to the
 /// program it is not open (EBADF).
-fn easy_close(fd: c_int) -> Answer<c_int> {
+pub(crate) fn easy_close(fd: c_int) -> Answer<c_int> {
     if crate::mount::is_internal(fd) {
         return Some(Err(libc::EBADF));
     }
@@ -115,7 +115,7 @@ fn easy_close_range(first: c_uint, last: c_uint, flags: c_int) -> Answer<c_int> 
 
 /// `dup2` and `dup3`: the kernel moves the placeholder (closing whatever `new` was);
 /// the table follows.
-fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_int> {
+pub(crate) fn easy_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> Answer<c_int> {
     let from = table::get(old);
     if crate::mount::is_internal(new) || crate::mount::is_internal(old) {
         return Some(Err(libc::EBADF));

@@ -112,15 +112,85 @@ fn absolute(path: &str) -> Result<Target, i32> {
     if parts.len() < prefix.len() || parts[..prefix.len()] != prefix[..] {
         return Ok(Target::Kernel);
     }
-    let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
-    // A trailing slash or "/." asks for a directory: keep that for the file system.
-    if (path.ends_with('/') || path.ends_with("/.")) && inner.len() > 1 {
-        inner.push('/');
-    }
+    // Below a prefix the path names as written, the rest goes to the file system as
+    // the program wrote it: it resolves `.`, `..` and links on the way as the kernel
+    // does (`l/..` is the parent of where `l` leads; `d/.` is `d` as a directory).
+    let raw = path
+        .strip_prefix(config().prefix_str.as_str())
+        .filter(|r| r.is_empty() || r.starts_with('/'));
+    let inner = match raw {
+        Some("") => "/".to_owned(),
+        Some(r) => r.to_owned(),
+        None => {
+            let mut inner = format!("/{}", parts[prefix.len()..].join("/"));
+            // A trailing slash or "/." asks for a directory: keep that.
+            if (path.ends_with('/') || path.ends_with("/.")) && inner.len() > 1 {
+                inner.push('/');
+            }
+            inner
+        }
+    };
     Ok(Target::Easy {
         dir: None,
         path: inner,
     })
+}
+
+/// The descriptor a path of the kernel's names: `/dev/stdin` (and `stdout`,
+/// `stderr`), `/dev/fd/N`, `/proc/self/fd/N`, `/proc/thread-self/fd/N` and
+/// `/proc/PID/fd/N` of this process. Opening one reopens the descriptor's file, as
+/// the kernel does; for a descriptor of the mount the shim must do it (the kernel
+/// would reopen the placeholder). A file renamed since it was opened is looked up
+/// under its old name.
+fn fd_alias(s: &str) -> Option<i32> {
+    let n = match s {
+        "/dev/stdin" => return Some(0),
+        "/dev/stdout" => return Some(1),
+        "/dev/stderr" => return Some(2),
+        _ => {
+            if let Some(n) = s.strip_prefix("/dev/fd/") {
+                n
+            } else {
+                let rest = s.strip_prefix("/proc/")?;
+                let (who, n) = rest.split_once("/fd/")?;
+                let me = who == "self"
+                    || who == "thread-self"
+                    || who.parse::<u32>().ok() == Some(std::process::id());
+                if !me {
+                    return None;
+                }
+                n
+            }
+        }
+    };
+    n.parse().ok()
+}
+
+/// Whether `path` is a kernel's path of a descriptor of the mount (see
+/// [`fd_alias`]): a link that only calls that follow it reach the file through.
+pub(crate) fn is_alias(path: *const c_char) -> bool {
+    if path.is_null() {
+        return false;
+    }
+    // SAFETY: a non-NULL path argument of a libc call is a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(path) }.to_str();
+    s.ok().and_then(fd_alias).is_some_and(table::is_ours)
+}
+
+/// What `readlink` of a descriptor's path of the kernel (see [`fd_alias`]) reads
+/// when the descriptor is the mount's: its file's name as the program sees it.
+pub(crate) fn alias_target(path: *const c_char) -> Option<String> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL path argument of a libc call is a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(path) }.to_str().ok()?;
+    // `/dev/stdin` is itself a link, to `/proc/self/fd/0`: the kernel's to read.
+    if !s.starts_with("/dev/fd/") && !s.starts_with("/proc/") {
+        return None;
+    }
+    let d = table::get(fd_alias(s)?)?;
+    Some(outer(&d.path))
 }
 
 /// Whether a relative path could climb or step into the prefix from a directory
@@ -160,6 +230,12 @@ pub(crate) fn classify(dirfd: i32, path: *const c_char) -> Result<Target, i32> {
 /// [`classify`] of a Rust string.
 pub(crate) fn classify_str(dirfd: i32, s: &str) -> Result<Target, i32> {
     if s.starts_with('/') {
+        if let Some(d) = fd_alias(s).and_then(table::get) {
+            return Ok(Target::Easy {
+                dir: None,
+                path: d.path.clone(),
+            });
+        }
         return absolute(s);
     }
     if dirfd != libc::AT_FDCWD {

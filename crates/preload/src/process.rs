@@ -5,14 +5,14 @@
 //! client of a server instead hands its descriptors to the child or to the new
 //! program (see `inherit.rs`).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, CStr};
 
 use libc::pid_t;
 
 use crate::real::libc_call;
 
 #[no_mangle]
-extern "C" fn fork() -> pid_t {
+pub(crate) extern "C" fn fork() -> pid_t {
     if let Some(_g) = crate::guard::Guard::enter() {
         crate::mount::release_if_idle();
     }
@@ -97,6 +97,9 @@ extern "C" fn posix_spawn(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    if let Some(list) = crate::spawn::own_spawn(acts, path, false) {
+        return crate::spawn::spawn(pid, path, &list, attr, (argv, envp), false);
+    }
     let real = crate::real::real!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
     spawn(real, pid, path, acts, attr, (argv, envp))
 }
@@ -110,6 +113,9 @@ extern "C" fn posix_spawnp(
     argv: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    if let Some(list) = crate::spawn::own_spawn(acts, file, true) {
+        return crate::spawn::spawn(pid, file, &list, attr, (argv, envp), true);
+    }
     let real = crate::real::real!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
     spawn(real, pid, file, acts, attr, (argv, envp))
 }
@@ -199,11 +205,69 @@ fn exec_with(envp: Argv, exec: impl FnOnce(Argv) -> c_int) -> c_int {
     r
 }
 
+/// How many scripts deep an exec of the mount may go (the kernel's limit on
+/// interpreters that are scripts themselves).
+const SCRIPT_DEPTH: u32 = 4;
+
+/// An exec of `path` with `argv` and `envp`: a program stored in the mount runs as
+/// [`crate::image_exec`] plans it, any other through `kernel`.
+fn exec_path(
+    path: *const c_char,
+    argv: Argv,
+    envp: Argv,
+    depth: u32,
+    kernel: &dyn Fn(Argv) -> c_int,
+) -> c_int {
+    use crate::image_exec::{plan, script_argv, Plan};
+    match plan(path) {
+        None => exec_with(envp, kernel),
+        Some(Err(e)) => {
+            crate::real::set_errno(e);
+            -1
+        }
+        Some(Ok(_)) if depth >= SCRIPT_DEPTH => {
+            crate::real::set_errno(libc::ELOOP);
+            -1
+        }
+        Some(Ok(Plan::Script { interp, args })) => {
+            let v = script_argv(&interp, &args, path, argv);
+            exec_path(
+                interp.as_ptr(),
+                v.as_ptr(),
+                envp,
+                depth + 1,
+                &|env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, interp.as_ptr(), v.as_ptr(), env),
+            )
+        }
+        Some(Ok(Plan::Binary(fd))) => {
+            let r = exec_with(
+                envp,
+                |env| libc_call!(fexecve: fn(c_int, Argv, Argv) -> c_int, fd, argv, env),
+            );
+            let e = crate::real::errno();
+            // SAFETY: the memory file made for this exec, which did not happen.
+            unsafe { libc::close(fd) };
+            crate::real::set_errno(e);
+            r
+        }
+    }
+}
+
+/// Whether `execvp`'s `file` is a path (it names a slash) rather than a name to
+/// look up in `PATH`.
+fn is_path(file: *const c_char) -> bool {
+    // SAFETY: exec's file argument is a NUL-terminated string (or NULL).
+    !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/')
+}
+
 #[no_mangle]
-extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-    exec_with(
+pub(crate) extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    exec_path(
+        path,
+        argv,
         envp,
-        |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env),
+        0,
+        &|env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env),
     )
 }
 
@@ -211,24 +275,21 @@ extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
 extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
     // SAFETY: `environ` is libc's environment, read as exec reads it.
     let envp = unsafe { environ };
-    exec_with(
-        envp,
-        |env| libc_call!(execve: fn(*const c_char, Argv, Argv) -> c_int, path, argv, env),
-    )
+    execve(path, argv, envp)
 }
 
 #[no_mangle]
 extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
     // SAFETY: as in `execv`.
     let envp = unsafe { environ };
-    exec_with(
-        envp,
-        |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env),
-    )
+    execvpe(file, argv, envp)
 }
 
 #[no_mangle]
-extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+pub(crate) extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    if is_path(file) {
+        return execve(file, argv, envp);
+    }
     exec_with(
         envp,
         |env| libc_call!(execvpe: fn(*const c_char, Argv, Argv) -> c_int, file, argv, env),

@@ -106,6 +106,10 @@ fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int
             .unwrap_or(true)
             .then_some(Err(libc::EINVAL));
     }
+    if flags & libc::AT_SYMLINK_NOFOLLOW != 0 && crate::path::is_alias(path) {
+        // `/proc/self/fd/N` itself is the kernel's link.
+        return None;
+    }
     let st = path_at(dirfd, path, |s, dir, p| link_sized(s, dir, p, flags))?;
     Some(st.and_then(|st| put(out, to_stat(&st)).map(|_| 0)))
 }
@@ -123,6 +127,9 @@ fn easy_statx(
     flags: c_int,
     out: *mut libc::statx,
 ) -> Answer<c_int> {
+    if flags & libc::AT_SYMLINK_NOFOLLOW != 0 && crate::path::is_alias(path) {
+        return None;
+    }
     let st = path_at(dirfd, path, |s, dir, p| link_sized(s, dir, p, flags))?;
     Some(st.and_then(|st| put(out, to_statx(&st)).map(|_| 0)))
 }

@@ -203,7 +203,7 @@ fn print(fd: c_int, fmt: *const c_char, ap: *mut c_void, chk: Option<c_int>) -> 
 fn node(dirfd: c_int, path: *const c_char, mode: mode_t, dev: dev_t) -> Answer<c_int> {
     path_at(dirfd, path, |b, d, p| match b {
         Backend::Local { fs, cred } => {
-            fs.as_user(cred)
+            fs.as_user(&cred.read())
                 .mknodat(d, p, crate::umask::masked(mode), dev)
         }
         Backend::Remote(r) => r.mknodat(d, p, crate::umask::masked(mode), dev),

@@ -859,3 +859,60 @@ extern "C" fn ftw64(path: *const c_char, func: FtwFn, nopenfd: c_int) -> c_int {
     let real = real!(ftw64: fn(*const c_char, FtwFn, c_int) -> c_int);
     ftw_any(real, path, func, nopenfd)
 }
+
+// ---- fts ----------------------------------------------------------------------
+
+/// glibc's `fts_open` walks with its internal calls: a path of the mount (and `.`
+/// from a current directory inside it) would be walked in the kernel's view, an
+/// empty or missing directory. Refused instead: EOPNOTSUPP, before any walk.
+/// (coreutils, findutils and the like bring their own `fts`, made of the calls the
+/// shim serves.)
+fn fts_refused(paths: *const *const c_char) -> bool {
+    if paths.is_null() {
+        return false;
+    }
+    let mut i = 0;
+    loop {
+        // SAFETY: `fts_open` takes a NULL-terminated array of C strings.
+        let p = unsafe { *paths.add(i) };
+        if p.is_null() {
+            return false;
+        }
+        if place_quiet(libc::AT_FDCWD, p) != 0 {
+            return true;
+        }
+        i += 1;
+    }
+}
+
+type FtsCompare = Option<unsafe extern "C" fn(*const *const c_void, *const *const c_void) -> c_int>;
+
+#[no_mangle]
+extern "C" fn fts_open(
+    paths: *const *const c_char,
+    options: c_int,
+    compar: FtsCompare,
+) -> *mut c_void {
+    if fts_refused(paths) {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    let f = real!(fts_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
+    // SAFETY: the program's own arguments, passed on to libc's function.
+    unsafe { f(paths, options, compar) }
+}
+
+#[no_mangle]
+extern "C" fn fts64_open(
+    paths: *const *const c_char,
+    options: c_int,
+    compar: FtsCompare,
+) -> *mut c_void {
+    if fts_refused(paths) {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    let f = real!(fts64_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
+    // SAFETY: as in `fts_open`.
+    unsafe { f(paths, options, compar) }
+}

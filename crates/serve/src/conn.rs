@@ -317,7 +317,11 @@ impl<'a> Conn<'a> {
 
     /// The answer to `req`.
     pub fn answer(&mut self, req: Request) -> Answer {
-        self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()))
+        let a = self.call(req).unwrap_or_else(|e| Answer::Error(e.errno()));
+        // Caches of the change elsewhere (a FUSE mount of this process) are dropped
+        // before the client hears it is made.
+        self.fs.settle_changes();
+        a
     }
 
     /// Waits for every write this connection submitted (before its thread sleeps).
@@ -413,6 +417,10 @@ impl<'a> Conn<'a> {
                 Answer::Done
             }
             Request::Adopt { token } => Answer::Fds(self.adopt(token)?),
+            Request::Recredential => {
+                self.cred = credentials_of(self.pid, self.cred.umask)?;
+                Answer::Done
+            }
             Request::DropStaging { id } => done(self.drop_staging(id))?,
             Request::WriteStaged {
                 fd,
@@ -585,10 +593,23 @@ impl<'a> Conn<'a> {
     /// table is kept honest.
     fn open(&mut self, dir: Option<Fd>, path: &str, flags: i32, mode: u32) -> fs::Result<u32> {
         let s = self.fs.as_user(&self.cred);
-        let trunc = flags & libc::O_TRUNC != 0 && self.direct.is_some();
+        // Flags the open refuses are refused before anything else looks at them.
+        OpenFlags(flags).validate()?;
+        let trunc =
+            flags & (libc::O_TRUNC | libc::O_PATH) == libc::O_TRUNC && self.direct.is_some();
         let access = flags & libc::O_ACCMODE;
-        // `O_TRUNC` does nothing, and checks nothing, to a file the open creates.
-        let existed = trunc && (flags & libc::O_CREAT == 0 || s.fstatat(dir, path, 0).is_ok());
+        // `O_TRUNC` does nothing, and checks nothing, to a file the open creates. On a
+        // directory it is EISDIR before any permission is checked (Linux's may_open).
+        let found = match trunc {
+            true => s.fstatat(dir, path, 0).ok(),
+            false => None,
+        };
+        let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+        let follows = flags & libc::O_NOFOLLOW == 0;
+        if follows && !exclusive && found.as_ref().is_some_and(|st| st.kind == FileKind::Dir) {
+            return Err(fs::Error::IsDir);
+        }
+        let existed = trunc && (flags & libc::O_CREAT == 0 || found.is_some());
         let fd = s.openat(
             dir,
             path,
@@ -1087,6 +1108,30 @@ fn whence_of(w: i32) -> fs::Result<Whence> {
     })
 }
 
+/// The file-system credentials process `pid` has now, as the kernel says
+/// (`/proc/PID/status`: the fourth, file-system, ids of `Uid:` and `Gid:`, and
+/// `Groups:`), with `umask`. ESRCH if the process cannot be read.
+fn credentials_of(pid: u32, umask: u32) -> fs::Result<Cred> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| fs::Error::Errno(libc::ESRCH))?;
+    let line = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().filter_map(|n| n.parse::<u32>().ok()))
+    };
+    let fs_id = |key: &str| {
+        line(key)
+            .and_then(|mut ids| ids.nth(3))
+            .ok_or(fs::Error::Errno(libc::ESRCH))
+    };
+    Ok(Cred {
+        uid: fs_id("Uid:")?,
+        gid: fs_id("Gid:")?,
+        groups: line("Groups:").map(Iterator::collect).unwrap_or_default(),
+        umask,
+    })
+}
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -356,6 +356,10 @@ pub enum Request<'a> {
     /// [`Answer::NotThere`], each with the versions the answer holds at
     /// (`EOPNOTSUPP` for a client that does not read directly).
     Lookup { dir: u64, name: String },
+    /// The client process changed its ids (`setuid`, `setgroups` and the like): the
+    /// server takes its file-system user and group ids and its supplementary groups
+    /// anew from the kernel (`/proc/PID/status`), keeping the umask → Done.
+    Recredential,
 }
 
 /// Handoffs of one process that may wait to be adopted.

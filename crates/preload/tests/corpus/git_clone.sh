@@ -1,5 +1,6 @@
 #!/bin/bash
 # needs: bash git
+# timeout: 60
 # volatile: repo/.git/index c1/.git/index c2/.git/index c3/.git/index c4/.git/index
 # git clone of a repository of the mount: local (hard links), --no-hardlinks, over
 # file:// (upload-pack and fetch-pack talk through pipes), bare; push, pull, fsck.

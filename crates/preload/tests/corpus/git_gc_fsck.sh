@@ -1,5 +1,6 @@
 #!/bin/bash
 # needs: bash git seq
+# timeout: 60
 # volatile: repo/.git/index
 # Thirty commits, then git gc (pack, prune, commit-graph), fsck, repack, count-objects.
 cd "$M" || exit 1

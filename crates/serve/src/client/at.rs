@@ -253,6 +253,11 @@ impl Client {
         self.done(Request::Heir { token, pid })
     }
 
+    /// Tells the server this process changed its ids: it reads them anew.
+    pub fn recredential(&self) -> Result<()> {
+        self.done(Request::Recredential)
+    }
+
     /// Adopts the descriptors of handoff `token` under their numbers (this process
     /// made it and has since `exec`ed, or its parent did); the numbers adopted.
     pub fn adopt(&self, token: u64) -> Result<Vec<u32>> {

@@ -1,0 +1,106 @@
+//! A process that changes its ids (`setuid`, `setgroups` and the like) after it
+//! reached the mount: the calls that follow are checked with the new ones, as the
+//! kernel checks them. A server reads them anew from the kernel; an image mounted
+//! here takes them from the process. A forked child of a process joined to a server
+//! connects before it changes its ids, as its parent could (the server of an image
+//! started on demand is reached through a directory of the user who started it).
+
+use std::ffi::c_int;
+
+use libc::{gid_t, size_t, uid_t};
+
+use crate::real::libc_call;
+
+/// Before a call that may change the ids: a child that would use its parent's
+/// server connects while it still has the ids the parent had.
+fn before() {
+    if let Some(_g) = crate::guard::Guard::enter() {
+        let e = crate::real::errno();
+        crate::mount::connect_if_inherited();
+        crate::real::set_errno(e);
+    }
+}
+
+/// After a call that may have changed the ids returned `r` (0: it did).
+fn changed(r: c_int) -> c_int {
+    if r == 0 {
+        if let Some(_g) = crate::guard::Guard::enter() {
+            let e = crate::real::errno();
+            if let Some(l) = crate::mount::current() {
+                l.fs.recredential(crate::mount::process_cred());
+            }
+            crate::real::set_errno(e);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+extern "C" fn setuid(u: uid_t) -> c_int {
+    before();
+    changed(libc_call!(setuid: fn(uid_t) -> c_int, u))
+}
+
+#[no_mangle]
+extern "C" fn setgid(g: gid_t) -> c_int {
+    before();
+    changed(libc_call!(setgid: fn(gid_t) -> c_int, g))
+}
+
+#[no_mangle]
+extern "C" fn seteuid(u: uid_t) -> c_int {
+    before();
+    changed(libc_call!(seteuid: fn(uid_t) -> c_int, u))
+}
+
+#[no_mangle]
+extern "C" fn setegid(g: gid_t) -> c_int {
+    before();
+    changed(libc_call!(setegid: fn(gid_t) -> c_int, g))
+}
+
+#[no_mangle]
+extern "C" fn setreuid(r: uid_t, e: uid_t) -> c_int {
+    before();
+    changed(libc_call!(setreuid: fn(uid_t, uid_t) -> c_int, r, e))
+}
+
+#[no_mangle]
+extern "C" fn setregid(r: gid_t, e: gid_t) -> c_int {
+    before();
+    changed(libc_call!(setregid: fn(gid_t, gid_t) -> c_int, r, e))
+}
+
+#[no_mangle]
+extern "C" fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int {
+    before();
+    changed(libc_call!(setresuid: fn(uid_t, uid_t, uid_t) -> c_int, r, e, s))
+}
+
+#[no_mangle]
+extern "C" fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int {
+    before();
+    changed(libc_call!(setresgid: fn(gid_t, gid_t, gid_t) -> c_int, r, e, s))
+}
+
+#[no_mangle]
+extern "C" fn setgroups(n: size_t, list: *const gid_t) -> c_int {
+    before();
+    changed(libc_call!(setgroups: fn(size_t, *const gid_t) -> c_int, n, list))
+}
+
+#[no_mangle]
+extern "C" fn setfsuid(u: uid_t) -> c_int {
+    before();
+    let old = libc_call!(setfsuid: fn(uid_t) -> c_int, u);
+    changed(0);
+    old
+}
+
+#[no_mangle]
+extern "C" fn setfsgid(g: gid_t) -> c_int {
+    before();
+    let old = libc_call!(setfsgid: fn(gid_t) -> c_int, g);
+    changed(0);
+    old
+}
