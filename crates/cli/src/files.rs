@@ -234,9 +234,12 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     };
     let existing = std::fs::metadata(path).ok();
     if existing.is_some() && !a.force {
-        bail!(
-            "{} exists; pass --force to reformat it (its contents are lost)",
-            path.display()
+        // EEXIST, as the exit statuses promise.
+        return Err(
+            anyhow::Error::new(std::io::Error::from_raw_os_error(libc::EEXIST)).context(format!(
+                "{} exists; pass --force to reformat it (its contents are lost)",
+                path.display()
+            )),
         );
     }
     let size = a.size.unwrap_or(DEFAULT_IMAGE_SIZE);
@@ -279,8 +282,16 @@ pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
 
 /// Refuses, as a usage error, a size and inode count that make no file system.
 fn check_geometry(size: u64, opts: &FormatOptions) -> anyhow::Result<()> {
-    if let Err(e) = fs::Geometry::new(size, opts.inodes, opts.channels.unwrap_or(CHANNELS)) {
-        usage!("{e}");
+    let channels = opts.channels.unwrap_or(CHANNELS);
+    if let Err(e) = fs::Geometry::new(size, opts.inodes, channels) {
+        // Say the smallest size that works, in MiB, where one does.
+        let smallest = (1..=1u64 << 20)
+            .map(|mib| mib << 20)
+            .find(|s| fs::Geometry::new(*s, opts.inodes, channels).is_ok());
+        match smallest {
+            Some(s) if s > size => usage!("{e}; the smallest image is {}M", s >> 20),
+            _ => usage!("{e}"),
+        }
     }
     Ok(())
 }

@@ -61,21 +61,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     drop(fs);
-    eprintln!(
-        "easyio: serving {} on socket {}{} (mode {}, direct reads {}{})",
+    // One line, on stdout: it also tells a script that the socket is ready.
+    println!(
+        "easyio: serving {} on socket {}{} (pid {}, mode {}, direct reads {}{})",
         a.image.display(),
         a.socket.display(),
         mount
             .as_ref()
             .map_or(String::new(), |m| format!(" and on {}", m.display())),
+        std::process::id(),
         a.mode,
         if direct { "on" } else { "off" },
         easyio_fuse::label(slowmem)
-    );
-    println!(
-        "easyio: serving {} on {}",
-        a.image.display(),
-        a.socket.display()
     );
     let stop = || matches!(signals::received(), Some(libc::SIGINT | libc::SIGTERM));
     let fs = server.run(stop);

@@ -98,8 +98,16 @@ fn errors_are_clear_and_leave_the_image_intact() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
     img.ok(&["mkfs", "--size", "16M"]);
     let again = img.run(&["mkfs", "--size", "16M"]);
-    assert!(!again.status.success());
+    assert_eq!(again.status.code(), Some(libc::EEXIST));
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let tiny = img.run(&["mkfs", "--size", "1", "--image", "/dev/shm/easyio-never"]);
+    assert_eq!(tiny.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&tiny.stderr).contains("the smallest image is "),
+        "{}",
+        String::from_utf8_lossy(&tiny.stderr)
+    );
+    assert!(!std::path::Path::new("/dev/shm/easyio-never").exists());
     let missing = img.run(&["cat", "/nope"]);
     assert_eq!(missing.status.code(), Some(libc::ENOENT));
     img.ok(&["mkdir", "/d"]);

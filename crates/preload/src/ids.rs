@@ -35,58 +35,27 @@ fn changed(r: c_int) -> c_int {
     r
 }
 
-#[no_mangle]
-extern "C" fn setuid(u: uid_t) -> c_int {
-    before();
-    changed(libc_call!(setuid: fn(uid_t) -> c_int, u))
+/// Exports each id-changing call: libc's, between [`before`] and [`changed`].
+macro_rules! id_calls {
+    ($(fn $name:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[no_mangle]
+        extern "C" fn $name($($a: $t),*) -> c_int {
+            before();
+            changed(libc_call!($name: fn($($t),*) -> c_int, $($a),*))
+        }
+    )*};
 }
 
-#[no_mangle]
-extern "C" fn setgid(g: gid_t) -> c_int {
-    before();
-    changed(libc_call!(setgid: fn(gid_t) -> c_int, g))
-}
-
-#[no_mangle]
-extern "C" fn seteuid(u: uid_t) -> c_int {
-    before();
-    changed(libc_call!(seteuid: fn(uid_t) -> c_int, u))
-}
-
-#[no_mangle]
-extern "C" fn setegid(g: gid_t) -> c_int {
-    before();
-    changed(libc_call!(setegid: fn(gid_t) -> c_int, g))
-}
-
-#[no_mangle]
-extern "C" fn setreuid(r: uid_t, e: uid_t) -> c_int {
-    before();
-    changed(libc_call!(setreuid: fn(uid_t, uid_t) -> c_int, r, e))
-}
-
-#[no_mangle]
-extern "C" fn setregid(r: gid_t, e: gid_t) -> c_int {
-    before();
-    changed(libc_call!(setregid: fn(gid_t, gid_t) -> c_int, r, e))
-}
-
-#[no_mangle]
-extern "C" fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int {
-    before();
-    changed(libc_call!(setresuid: fn(uid_t, uid_t, uid_t) -> c_int, r, e, s))
-}
-
-#[no_mangle]
-extern "C" fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int {
-    before();
-    changed(libc_call!(setresgid: fn(gid_t, gid_t, gid_t) -> c_int, r, e, s))
-}
-
-#[no_mangle]
-extern "C" fn setgroups(n: size_t, list: *const gid_t) -> c_int {
-    before();
-    changed(libc_call!(setgroups: fn(size_t, *const gid_t) -> c_int, n, list))
+id_calls! {
+    fn setuid(u: uid_t);
+    fn setgid(g: gid_t);
+    fn seteuid(u: uid_t);
+    fn setegid(g: gid_t);
+    fn setreuid(r: uid_t, e: uid_t);
+    fn setregid(r: gid_t, e: gid_t);
+    fn setresuid(r: uid_t, e: uid_t, s: uid_t);
+    fn setresgid(r: gid_t, e: gid_t, s: gid_t);
+    fn setgroups(n: size_t, list: *const gid_t);
 }
 
 #[no_mangle]

@@ -98,7 +98,14 @@ extern "C" fn posix_spawn(
     envp: *const *mut c_char,
 ) -> c_int {
     if let Some(list) = crate::spawn::own_spawn(acts, path, false) {
-        return crate::spawn::spawn(pid, path, &list, attr, (argv, envp), false);
+        let program = crate::spawn::Program {
+            path,
+            attr,
+            argv,
+            envp,
+            search: false,
+        };
+        return crate::spawn::spawn(pid, &list, &program);
     }
     let real = crate::real::real!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
     spawn(real, pid, path, acts, attr, (argv, envp))
@@ -114,7 +121,14 @@ extern "C" fn posix_spawnp(
     envp: *const *mut c_char,
 ) -> c_int {
     if let Some(list) = crate::spawn::own_spawn(acts, file, true) {
-        return crate::spawn::spawn(pid, file, &list, attr, (argv, envp), true);
+        let program = crate::spawn::Program {
+            path: file,
+            attr,
+            argv,
+            envp,
+            search: true,
+        };
+        return crate::spawn::spawn(pid, &list, &program);
     }
     let real = crate::real::real!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
     spawn(real, pid, file, acts, attr, (argv, envp))

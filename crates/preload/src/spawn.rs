@@ -166,16 +166,19 @@ pub(crate) fn own_spawn(
 
 type Argv = *const *mut c_char;
 
+/// The program a spawn runs: its path (or name to look up in PATH, `search`), its
+/// arguments and environment, and the attributes to apply first.
+pub(crate) struct Program {
+    pub path: *const c_char,
+    pub attr: *const Attr,
+    pub argv: Argv,
+    pub envp: Argv,
+    pub search: bool,
+}
+
 /// The spawn itself: see the module's comment. Returns 0 with `*pid` set, or the
 /// errno of what failed (the child, if one was made, is reaped).
-pub(crate) fn spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    acts: &[Action],
-    attr: *const Attr,
-    (argv, envp): (Argv, Argv),
-    search: bool,
-) -> c_int {
+pub(crate) fn spawn(pid: *mut pid_t, acts: &[Action], program: &Program) -> c_int {
     // A close-on-exec pipe, kept high so that no action moves or closes it by
     // accident: the child writes its errno to it if it cannot exec.
     let mut p = [0; 2];
@@ -205,7 +208,7 @@ pub(crate) fn spawn(
     if child == 0 {
         // SAFETY: our own pipe's read end, in the child.
         unsafe { libc::close(rd) };
-        let e = in_child(path, acts, attr, (argv, envp), search);
+        let e = in_child(acts, program);
         // SAFETY: telling the parent why, then leaving without the program's
         // exit handlers, as a failed exec in a spawn does.
         unsafe {
@@ -248,16 +251,10 @@ pub(crate) fn spawn(
 }
 
 /// In the child: the attributes, the actions, the exec; the errno of what failed.
-fn in_child(
-    path: *const c_char,
-    acts: &[Action],
-    attr: *const Attr,
-    (argv, envp): (Argv, Argv),
-    search: bool,
-) -> c_int {
+fn in_child(acts: &[Action], program: &Program) -> c_int {
     let fail = || crate::real::errno();
-    if !attr.is_null() {
-        if let Err(e) = apply_attr(attr) {
+    if !program.attr.is_null() {
+        if let Err(e) = apply_attr(program.attr) {
             return e;
         }
     }
@@ -314,11 +311,11 @@ fn in_child(
             return fail();
         }
     }
-    let (argv, envp) = (argv.cast(), envp.cast());
-    if search {
-        crate::process::execvpe(path, argv, envp);
+    let (argv, envp) = (program.argv.cast(), program.envp.cast());
+    if program.search {
+        crate::process::execvpe(program.path, argv, envp);
     } else {
-        crate::process::execve(path, argv, envp);
+        crate::process::execve(program.path, argv, envp);
     }
     fail()
 }

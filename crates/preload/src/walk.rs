@@ -887,8 +887,9 @@ fn fts_refused(paths: *const *const c_char) -> bool {
 
 type FtsCompare = Option<unsafe extern "C" fn(*const *const c_void, *const *const c_void) -> c_int>;
 
-#[no_mangle]
-extern "C" fn fts_open(
+/// `fts_open` or `fts64_open` (`real`), unless a path is the mount's.
+fn fts_open_checked(
+    real: unsafe extern "C" fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void,
     paths: *const *const c_char,
     options: c_int,
     compar: FtsCompare,
@@ -897,9 +898,18 @@ extern "C" fn fts_open(
         set_errno(libc::EOPNOTSUPP);
         return std::ptr::null_mut();
     }
-    let f = real!(fts_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
     // SAFETY: the program's own arguments, passed on to libc's function.
-    unsafe { f(paths, options, compar) }
+    unsafe { real(paths, options, compar) }
+}
+
+#[no_mangle]
+extern "C" fn fts_open(
+    paths: *const *const c_char,
+    options: c_int,
+    compar: FtsCompare,
+) -> *mut c_void {
+    let real = real!(fts_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
+    fts_open_checked(real, paths, options, compar)
 }
 
 #[no_mangle]
@@ -908,11 +918,6 @@ extern "C" fn fts64_open(
     options: c_int,
     compar: FtsCompare,
 ) -> *mut c_void {
-    if fts_refused(paths) {
-        set_errno(libc::EOPNOTSUPP);
-        return std::ptr::null_mut();
-    }
-    let f = real!(fts64_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
-    // SAFETY: as in `fts_open`.
-    unsafe { f(paths, options, compar) }
+    let real = real!(fts64_open: fn(*const *const c_char, c_int, FtsCompare) -> *mut c_void);
+    fts_open_checked(real, paths, options, compar)
 }

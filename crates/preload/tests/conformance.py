@@ -148,17 +148,21 @@ def random_call():
     return f"fstat slot {s}", do
 
 
+def attempt(line, call, cwd):
+    """Makes `call` from `cwd` (None: ROOT) and prints its result after `line`."""
+    try:
+        if cwd:
+            os.chdir(os.path.join(ROOT, cwd))
+        print(line + str(call(cwd)))
+    except OSError as e:
+        print(line + err(e))
+
+
 def run(text, call, who, cwd):
     """Makes `call` as `who` from `cwd` and prints its result."""
     line = f"{who:4} {('cd ' + cwd) if cwd else 'abs':10} {text}: "
     if who == "root":
-        try:
-            if cwd:
-                os.chdir(os.path.join(ROOT, cwd))
-            r = call(cwd)
-            print(line + str(r))
-        except OSError as e:
-            print(line + err(e))
+        attempt(line, call, cwd)
         os.chdir(ROOT)
         return
     sys.stdout.flush()
@@ -170,13 +174,7 @@ def run(text, call, who, cwd):
             os.setgid(gid)
             os.setuid(uid)
             os.umask(0o022)
-            try:
-                if cwd:
-                    os.chdir(os.path.join(ROOT, cwd))
-                r = call(cwd)
-                print(line + str(r))
-            except OSError as e:
-                print(line + err(e))
+            attempt(line, call, cwd)
         finally:
             sys.stdout.flush()
             os._exit(0)

@@ -561,13 +561,18 @@ fn which(prog: &str) -> Option<PathBuf> {
     })
 }
 
-/// A busybox the shim can be preloaded into: `EASYIO_BUSYBOX`, or the one in [`PATH`]
-/// if it is dynamically linked.
+/// A busybox the shim can be preloaded into: `EASYIO_BUSYBOX`, the one
+/// `scripts/test-deps.sh` unpacks into `target/busybox-dynamic`, or the one in
+/// [`PATH`] if it is dynamically linked.
 fn find_busybox() -> Result<PathBuf, String> {
+    let unpacked =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/busybox-dynamic/bin/busybox");
     let path = match std::env::var_os("EASYIO_BUSYBOX") {
         Some(p) => PathBuf::from(p),
+        None if unpacked.exists() => unpacked,
         None => which("busybox").ok_or(
-            "`busybox` is missing: install the Debian package `busybox` (apt-get install -y busybox)",
+            "`busybox` is missing: run scripts/test-deps.sh (it unpacks Debian's busybox into \
+             target/busybox-dynamic), or install the Debian package `busybox`",
         )?,
     };
     let elf = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -576,7 +581,7 @@ fn find_busybox() -> Result<PathBuf, String> {
             "{} is statically linked: LD_PRELOAD cannot reach it. Install the Debian package \
              `busybox` (it conflicts with busybox-static), or unpack it and name it in \
              EASYIO_BUSYBOX (apt-get download busybox && dpkg-deb -x busybox_*.deb DIR; \
-             EASYIO_BUSYBOX=DIR/bin/busybox), as .ci/run does",
+             EASYIO_BUSYBOX=DIR/bin/busybox), as scripts/test-deps.sh does",
             path.display()
         ));
     }

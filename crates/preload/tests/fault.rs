@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{fsck_clean, host_file, read_image, run, World};
+use common::{fsck_clean, host_file, read_image, World};
 
 /// The host directory's names and contents.
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -57,13 +57,7 @@ fn unseen_calls_fail(w: &World, way: Way<'_>) {
             cmd.env("EASYIO_SERVER", s);
         }
     }
-    let out = run(&mut cmd);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::ok(&mut cmd);
     let calls: Vec<&str> = stdout.lines().filter(|l| l.starts_with("raw ")).collect();
     assert!(calls.len() >= 20, "{stdout}");
     for line in &calls {
