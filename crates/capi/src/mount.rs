@@ -158,7 +158,9 @@ fn mount(image: *const c_char, o: *const easyio_mount_options) -> CResult<*mut e
         // SAFETY: not NULL; the header asks for a valid options struct for the call.
         unsafe { *o }
     };
-    let (opts, model) = options(&o)?;
+    let (mut opts, model) = options(&o)?;
+    // The mover routes `async` copies by the medium's speeds (see `mover::Config`).
+    opts.mover.medium = model;
     // What the mount keeps open (the region file, an engine's) sits at high numbers,
     // out of the way of the program's own.
     let (fs, _report) = crate::descriptors::above_floor(|| {

@@ -243,10 +243,12 @@ pub fn open_image(
         Some(model) => Arc::new(SlowMem::new(Arc::new(region), model)),
         None => Arc::new(region),
     };
-    let opts = MountOptions {
+    let mut opts = MountOptions {
         read_only,
         ..MountOptions::with_mode(mode)
     };
+    // The mover routes `async` copies by the medium's speeds (see `mover::Config`).
+    opts.mover.medium = slowmem;
     let (fs, report) = FileSystem::mount(pm, opts).map_err(|source| Error::Fs {
         what: format!("mounting {}", image.display()),
         source,

@@ -263,7 +263,10 @@ fn serve(ready: i32, image: &str, socket: &Path) -> Result<(), Failure> {
     if let Some(m) = model {
         pm = Arc::new(pmem::slowmem::SlowMem::new(pm, m));
     }
-    let (fs, _report) = FileSystem::mount(pm, MountOptions::with_mode(mode)).map_err(fail)?;
+    let mut opts = MountOptions::with_mode(mode);
+    // The mover routes `async` copies by the medium's speeds.
+    opts.mover.medium = model;
+    let (fs, _report) = FileSystem::mount(pm, opts).map_err(fail)?;
     let fs = Arc::new(fs);
     let server =
         easyio_serve::Server::bind(fs.clone(), Path::new(image), socket, false, model.is_none())

@@ -223,6 +223,7 @@ fn start() -> Result<Live, (i32, String)> {
     let region =
         above_floor(|| pmem::Region::open(&image)).map_err(|e| fail(fs::Error::Region(e)))?;
     let mut pm: Arc<dyn pmem::Pmem> = Arc::new(region);
+    let mut opts = MountOptions::with_mode(mode);
     if let Ok(name) = std::env::var("EASYIO_EMULATE") {
         let model = pmem::slowmem::Model::preset(&name).ok_or_else(|| {
             (
@@ -231,9 +232,10 @@ fn start() -> Result<Live, (i32, String)> {
             )
         })?;
         pm = Arc::new(pmem::slowmem::SlowMem::new(pm, model));
+        // The mover routes `async` copies by the medium's speeds.
+        opts.mover.medium = Some(model);
     }
-    let (fs, _report) =
-        above_floor(|| FileSystem::mount(pm, MountOptions::with_mode(mode))).map_err(fail)?;
+    let (fs, _report) = above_floor(|| FileSystem::mount(pm, opts)).map_err(fail)?;
     register_hooks();
     note_internal(&before);
     Ok(Live {
