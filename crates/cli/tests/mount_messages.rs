@@ -1,6 +1,7 @@
 //! What `easyio mount` and `easyio umount` tell a user when something is in the way,
 //! on real images in /dev/shm: a busy mount names who holds it, a stale mount point
-//! says how to clear it. Without /dev/fuse the tests are skipped, saying so.
+//! says how to clear it, and the server's log is gone after a clean end and kept,
+//! named, after a failed mount. Without /dev/fuse the tests are skipped, saying so.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -83,12 +84,13 @@ fn wait_gone(pid: u32) {
 }
 
 #[test]
-fn a_busy_umount_names_the_holder() {
+fn a_busy_umount_names_the_holder_and_a_clean_end_removes_the_log() {
     if fuse_missing() {
         return;
     }
     let mut s = Scratch::new("busy");
-    s.mount();
+    let log = s.mount();
+    assert!(log.exists(), "{}", log.display());
     let mut sleeper = Command::new("sleep")
         .arg("60")
         .current_dir(s.mp())
@@ -104,6 +106,31 @@ fn a_busy_umount_names_the_holder() {
     let out = easyio(&["umount", s.mp()]);
     assert!(out.status.success(), "{out:?}");
     s.server = None;
+    assert!(
+        !log.exists(),
+        "{} is left after a clean unmount",
+        log.display()
+    );
+}
+
+#[test]
+fn a_failed_mount_keeps_its_log_and_says_where() {
+    if fuse_missing() {
+        return;
+    }
+    let s = Scratch::new("failed");
+    std::fs::remove_file(s.image()).unwrap();
+    let out = easyio(&["mount", s.image(), s.mp()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(libc::ENOENT), "{err}");
+    let log = err
+        .split("(server log: ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no log named: {err}"));
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(text.contains("no such file"), "{text}");
+    std::fs::remove_file(log).unwrap();
 }
 
 #[test]
@@ -112,7 +139,7 @@ fn a_stale_mount_point_says_how_to_clear_it() {
         return;
     }
     let mut s = Scratch::new("stale");
-    s.mount();
+    let log = s.mount();
     let pid = s.server.unwrap();
     // SAFETY: kill(2) of the server this test started; no memory is involved.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
@@ -129,4 +156,7 @@ fn a_stale_mount_point_says_how_to_clear_it() {
     let out = easyio(&["umount", s.mp()]);
     assert!(out.status.success(), "{out:?}");
     assert!(std::fs::read_dir(s.mp()).is_ok());
+    // A server that died keeps its log.
+    assert!(log.exists());
+    std::fs::remove_file(&log).unwrap();
 }
