@@ -18,6 +18,7 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::args::{self, usage};
+use crate::dates;
 use bench::output::{self, Output};
 use bench::{progress, report, signals};
 
@@ -88,7 +89,8 @@ pub struct LsArgs {
     /// Directory to list (a file is listed by itself).
     #[arg(default_value = "/")]
     path: String,
-    /// Long listing: kind, mode, links, size.
+    /// Long listing: kind, mode, links, owner and group (numeric), size, modification
+    /// time (local; the year instead of the time of day when not within six months).
     #[arg(short, long)]
     long: bool,
     #[arg(long)]
@@ -100,6 +102,7 @@ pub struct PathArgs {
     #[command(flatten)]
     image: ImageArg,
     path: String,
+    /// Machine-readable output: every field, times in nanoseconds since the epoch.
     #[arg(long)]
     json: bool,
 }
@@ -520,14 +523,18 @@ fn kind_char(k: FileKind) -> char {
     char::from(b"?-dlpscb"[k as usize])
 }
 
-/// One line of `ls -l`.
-fn long_line(st: &fs::Stat, name: &str) -> String {
+/// One line of `ls -l`: kind and mode, links, owner and group (numeric), size, the
+/// modification time as `ls -l` shows it (`now_ns` decides between time and year).
+fn long_line(st: &fs::Stat, name: &str, now_ns: i64) -> String {
     format!(
-        "{}{:04o} {:>3} {:>12} {}",
+        "{}{:04o} {:>3} {:>5} {:>5} {:>12} {} {}",
         kind_char(st.kind),
         st.mode & 0o7777,
         st.nlink,
+        st.uid,
+        st.gid,
         st.size,
+        dates::short(st.mtime_ns, now_ns),
         name
     )
 }
@@ -550,13 +557,19 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
             return report::print_json(&entries);
         }
         let out = &mut std::io::stdout().lock();
+        let now = dates::now_ns();
         for e in &entries {
             if a.long && e.kind.is_none() {
                 // As `ls -l` shows an entry whose inode it cannot stat.
-                writeln!(out, "?????? {:>3} {:>12} {}", "?", "?", e.name)?;
+                let q = "?";
+                writeln!(
+                    out,
+                    "?????? {q:>3} {q:>5} {q:>5} {q:>12} {q:>12} {}",
+                    e.name
+                )?;
             } else if a.long {
                 let path = dir.map_or_else(|| e.name.clone(), |d| join(d, &e.name));
-                writeln!(out, "{}", long_line(&fs.lstat(&path)?, &e.name))?;
+                writeln!(out, "{}", long_line(&fs.lstat(&path)?, &e.name, now))?;
             } else {
                 writeln!(out, "{}", e.name)?;
             }
@@ -582,12 +595,14 @@ pub fn stat(a: PathArgs) -> anyhow::Result<()> {
         }
         let (path, kind, ino, nlink) = (&a.path, st.kind, st.ino, st.nlink);
         let (size, blocks, mode, uid, gid) = (st.size, st.blocks, st.mode & 0o7777, st.uid, st.gid);
-        let (mtime, ctime) = (st.mtime_ns, st.ctime_ns);
+        let access = dates::full(st.atime_ns);
+        let modify = dates::full(st.mtime_ns);
+        let change = dates::full(st.ctime_ns);
         Ok(write!(
             std::io::stdout().lock(),
             "  path: {path}\n  kind: {kind:?}  inode: {ino}  links: {nlink}\n  size: {size}  \
-             blocks: {blocks}  mode: {mode:04o}\n  uid: {uid}  gid: {gid}\n  \
-             mtime: {mtime} ns  ctime: {ctime} ns\n"
+             blocks: {blocks}  mode: {mode:04o}\n  uid: {uid}  gid: {gid}\n\
+             access: {access}\nmodify: {modify}\nchange: {change}\n"
         )?)
     })
 }

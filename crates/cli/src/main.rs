@@ -7,6 +7,7 @@
 
 mod args;
 mod crashtest;
+mod dates;
 mod engines;
 mod files;
 mod mount;
@@ -51,7 +52,8 @@ enum Command {
     Info(files::InfoArgs),
     /// List a directory.
     Ls(files::LsArgs),
-    /// Describe a file, directory or symbolic link.
+    /// Describe a file, directory or symbolic link (times in local time, as stat(1)
+    /// prints them).
     Stat(files::PathArgs),
     /// Copy a local file into the image.
     Put(files::PutArgs),

@@ -51,7 +51,9 @@ pub struct MountArgs {
     /// Threads serving requests (default: one per core, at most 8).
     #[arg(long, default_value_t = easyio_fuse::default_threads())]
     threads: usize,
-    /// Log file of the background server (default: one in the temporary directory).
+    /// Log file of the background server (default: one in the temporary directory,
+    /// removed when the server has unmounted the image cleanly and kept, named in the
+    /// error, when the mount fails).
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
 }

@@ -128,3 +128,73 @@ fn errors_are_clear_and_leave_the_image_intact() {
     assert_eq!(fsck.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&fsck.stdout).contains("PROBLEM"));
 }
+
+/// Whether `s` is `YYYY-MM-DD HH:MM:SS.NNNNNNNNN +HHMM`, as stat(1) prints a time.
+fn is_stat_time(s: &str) -> bool {
+    let pattern = "dddd-dd-dd dd:dd:dd.ddddddddd sdddd";
+    s.len() == pattern.len()
+        && s.bytes().zip(pattern.bytes()).all(|(c, p)| match p {
+            b'd' => c.is_ascii_digit(),
+            b's' => c == b'+' || c == b'-',
+            _ => c == p,
+        })
+}
+
+#[test]
+fn stat_and_ls_long_show_times_and_owners_as_coreutils_does() {
+    let img = Image::new("times");
+    img.ok(&["mkfs", "--size", "16M"]);
+    img.ok(&["mkdir", "/d"]);
+    let run_utc = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_easyio"))
+            .args(args)
+            .env("EASYIO_IMAGE", &img.0)
+            .env("TZ", "UTC")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run_utc(&["stat", "/d"]);
+    let st: serde_json::Value = serde_json::from_str(&img.ok(&["stat", "/d", "--json"])).unwrap();
+    // --json keeps the raw nanoseconds.
+    let mtime_ns = st["mtime_ns"].as_i64().unwrap();
+    for label in ["access: ", "modify: ", "change: "] {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} line:\n{text}"));
+        assert!(is_stat_time(line), "{line:?}");
+        assert!(line.ends_with(" +0000"), "{line:?}");
+    }
+    let modify = text
+        .lines()
+        .find_map(|l| l.strip_prefix("modify: "))
+        .unwrap();
+    let date = Command::new("date")
+        .args(["-u", "-d", &format!("@{}", mtime_ns / 1_000_000_000)])
+        .arg("+%Y-%m-%d %H:%M:%S")
+        .output()
+        .unwrap();
+    let want = format!(
+        "{}.{:09} +0000",
+        String::from_utf8(date.stdout).unwrap().trim(),
+        mtime_ns % 1_000_000_000
+    );
+    assert_eq!(modify, want);
+    // ls -l: owner and group (numeric), size, and the time as `ls -l` shows it.
+    let long = run_utc(&["ls", "-l", "/"]);
+    let date = Command::new("date")
+        .args(["-u", "-d", &format!("@{}", mtime_ns / 1_000_000_000)])
+        .arg("+%b %e %H:%M")
+        .output()
+        .unwrap();
+    let when = String::from_utf8(date.stdout)
+        .unwrap()
+        .trim_end()
+        .to_string();
+    let f: Vec<&str> = long.split_whitespace().collect();
+    let (uid, gid) = (st["uid"].to_string(), st["gid"].to_string());
+    assert_eq!(f[2..5], [uid.as_str(), gid.as_str(), "0"], "{long}");
+    assert!(long.ends_with(&format!(" {when} d\n")), "{long:?} {when:?}");
+}

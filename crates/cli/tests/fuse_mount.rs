@@ -744,11 +744,20 @@ impl Drop for Detached {
     }
 }
 
+/// Checks that a command failed with `code` and one line containing `text`; removes
+/// the log that a failed background server keeps and names.
 fn one_line_error(out: &Output, code: i32, text: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(text), "{err}");
+    if let Some(log) = err
+        .split("(server log: ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+    {
+        std::fs::remove_file(log).unwrap();
+    }
 }
 
 #[test]

@@ -116,7 +116,7 @@ fn fuse_device_refusal() -> String {
 /// The mount point, made absolute: an existing directory that is not a mount already.
 pub fn check_mountpoint(p: &Path) -> Result<PathBuf> {
     let what = || format!("mount point {}", p.display());
-    let meta = std::fs::metadata(p).map_err(|e| Error::os(what(), e))?;
+    let meta = std::fs::metadata(p).map_err(|e| stale_or(p, e, what()))?;
     if !meta.is_dir() {
         return Err(Error::errno_of(libc::ENOTDIR, what()));
     }
@@ -201,9 +201,13 @@ pub fn read_state(state: &Path) -> Option<u32> {
 /// Unmounts the FUSE mount at `mountpoint`, then waits (up to [`SERVER_EXIT_WAIT`])
 /// for its server to save the image and exit.
 pub fn umount(mountpoint: &Path) -> Result<()> {
-    let mp = mountpoint
-        .canonicalize()
-        .map_err(|e| Error::os(format!("mount point {}", mountpoint.display()), e))?;
+    let mp = mountpoint.canonicalize().map_err(|e| {
+        stale_or(
+            mountpoint,
+            e,
+            format!("mount point {}", mountpoint.display()),
+        )
+    })?;
     match mount_of(&mp)? {
         Some(t) if t == "fuse" || t.starts_with("fuse.") => {}
         Some(fstype) => {
@@ -218,7 +222,14 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
         }
     }
     let pid = read_state(&state_file(&mp));
-    crate::unmount(&mp, false).map_err(|e| Error::os(format!("unmounting {}", mp.display()), e))?;
+    crate::unmount(&mp, false).map_err(|e| {
+        let what = format!("unmounting {}", mp.display());
+        if busy(&e) {
+            Error::errno_of(libc::EBUSY, format!("{what}: {}", holders_of(&mp)))
+        } else {
+            Error::os(what, e)
+        }
+    })?;
     let Some(pid) = pid else { return Ok(()) };
     let t0 = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() && is_server(pid) {
@@ -228,6 +239,63 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// Most processes a busy [`umount`] names.
+const MAX_HOLDERS_NAMED: usize = 5;
+
+/// `what` failing with `e`, unless `e` is ENOTCONN: then `p` is a FUSE mount whose
+/// server is gone, and the error says how to clear it (the errno stays ENOTCONN).
+fn stale_or(p: &Path, e: io::Error, what: String) -> Error {
+    if e.raw_os_error() != Some(libc::ENOTCONN) {
+        return Error::os(what, e);
+    }
+    let what = format!(
+        "{} is a stale FUSE mount (its server is gone): run fusermount3 -uz {0}",
+        p.display()
+    );
+    Error::errno_of(libc::ENOTCONN, what)
+}
+
+/// Whether an unmount failed because the mount is in use: EBUSY from umount2(2), or
+/// `fusermount3` saying so (it gives no errno).
+fn busy(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EBUSY) || e.to_string().contains("busy")
+}
+
+/// Who keeps the mount at `mp` busy: up to [`MAX_HOLDERS_NAMED`] processes whose
+/// current directory or an open file is under it, by pid and name, for a busy
+/// [`umount`]'s message.
+fn holders_of(mp: &Path) -> String {
+    let held = |link: &Path| std::fs::read_link(link).is_ok_and(|t| t.starts_with(mp));
+    let mut found = Vec::new();
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    for pid in pids.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let why = if held(&proc.join("cwd")) {
+            "current directory"
+        } else if std::fs::read_dir(proc.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| held(&fd.path()))
+        {
+            "open file"
+        } else {
+            continue;
+        };
+        let name = std::fs::read_to_string(proc.join("comm")).unwrap_or_default();
+        found.push(format!("{pid} ({}, {why})", name.trim()));
+    }
+    match found.len() {
+        0 => "in use (no process found holding it; try again as root to see all)".into(),
+        n if n > MAX_HOLDERS_NAMED => format!(
+            "in use by {} and {} more",
+            found[..MAX_HOLDERS_NAMED].join(", "),
+            n - MAX_HOLDERS_NAMED
+        ),
+        _ => format!("in use by {}", found.join(", ")),
+    }
 }
 
 /// Whether process `pid` is still an easyio server (not a zombie, not a reused pid).

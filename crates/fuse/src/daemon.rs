@@ -26,6 +26,9 @@ use crate::control::{state_file, write_state, Error, Result};
 const NOTIFY_ENV: &str = "EASYIO_MOUNT_NOTIFY";
 /// What the background server says when the mount is up.
 const READY: &str = "ready";
+/// Set in the environment of the background server to the log file [`detach`] chose
+/// for it: the server removes it once it has unmounted the image cleanly.
+const LOG_ENV: &str = "EASYIO_MOUNT_LOG";
 
 /// How to start a server in the background.
 #[derive(Clone, Debug)]
@@ -33,7 +36,8 @@ pub struct DetachOptions {
     /// The arguments this program is run again with, to serve in the foreground.
     pub args: Vec<OsString>,
     /// The server's log file (standard error); `None`: one in the temporary directory,
-    /// removed if the server fails.
+    /// removed by the server once it has unmounted the image cleanly, kept when the
+    /// mount or the server fails.
     pub log: Option<PathBuf>,
 }
 
@@ -51,7 +55,7 @@ pub enum Detached {
     Failed {
         /// Its exit status (at least 1).
         status: i32,
-        /// The last line of its log: its error.
+        /// The last line of its log (its error) and where the log is.
         message: String,
     },
 }
@@ -64,7 +68,11 @@ pub fn detach(o: &DetachOptions) -> Result<Detached> {
     });
     let log_file = std::fs::File::create(&log)
         .map_err(|e| Error::os(format!("log file {}", log.display()), e))?;
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut cmd = Command::new(std::env::current_exe()?);
+    if o.log.is_none() {
+        cmd.env(LOG_ENV, &log);
+    }
+    let mut child = cmd
         .args(&o.args)
         .env(NOTIFY_ENV, "1")
         .stdin(Stdio::null())
@@ -81,14 +89,11 @@ pub fn detach(o: &DetachOptions) -> Result<Detached> {
     }
     let status = child.wait()?;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let message = text
+    let last = text
         .lines()
         .last()
-        .unwrap_or("the server ended without a message")
-        .to_string();
-    if o.log.is_none() {
-        let _ = std::fs::remove_file(&log);
-    }
+        .unwrap_or("the server ended without a message");
+    let message = format!("{last} (server log: {})", log.display());
     let status = status.code().unwrap_or(1).max(1);
     Ok(Detached::Failed { status, message })
 }
@@ -150,6 +155,10 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         source,
     })?;
     eprintln!("easyio: {} unmounted cleanly", o.image.display());
+    // Nothing in the log is needed any more: a log chosen for the user goes.
+    if let Some(log) = std::env::var_os(LOG_ENV) {
+        let _ = std::fs::remove_file(log);
+    }
     Ok(())
 }
 
