@@ -155,10 +155,22 @@ pub struct AppReport {
     pub results: Vec<AppRow>,
 }
 
+/// What every report's figures mean, less the `kernel` rows (which the demo has not).
+macro_rules! figures_note {
+    () => {
+        "slowmem results are EMULATED; tasks/s = tasks of all clients / wall time from the \
+         common start to the last finish"
+    };
+}
+
 /// Note printed with every report.
-pub const NOTE: &str = "kernel = the same code through std::fs on the host tmpfs (not \
-                        persistent); slowmem results are EMULATED; tasks/s = tasks of all \
-                        clients / wall time from the common start to the last finish";
+pub const NOTE: &str = concat!(
+    "kernel = the same code through std::fs on the host tmpfs (not persistent); ",
+    figures_note!()
+);
+
+/// The note of a report without `kernel` rows (the demo's).
+pub const NOTE_WITHOUT_KERNEL: &str = figures_note!();
 
 /// Bytes a client read and wrote.
 #[derive(Default)]

@@ -114,7 +114,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         duration_s: duration,
         scale,
         uthreads_per_core: UTHREADS_PER_CORE,
-        note: app::NOTE,
+        note: app::NOTE_WITHOUT_KERNEL,
         results,
     };
     print_report(report, plot, began.elapsed().as_secs_f64(), a.json)
@@ -160,7 +160,7 @@ fn print_report(
         });
     }
     println!("{}", app::table(&report.results));
-    println!("note:    {}", app::NOTE);
+    println!("note:    {}", app::NOTE_WITHOUT_KERNEL);
     if let Some(p) = &plot {
         println!("plot:    {}", p.display());
     }

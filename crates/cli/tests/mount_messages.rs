@@ -1,7 +1,8 @@
 //! What `easyio mount` and `easyio umount` tell a user when something is in the way,
 //! on real images in /dev/shm: a busy mount names who holds it, a stale mount point
 //! says how to clear it, and the server's log is gone after a clean end and kept,
-//! named, after a failed mount. Without /dev/fuse the tests are skipped, saying so.
+//! named, after a failed mount; a mount that had to recover the image says so.
+//! Without /dev/fuse the tests are skipped, saying so (and fail when `CI` is set).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -13,6 +14,11 @@ fn fuse_missing() -> bool {
     if Path::new("/dev/fuse").exists() {
         return false;
     }
+    // In CI a test that cannot run fails.
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no /dev/fuse on this machine (load the fuse module)"
+    );
     eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
     true
 }
@@ -159,4 +165,14 @@ fn a_stale_mount_point_says_how_to_clear_it() {
     // A server that died keeps its log.
     assert!(log.exists());
     std::fs::remove_file(&log).unwrap();
+    // The next mount recovers the image, and says so to the user, not only in its log.
+    let out = easyio(&["mount", s.image(), s.mp()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        err.contains("was not cleanly unmounted; recovered"),
+        "{err}"
+    );
+    let out = easyio(&["umount", s.mp()]);
+    assert!(out.status.success(), "{out:?}");
 }

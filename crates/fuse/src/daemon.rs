@@ -84,6 +84,12 @@ pub fn detach(o: &DetachOptions) -> Result<Detached> {
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
     if line.trim_end() == READY {
+        // What the mount said of the image before it was up (a recovery, damage) is
+        // the user's to see, not only the log's.
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        for said in text.lines().filter(|l| is_about_the_image(l)) {
+            eprintln!("{said}");
+        }
         let pid = child.id();
         return Ok(Detached::Mounted { pid, log });
     }
@@ -96,6 +102,12 @@ pub fn detach(o: &DetachOptions) -> Result<Detached> {
     let message = format!("{last} (server log: {})", log.display());
     let status = status.code().unwrap_or(1).max(1);
     Ok(Detached::Failed { status, message })
+}
+
+/// Whether a line of the server's log reports what mounting found in the image: a
+/// recovery after a crash, or damage.
+fn is_about_the_image(line: &str) -> bool {
+    line.contains("was not cleanly unmounted") || line.contains("is damaged")
 }
 
 /// What to serve, where and how.
