@@ -218,25 +218,21 @@ fn std_cookie<'a>(c: *mut c_void) -> &'a StdCookie {
     unsafe { &*c.cast::<StdCookie>() }
 }
 
-/// A read of a standard stream: the mount's descriptor read by the shim itself
-/// (glibc may call this from inside the shim, while it flushes), else libc's.
-extern "C" fn std_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
-    let fd = std_cookie(c).fd;
+/// A read or write of a standard stream's descriptor: `shim`, the shim's own
+/// call on the mount's descriptor (glibc may call this from inside the shim, while
+/// it flushes), else libc's (`kernel`). A panic in the shim is EIO.
+fn std_io(
+    shim: impl FnOnce() -> Option<Result<usize, i32>> + std::panic::UnwindSafe,
+    kernel: impl FnOnce() -> ssize_t,
+) -> ssize_t {
     let _g = crate::guard::Guard::enter();
-    let r = std::panic::catch_unwind(|| {
-        crate::call::fd_call(fd, |d, l| {
-            crate::io::read_at(l, d.fd, crate::real::buf_mut(buf.cast(), n), None)
-        })
-    });
-    match r {
+    match std::panic::catch_unwind(shim) {
         Ok(Some(Ok(n))) => n as ssize_t,
         Ok(Some(Err(e))) => {
             crate::real::set_errno(e);
             -1
         }
-        Ok(None) => {
-            crate::real::libc_call!(read: fn(c_int, *mut c_void, size_t) -> ssize_t, fd, buf.cast(), n)
-        }
+        Ok(None) => kernel(),
         Err(_) => {
             crate::real::set_errno(libc::EIO);
             -1
@@ -244,29 +240,30 @@ extern "C" fn std_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
     }
 }
 
-/// A write of a standard stream, as [`std_read`].
+/// A read of a standard stream (see [`std_io`]).
+extern "C" fn std_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
+    let fd = std_cookie(c).fd;
+    std_io(
+        || {
+            crate::call::fd_call(fd, |d, l| {
+                crate::io::read_at(l, d.fd, crate::real::buf_mut(buf.cast(), n), None)
+            })
+        },
+        || crate::real::libc_call!(read: fn(c_int, *mut c_void, size_t) -> ssize_t, fd, buf.cast(), n),
+    )
+}
+
+/// A write of a standard stream (see [`std_io`]).
 extern "C" fn std_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
     let fd = std_cookie(c).fd;
-    let _g = crate::guard::Guard::enter();
-    let r = std::panic::catch_unwind(|| {
-        crate::call::fd_call(fd, |d, l| {
-            crate::io::write_at(l, d.fd, crate::real::buf(buf.cast(), n), None)
-        })
-    });
-    match r {
-        Ok(Some(Ok(n))) => n as ssize_t,
-        Ok(Some(Err(e))) => {
-            crate::real::set_errno(e);
-            -1
-        }
-        Ok(None) => {
-            crate::real::libc_call!(write: fn(c_int, *const c_void, size_t) -> ssize_t, fd, buf.cast(), n)
-        }
-        Err(_) => {
-            crate::real::set_errno(libc::EIO);
-            -1
-        }
-    }
+    std_io(
+        || {
+            crate::call::fd_call(fd, |d, l| {
+                crate::io::write_at(l, d.fd, crate::real::buf(buf.cast(), n), None)
+            })
+        },
+        || crate::real::libc_call!(write: fn(c_int, *const c_void, size_t) -> ssize_t, fd, buf.cast(), n),
+    )
 }
 
 extern "C" fn std_seek(c: *mut c_void, off: *mut off64_t, whence: c_int) -> c_int {
