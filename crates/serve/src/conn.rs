@@ -189,7 +189,12 @@ pub(crate) struct Conn<'a> {
     staging: HashMap<u32, staging::Buffer>,
     /// The number of the last staging buffer made.
     last_staging: u32,
+    /// The server's own copy of a staged call's bytes (never the shared ones).
+    scratch: Vec<u8>,
 }
+
+/// The largest scratch buffer kept between staged calls, bytes.
+const SCRATCH_KEPT: usize = 1 << 20;
 
 /// What an answer carries over the socket beside it.
 pub(crate) enum Attached {
@@ -232,6 +237,7 @@ impl<'a> Conn<'a> {
             submitted: Submitted::default(),
             staging: HashMap::new(),
             last_staging: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -463,7 +469,7 @@ impl<'a> Conn<'a> {
     /// A write from staging buffer `id`, as [`Request::WriteStaged`] says; `EFAULT`
     /// for bytes outside the buffer.
     fn write_staged(
-        &self,
+        &mut self,
         fd: u32,
         id: u32,
         at: u64,
@@ -472,20 +478,36 @@ impl<'a> Conn<'a> {
     ) -> fs::Result<usize> {
         let (fd, o) = self.own(fd)?;
         let fs = self.fs;
-        // SAFETY: the bytes are only copied into the file; a client that changes them
-        // meanwhile tears its own write, nothing else.
-        let data =
-            unsafe { self.staging(id)?.bytes(at, len) }.ok_or(fs::Error::Errno(libc::EFAULT))?;
+        // The bytes are copied out of the shared buffer first: the client may change
+        // them meanwhile (tearing its own write, nothing else).
+        let mut data = std::mem::take(&mut self.scratch);
+        if !self.staging(id)?.read_into(at, len, &mut data) {
+            self.scratch = data;
+            return Err(fs::Error::Errno(libc::EFAULT));
+        }
+        let data_ = &data[..];
         // As `write` and `pwrite`: an appending descriptor writes at the end.
-        match (off, o.append) {
+        let r = match (off, o.append) {
             (_, true) => self.writing(o.ino, At::End, data.len(), || match off {
-                Some(off) => fs.pwrite(fd, data, off),
-                None => fs.write(fd, data),
+                Some(off) => fs.pwrite(fd, data_, off),
+                None => fs.write(fd, data_),
             }),
             (Some(off), false) => self.writing(o.ino, At::Offset(off), data.len(), || {
-                fs.pwrite(fd, data, off)
+                fs.pwrite(fd, data_, off)
             }),
-            (None, false) => self.writing(o.ino, At::Cursor(fd), data.len(), || fs.write(fd, data)),
+            (None, false) => {
+                self.writing(o.ino, At::Cursor(fd), data.len(), || fs.write(fd, data_))
+            }
+        };
+        self.keep_scratch(data);
+        r
+    }
+
+    /// Keeps `buf` as the scratch buffer of the next staged call, unless it grew
+    /// past what is worth keeping.
+    fn keep_scratch(&mut self, buf: Vec<u8>) {
+        if buf.capacity() <= SCRATCH_KEPT {
+            self.scratch = buf;
         }
     }
 
@@ -508,15 +530,17 @@ impl<'a> Conn<'a> {
             return Err(fs::Error::BadFd);
         }
         let fs = self.fs;
-        let data =
-            // SAFETY: as in `write_staged`; besides, a copy still running keeps the
-            // buffer mapped: it is let go (`drop_staging`, the connection's end)
-            // only once its copies are done.
-            unsafe { self.staging(id)?.bytes(at, len) }.ok_or(fs::Error::Errno(libc::EFAULT))?;
+        // The copy runs from the server's own copy of the bytes (the client may
+        // change the shared ones meanwhile), kept with the copy until it is done.
+        let mut data = self.submitted.spare();
+        if !self.staging(id)?.read_into(at, len, &mut data) {
+            return Err(fs::Error::Errno(libc::EFAULT));
+        }
         let at_ = if o.append { At::End } else { At::Offset(off) };
-        // SAFETY: `data` stays mapped and the client's until the token is done (see
-        // above); the token is kept in `self.submitted` or waited for below.
-        let start = || unsafe { fs.submit_pwrite_borrowed(fd, data, off) };
+        // SAFETY: `data`'s heap bytes stay allocated and unchanged until the token is
+        // done: the token is kept in `self.submitted` with `data` (dropped after it),
+        // or waited for below before `data` goes.
+        let start = || unsafe { fs.submit_pwrite_borrowed(fd, &data, off) };
         let (token, unpublished) = match self.direct {
             Some(d) => d.submit(fs, o.ino, at_, len, start),
             None => (start(), None),
@@ -533,7 +557,7 @@ impl<'a> Conn<'a> {
         let count = data.len() as u64;
         match token.running_sn() {
             Some(sn) if self.may_poll() => {
-                self.submitted.keep(token, sn, id, unpublished);
+                self.submitted.keep(token, data, sn, id, unpublished);
                 Ok(Answer::Submitted { count, sn })
             }
             _ => {
@@ -541,6 +565,7 @@ impl<'a> Conn<'a> {
                 if let (Some(d), Some(u)) = (self.direct, unpublished) {
                     d.finish(fs, u);
                 }
+                self.submitted.give_back(data);
                 Ok(Answer::Submitted {
                     count: r? as u64,
                     sn: 0,
@@ -563,7 +588,7 @@ impl<'a> Conn<'a> {
     /// A read into staging buffer `id`, as [`Request::ReadStaged`] says; `EFAULT` for
     /// bytes outside the buffer.
     fn read_staged(
-        &self,
+        &mut self,
         fd: u32,
         id: u32,
         at: u64,
@@ -571,21 +596,29 @@ impl<'a> Conn<'a> {
         off: Option<u64>,
     ) -> fs::Result<usize> {
         let (fd, o) = self.own(fd)?;
-        // SAFETY: this connection's thread is the only one of this process that
-        // touches its buffers, and the slice ends with this call; the client may read
-        // the bytes meanwhile and get whatever is there.
-        let buf = unsafe { self.staging(id)?.bytes_mut(at, len) }
-            .ok_or(fs::Error::Errno(libc::EFAULT))?;
-        match off {
-            Some(off) => {
-                let n = self.fs.pread(fd, buf, off)?;
+        if !self.staging(id)?.holds(at, len) {
+            return Err(fs::Error::Errno(libc::EFAULT));
+        }
+        // Read into the server's own memory, then copied into the shared buffer.
+        let len = len as usize;
+        let mut buf = std::mem::take(&mut self.scratch);
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let read = match off {
+            Some(off) => self.fs.pread(fd, &mut buf[..len], off).inspect(|&n| {
                 if let (Some(d), true) = (self.direct, o.table) {
                     d.publish_read(self.fs, o.ino, off, n as u64);
                 }
-                Ok(n)
-            }
-            None => self.fs.read(fd, buf),
+            }),
+            None => self.fs.read(fd, &mut buf[..len]),
+        };
+        if let Ok(n) = read {
+            let copied = self.staging(id).is_ok_and(|b| b.copy_from(at, &buf[..n]));
+            debug_assert!(copied, "the range was checked above");
         }
+        self.keep_scratch(buf);
+        read
     }
 
     /// `open`. With direct reads, `O_TRUNC` of a regular file is a truncation of the
@@ -1197,8 +1230,7 @@ mod tests {
         };
         let len = 8u64 << 20;
         let (id, client) = staging_of(&mut c, len);
-        // SAFETY: this test is the only user of the client's mapping.
-        unsafe { client.bytes_mut(0, len).unwrap().fill(0x5a) };
+        assert!(client.copy_from(0, &vec![0x5a; len as usize]));
         let ino = c.own(fd).unwrap().1.ino;
         let table = direct.table(&fs, ino).unwrap();
         let word = |i: usize| table.words().at(i).load(Ordering::SeqCst);
@@ -1318,8 +1350,7 @@ mod tests {
         let (id, client) = staging_of(&mut c, 10_000);
         assert!(client.len() >= 10_000);
         let data: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
-        // SAFETY: this test is the only user of the client's mapping.
-        unsafe { client.bytes_mut(100, 9000).unwrap().copy_from_slice(&data) };
+        assert!(client.copy_from(100, &data));
         let write = |c: &mut Conn<'_>, at, len, off| {
             c.answer(Request::WriteStaged {
                 fd,
@@ -1351,8 +1382,9 @@ mod tests {
             off: Some(9000),
         });
         assert_eq!(read, Answer::Count(50));
-        // SAFETY: as above.
-        assert_eq!(unsafe { client.bytes(0, 50) }.unwrap(), &data[8950..]);
+        let mut got = vec![0u8; 50];
+        assert!(client.copy_to(0, &mut got));
+        assert_eq!(got, &data[8950..]);
         // Ranges outside the buffer, unknown buffers, descriptors not open.
         let past = client.len() as u64;
         assert_eq!(write(&mut c, past, 1, Some(0)), Answer::Error(libc::EFAULT));

@@ -32,6 +32,7 @@ pub mod fuzz;
 mod locks;
 mod mailbox;
 mod server;
+pub mod shared;
 pub mod shm;
 pub mod staging;
 mod submitted;

@@ -29,9 +29,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::mm::{MapFlags, ProtFlags};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags};
 
+use crate::shared::{Encoder, SharedBytes};
 use crate::wire::MAX_FRAME;
 
 /// A request waits for the server.
@@ -70,17 +70,14 @@ pub enum Side {
 
 /// A mapped mailbox.
 pub struct Mailbox {
-    ptr: *mut u8,
+    /// The mapping: its words and payload reached as [`crate::shared`] says.
+    bytes: SharedBytes,
     fd: OwnedFd,
     side: Side,
     /// Whether this side's last yield ran another thread: its core is shared, maybe
     /// with the other side, so its waits give the core away at once.
     crowded: std::sync::atomic::AtomicBool,
 }
-
-// SAFETY: the mapping is shared memory accessed through atomics (the words) and byte
-// copies (the payload), from whichever thread holds the mailbox.
-unsafe impl Send for Mailbox {}
 
 impl Mailbox {
     /// A new mailbox (the server makes it and sends its descriptor to the client).
@@ -94,27 +91,8 @@ impl Mailbox {
 
     /// Maps the mailbox `fd` as `side`.
     pub fn map(fd: OwnedFd, side: Side) -> io::Result<Mailbox> {
-        let st = rustix::fs::fstat(&fd)?;
-        if (st.st_size as u64) < BYTES as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "mailbox too short",
-            ));
-        }
-        // SAFETY: a fresh shared mapping of a segment at least BYTES long (checked
-        // above); no Rust object aliases it, and it is unmapped only by Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                BYTES,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                &fd,
-                0,
-            )
-        }?;
         Ok(Mailbox {
-            ptr: ptr.cast(),
+            bytes: SharedBytes::map(&fd, BYTES, true)?,
             fd,
             side,
             crowded: std::sync::atomic::AtomicBool::new(false),
@@ -127,9 +105,9 @@ impl Mailbox {
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: words 0..4 lie in the first DATA bytes of the live mapping, 8-aligned
-        // (the mapping is page-aligned); every access to them is atomic.
-        unsafe { &*self.ptr.cast::<AtomicU64>().add(i) }
+        self.bytes
+            .word(i)
+            .expect("the words lie before the payload")
     }
 
     /// Copies the payload out: `None` if its length is past the mailbox.
@@ -145,17 +123,9 @@ impl Mailbox {
         if len > MAX_FRAME {
             return false;
         }
-        buf.clear();
-        buf.reserve(len);
-        // SAFETY: DATA + len <= BYTES: inside the live mapping; `buf` is a distinct
-        // buffer with room for `len` bytes, all of them written before `set_len`. The
-        // other side may store into the payload meanwhile (it breaks only its own
-        // call): the copy is then of whatever bytes were there.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.add(DATA), buf.as_mut_ptr(), len);
-            buf.set_len(len);
-        }
-        true
+        // The other side may store into the payload meanwhile (it breaks only its
+        // own call): the copy is then of whatever bytes were there.
+        self.bytes.read_into(DATA, len, buf)
     }
 
     /// Whether descriptors came with the answer just taken (the client's look).
@@ -176,12 +146,10 @@ impl Mailbox {
         fds_sent: bool,
         bell: &UnixStream,
     ) -> io::Result<()> {
-        // SAFETY: the payload area (BYTES - DATA bytes of the live mapping) is this
-        // side's until the state store below; this slice lives only for the encoding.
-        let area = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(DATA), BYTES - DATA) };
-        let len = postcard::to_slice(msg, area)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
-            .len();
+        // Encoded straight into the payload, which is this side's until the state
+        // store below.
+        let len = postcard::serialize_with_flavor(msg, Encoder::new(&self.bytes, DATA, BYTES))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let fds = if fds_sent { FDS_CAME } else { 0 };
         self.word(MESSAGE)
             .store((len as u64) << 32 | fds | state, Ordering::SeqCst);
@@ -269,14 +237,6 @@ impl Mailbox {
         };
         flag.store(0, Ordering::SeqCst);
         r
-    }
-}
-
-impl Drop for Mailbox {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once; nothing borrows it past
-        // `self`.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), BYTES) };
     }
 }
 

@@ -7,19 +7,13 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 
-use rustix::mm::{MapFlags, ProtFlags};
+use crate::shared::SharedBytes;
 
-/// A mapping of shared 64-bit words.
+/// A mapping of shared 64-bit words, each reached atomically only.
 pub struct Words {
-    ptr: *mut AtomicU64,
-    words: usize,
+    bytes: SharedBytes,
     fd: Option<OwnedFd>,
 }
-
-// SAFETY: the mapping is accessed only through atomics, from any thread.
-unsafe impl Send for Words {}
-// SAFETY: as above.
-unsafe impl Sync for Words {}
 
 impl Words {
     /// A new zeroed segment of `words` words (a memfd named `name`), mapped
@@ -39,53 +33,28 @@ impl Words {
 
     /// Maps `words` words of the segment `fd`, writable or not.
     pub fn map(fd: &impl AsFd, words: usize, writable: bool) -> io::Result<Words> {
-        let st = rustix::fs::fstat(fd)?;
-        if (st.st_size as u64) < (words * 8) as u64 || words == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "shared segment too short",
-            ));
-        }
-        let prot = if writable {
-            ProtFlags::READ | ProtFlags::WRITE
-        } else {
-            ProtFlags::READ
-        };
-        // SAFETY: a fresh shared mapping of a segment at least `words * 8` bytes long
-        // (checked above); no Rust object aliases it, and it is unmapped only by Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                words * 8,
-                prot,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }?;
+        let len = words
+            .checked_mul(8)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "segment too long"))?;
         Ok(Words {
-            ptr: ptr.cast(),
-            words,
+            bytes: SharedBytes::map(fd, len, writable)?,
             fd: None,
         })
     }
 
     /// Word `i`; `None` past the end.
     pub fn get(&self, i: usize) -> Option<&AtomicU64> {
-        // SAFETY: i < words: inside the live mapping, 8-aligned (page-aligned start);
-        // every access to the mapping is atomic. A read-only mapping is only loaded
-        // from: a store would fault, which is the point of mapping it so.
-        (i < self.words).then(|| unsafe { &*self.ptr.add(i) })
+        self.bytes.word(i)
     }
 
     /// Words of the segment.
     pub fn len(&self) -> usize {
-        self.words
+        self.bytes.len() / 8
     }
 
     /// Whether the segment has no words (never: mapping refuses that).
     pub fn is_empty(&self) -> bool {
-        self.words == 0
+        self.len() == 0
     }
 
     /// Word `i`, which must exist.
@@ -117,14 +86,6 @@ pub(crate) fn seal(fd: &OwnedFd, clients_write: bool) -> io::Result<()> {
     }
     rustix::fs::fcntl_add_seals(fd, seals)?;
     Ok(())
-}
-
-impl Drop for Words {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once; references handed out by
-        // `get` borrow `self`, so none outlives it.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.words * 8) };
-    }
 }
 
 #[cfg(test)]

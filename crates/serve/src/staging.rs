@@ -1,9 +1,10 @@
 //! Staging buffers: shared memory a client and its server thread both map, in which
 //! the client keeps the data it writes and receives the data it reads (EASYIO's
 //! client-side staging, KucoFS's shared buffers). A write from a staging buffer costs
-//! no copy into the mailbox and none out of it: the server copies straight from the
-//! buffer into the file's new blocks; a read into one is copied straight from the
-//! file into the buffer.
+//! no encoding into the mailbox and no decoding out of it: the server copies the
+//! bytes out of the buffer into memory of its own (the client may change them at any
+//! time: [`crate::shared`]) and writes them to the file; a read into one is read
+//! into the server's memory and copied into the buffer.
 //!
 //! The server makes each buffer (a memfd sealed against resizing, so that a client
 //! cannot make the server's next access fault) and sends its descriptor with the
@@ -16,7 +17,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 
-use rustix::mm::{MapFlags, ProtFlags};
+use crate::shared::SharedBytes;
 
 /// The largest staging buffer, bytes.
 pub const MAX_BYTES: u64 = 64 << 20;
@@ -30,19 +31,13 @@ pub const SERVER_BYTES: u64 = 2 << 30;
 /// mapping of the server's).
 pub const SERVER_COUNT: u64 = 1024;
 
-/// A mapped staging buffer.
+/// A mapped staging buffer. Its bytes are the client's as much as the server's: they
+/// are reached only by copies ([`crate::shared`]).
 pub struct Buffer {
-    ptr: NonNull<u8>,
-    len: usize,
+    bytes: SharedBytes,
     /// The server's side: the segment, whose pages go when the buffer does.
     fd: Option<OwnedFd>,
 }
-
-// SAFETY: the mapping is plain shared memory, reached only through raw pointers
-// whose users (this module's callers) say who may touch which bytes when.
-unsafe impl Send for Buffer {}
-// SAFETY: as above.
-unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// A new buffer of `len` bytes (rounded up to whole pages), zeroed, and a
@@ -63,91 +58,68 @@ impl Buffer {
 
     /// Maps `len` bytes of the buffer `fd` read-write (the client's side).
     pub fn map(fd: &impl AsFd, len: usize) -> io::Result<Buffer> {
-        let st = rustix::fs::fstat(fd)?;
-        if len == 0 || (st.st_size as u64) < len as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "staging buffer shorter than said",
-            ));
-        }
-        // SAFETY: a fresh shared mapping of a segment at least `len` bytes long (checked
-        // above, and sealed against shrinking by the server); no Rust object aliases
-        // it, and it is unmapped only by Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }?;
-        let ptr = NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Buffer { ptr, len, fd: None })
+        Ok(Buffer {
+            bytes: SharedBytes::map(fd, len, true)?,
+            fd: None,
+        })
     }
 
     /// Bytes of the buffer.
     pub fn len(&self) -> usize {
-        self.len
+        self.bytes.len()
     }
 
     /// Whether the buffer has no bytes (never: making one refuses that).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.bytes.is_empty()
     }
 
     /// Where the buffer starts in this process.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.bytes.as_ptr()
     }
 
     /// [`Buffer::as_ptr`], never null.
     pub fn ptr(&self) -> NonNull<u8> {
-        self.ptr
+        NonNull::new(self.as_ptr()).expect("a mapping is never at 0")
     }
 
     /// The offset of `[ptr, ptr + len)` in the buffer, if it lies inside.
     pub fn offset_of(&self, ptr: *const u8, len: usize) -> Option<u64> {
-        let at = (ptr as usize).checked_sub(self.ptr.as_ptr() as usize)?;
-        (at.checked_add(len)? <= self.len).then_some(at as u64)
+        self.bytes.offset_of(ptr, len).map(|at| at as u64)
     }
 
-    /// Bytes `[at, at + len)`, if inside the buffer.
-    ///
-    /// # Safety
-    /// The bytes may change while the slice lives (the other process writes them):
-    /// the caller only copies them, and accepts a torn copy.
-    pub unsafe fn bytes(&self, at: u64, len: u64) -> Option<&[u8]> {
-        let (at, len) = self.range(at, len)?;
-        // SAFETY: inside the live mapping (range checked it); the caller accepts that
-        // the other process may store into it meanwhile.
-        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(at), len) })
+    /// Whether bytes `[at, at + len)` lie inside the buffer.
+    pub fn holds(&self, at: u64, len: u64) -> bool {
+        at.checked_add(len)
+            .is_some_and(|end| end <= self.len() as u64)
     }
 
-    /// Bytes `[at, at + len)` to fill, if inside the buffer.
-    ///
-    /// # Safety
-    /// No other slice of these bytes may be alive in this process while this one is;
-    /// the other process may read or write them meanwhile (it gets whatever is there).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn bytes_mut(&self, at: u64, len: u64) -> Option<&mut [u8]> {
-        let (at, len) = self.range(at, len)?;
-        // SAFETY: inside the live mapping; exclusive in this process per the caller.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(at), len) })
+    /// Copies `len` bytes at `at` into `buf` (replacing what it held); `false` if
+    /// they are not all inside the buffer. The other process may change them
+    /// meanwhile: the copy is then torn, as a buffer changed during `write(2)`.
+    pub fn read_into(&self, at: u64, len: u64, buf: &mut Vec<u8>) -> bool {
+        match (usize::try_from(at), usize::try_from(len)) {
+            (Ok(at), Ok(len)) => self.bytes.read_into(at, len, buf),
+            _ => false,
+        }
     }
 
-    fn range(&self, at: u64, len: u64) -> Option<(usize, usize)> {
-        let end = at.checked_add(len)?;
-        (end <= self.len as u64).then_some((at as usize, len as usize))
+    /// Copies bytes at `at` into `out`; `false`, and nothing copied, if they are not
+    /// all inside the buffer.
+    pub fn copy_to(&self, at: u64, out: &mut [u8]) -> bool {
+        usize::try_from(at).is_ok_and(|at| self.bytes.copy_to(at, out))
+    }
+
+    /// Copies `data` into the buffer at `at`; `false`, and nothing copied, if it does
+    /// not fit inside.
+    pub fn copy_from(&self, at: u64, data: &[u8]) -> bool {
+        usize::try_from(at).is_ok_and(|at| self.bytes.copy_from(at, data))
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once; slices handed out borrow
-        // `self`, so none outlives it.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
         if let Some(fd) = &self.fd {
             // The client may keep its mapping: it then reads zeros, and pages it
             // writes again are its own.
@@ -155,7 +127,7 @@ impl Drop for Buffer {
                 fd,
                 rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
                 0,
-                self.len as u64,
+                self.len() as u64,
             );
         }
     }
@@ -175,14 +147,10 @@ mod tests {
         assert_eq!(server.len() % page(), 0);
         assert!(server.len() >= 5000);
         let client = Buffer::map(&fd, server.len()).unwrap();
-        // SAFETY: this test is the only user of both mappings.
-        unsafe {
-            client
-                .bytes_mut(4090, 10)
-                .unwrap()
-                .copy_from_slice(b"0123456789");
-            assert_eq!(server.bytes(4090, 10).unwrap(), b"0123456789");
-        }
+        assert!(client.copy_from(4090, b"0123456789"));
+        let mut got = Vec::new();
+        assert!(server.read_into(4090, 10, &mut got));
+        assert_eq!(got, b"0123456789");
         assert!(
             rustix::fs::ftruncate(&fd, 0).is_err(),
             "sealed against shrinking"
@@ -191,20 +159,20 @@ mod tests {
         // Once the server lets it go, a client that kept its mapping sees no byte of
         // what was there (its pages are gone).
         drop(server);
-        // SAFETY: as above.
-        assert_eq!(unsafe { client.bytes(4090, 10) }.unwrap(), &[0u8; 10]);
+        let mut after = [1u8; 10];
+        assert!(client.copy_to(4090, &mut after));
+        assert_eq!(after, [0u8; 10]);
     }
 
     #[test]
     fn ranges_outside_the_buffer_are_refused() {
         let (b, _fd) = Buffer::create(4096).unwrap();
-        // SAFETY: nothing else maps the buffer.
-        unsafe {
-            assert!(b.bytes(0, 4096).is_some());
-            assert!(b.bytes(1, 4096).is_none());
-            assert!(b.bytes(u64::MAX, 2).is_none());
-            assert!(b.bytes_mut(4096, 1).is_none());
-        }
+        let mut v = Vec::new();
+        assert!(b.read_into(0, 4096, &mut v));
+        assert!(!b.read_into(1, 4096, &mut v));
+        assert!(!b.read_into(u64::MAX, 2, &mut v));
+        assert!(!b.copy_from(4096, &[1]));
+        assert!(!b.copy_to(u64::MAX, &mut [0; 1]));
         assert_eq!(b.offset_of(b.as_ptr().wrapping_add(100), 10), Some(100));
         assert_eq!(b.offset_of(b.as_ptr().wrapping_add(4090), 10), None);
         assert_eq!(b.offset_of(b.as_ptr().wrapping_sub(1), 1), None);

@@ -3,9 +3,10 @@
 //! once the write is committed, with the SN of its copy, and the client polls that
 //! SN's completion record in its read-only mapping of the image while it computes.
 //!
-//! The server keeps each such copy until it is done: its staging buffer stays
-//! mapped meanwhile (letting the buffer go, or the connection ending, waits for the
-//! copies first), and the pages it writes say "ask" in their page table until the
+//! The server keeps each such copy until it is done, with the server's own copy of
+//! the bytes it reads (taken from the staging buffer when the write came: the client
+//! may change the buffer at once); letting the buffer go, or the connection ending,
+//! waits for the copies first. The pages it writes say "ask" in their page table until the
 //! copy is done and [`crate::direct::Direct::finish`] publishes them. Copies are
 //! finished in the order they were submitted, when the connection next looks
 //! ([`Submitted::reap`]: before each request) and before its thread sleeps.
@@ -23,9 +24,15 @@ pub const MAX_RUNNING: usize = 64;
 /// saw them done).
 const MAX_FAILED: usize = 1024;
 
+/// Spare copy buffers kept for the next submitted writes.
+const SPARE: usize = 4;
+
 /// One running copy.
 struct Copy<'a> {
+    /// Declared before `data`: dropping it waits for the copy, which reads `data`.
     token: BorrowedToken<'a>,
+    /// The server's copy of the bytes written (the token reads from it).
+    data: Vec<u8>,
     sn: u64,
     /// The staging buffer it copies from.
     buffer: u32,
@@ -37,20 +44,36 @@ struct Copy<'a> {
 pub(crate) struct Submitted<'a> {
     running: VecDeque<Copy<'a>>,
     failed: VecDeque<(u64, i32)>,
+    /// Buffers of finished copies, for the next ones.
+    spare: Vec<Vec<u8>>,
 }
 
 impl<'a> Submitted<'a> {
-    /// Keeps the copy of `sn` (`token`'s, from staging buffer `buffer`) until it is
-    /// done.
+    /// A buffer for the bytes of a copy (one a finished copy gave back, if any).
+    pub fn spare(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Keeps `data` for [`Submitted::spare`] (unless enough are kept).
+    pub fn give_back(&mut self, data: Vec<u8>) {
+        if self.spare.len() < SPARE {
+            self.spare.push(data);
+        }
+    }
+
+    /// Keeps the copy of `sn` (`token`'s, from `data`, the bytes of staging buffer
+    /// `buffer`) until it is done.
     pub fn keep(
         &mut self,
         token: BorrowedToken<'a>,
+        data: Vec<u8>,
         sn: u64,
         buffer: u32,
         unpublished: Option<Unpublished>,
     ) {
         self.running.push_back(Copy {
             token,
+            data,
             sn,
             buffer,
             unpublished,
@@ -111,7 +134,9 @@ impl<'a> Submitted<'a> {
     }
 
     fn finish(&mut self, fs: &FileSystem, direct: Option<&Direct>, c: Copy<'a>) {
-        if let Err(e) = c.token.wait() {
+        let result = c.token.wait();
+        self.give_back(c.data);
+        if let Err(e) = result {
             if self.failed.len() == MAX_FAILED {
                 self.failed.pop_front();
             }

@@ -13,6 +13,16 @@ use crate::staging::{Buffer, MAX_BYTES};
 use crate::wire::{Answer, Request};
 
 /// A staging buffer, given back to the server when dropped.
+///
+/// It derefs to its bytes, which this process may read and write like any of its
+/// own: the server stores into them only while this process waits in a read it asked
+/// for into those very bytes (a call that borrows them mutably; the mailbox's
+/// sequentially consistent state word orders the server's stores before the call
+/// returns), and reads them only by copies ([`crate::shared`]). Besides, a server
+/// whose connection with this client ends (it stops) punches their pages out, so
+/// that no client keeps memory it paid for: the buffer then reads as zeros. A
+/// process that shares the mapping otherwise (a child it forks) shares it as any
+/// shared mapping.
 pub struct StagingBuf<'c> {
     client: &'c Client,
     id: u32,
@@ -24,8 +34,9 @@ impl Deref for StagingBuf<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: the buffer stays mapped while this handle lives (it is unmapped
-        // only by `release_staging`, which its drop calls); the server stores into it
-        // only during a read this client makes into it, which borrows it mutably.
+        // only by `release`, which its drop calls); the server stores into it only
+        // during a read this client makes into it, which borrows it mutably, and
+        // that call returns only after the server's stores (see the type's docs).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
