@@ -159,6 +159,35 @@ struct Direct {
     checked: AtomicU64,
 }
 
+impl Direct {
+    /// Maps what a client that reads directly is sent, in the order sent: the
+    /// published epoch, its epoch slot, and the version table if it has `versions`
+    /// words.
+    fn map(next: &mut impl FnMut() -> Result<OwnedFd>, versions: u64) -> Result<Direct> {
+        let shared = |e| Error::os("mapping the shared epoch", e);
+        let epoch = Words::map(&next()?, 1, false).map_err(shared)?;
+        let slot = Words::map(&next()?, 1, true).map_err(shared)?;
+        let index = match versions {
+            0 => None,
+            n => Some(index::Index::new(
+                Words::map(&next()?, n as usize, false)
+                    .map_err(|e| Error::os("mapping the version table", e))?,
+            )),
+        };
+        Ok(Direct {
+            epoch,
+            slot,
+            index,
+            tables: Mutex::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            resolved: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
+            born: std::time::Instant::now(),
+            checked: AtomicU64::new(0),
+        })
+    }
+}
+
 /// The registration of a direct read in the epoch, dropped when it is done.
 struct Pinned<'a>(&'a Words);
 
@@ -252,6 +281,8 @@ impl Client {
         Client::connect_full(socket.as_ref(), true, Some(floor))
     }
 
+    /// A connection to the server at `socket`, with a mailbox or not, keeping its
+    /// descriptors from `floor` up (see [`Client::connect_above`]).
     fn connect_full(socket: &Path, mailbox: bool, floor: Option<i32>) -> Result<Client> {
         let umask = if floor.is_some() { 0 } else { process_umask() };
         watch_forks();
@@ -286,29 +317,7 @@ impl Client {
                     false => None,
                 };
                 let direct = match direct && mapped {
-                    true => {
-                        let shared = |e| Error::os("mapping the shared epoch", e);
-                        let epoch = Words::map(&next()?, 1, false).map_err(shared)?;
-                        let slot = Words::map(&next()?, 1, true).map_err(shared)?;
-                        let index = match versions {
-                            0 => None,
-                            n => Some(index::Index::new(
-                                Words::map(&next()?, n as usize, false)
-                                    .map_err(|e| Error::os("mapping the version table", e))?,
-                            )),
-                        };
-                        Some(Direct {
-                            epoch,
-                            slot,
-                            index,
-                            tables: Mutex::new(HashMap::new()),
-                            reads: AtomicU64::new(0),
-                            resolved: AtomicU64::new(0),
-                            asked: AtomicU64::new(0),
-                            born: std::time::Instant::now(),
-                            checked: AtomicU64::new(0),
-                        })
-                    }
+                    true => Some(Direct::map(&mut next, versions)?),
                     false => None,
                 };
                 let mailbox = match mailbox {

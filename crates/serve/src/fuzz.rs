@@ -16,7 +16,7 @@ use std::sync::Arc;
 use fs::{Cred, FileSystem, FormatOptions, MountOptions};
 use pmem::{MemPmem, Pmem};
 
-use crate::conn::{Conn, Counts};
+use crate::conn::{Common, Conn};
 use crate::direct::Direct;
 use crate::wire;
 
@@ -54,9 +54,9 @@ pub fn requests(data: &[u8]) {
         0 => Cred::root(),
         _ => Cred::user(1000, 1000),
     };
-    let counts = Counts::default();
+    let common = Common::default();
     {
-        let mut conn = Conn::new(&fs, cred, &counts, direct.as_deref());
+        let mut conn = Conn::new(&fs, cred, &common, direct.as_deref());
         while rest.len() >= 2 {
             let len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
             let payload = &rest[2..(2 + len).min(rest.len())];
@@ -67,9 +67,9 @@ pub fn requests(data: &[u8]) {
     }
     // Handed over to a process that never came (the fuzzed client has no pid): gone at
     // the server's next sweep.
-    counts.sweep(&fs);
+    common.sweep(&fs);
     assert_eq!(
-        counts.open.load(Ordering::SeqCst),
+        common.counts.open.load(Ordering::SeqCst),
         0,
         "descriptors left open"
     );

@@ -24,6 +24,9 @@
 //!   clients fail with `ENOTCONN`, never hang; the next server recovers the image as
 //!   after any crash.
 
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
 mod client;
 mod conn;
 pub mod direct;

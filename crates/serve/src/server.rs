@@ -16,7 +16,7 @@ use std::time::Duration;
 use fs::{Cred, FileSystem};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
-use crate::conn::{Attached, Conn, Counts};
+use crate::conn::{Attached, Common, Conn};
 use crate::direct::Direct;
 use crate::error::{Error, Result};
 use crate::mailbox::{self, Mailbox};
@@ -39,7 +39,7 @@ pub struct Server {
     listener: UnixListener,
     socket: PathBuf,
     image: Arc<Image>,
-    counts: Arc<Counts>,
+    common: Arc<Common>,
     direct: Option<Arc<Direct>>,
 }
 
@@ -108,7 +108,7 @@ impl Server {
             listener,
             socket: socket.to_path_buf(),
             image,
-            counts: Arc::default(),
+            common: Arc::default(),
             direct,
         })
     }
@@ -161,7 +161,7 @@ impl Server {
                     _ => break,
                 }
             }
-            self.counts.sweep(&self.fs);
+            self.common.sweep(&self.fs);
             match self.listener.accept() {
                 Ok((mut stream, _)) if clients.len() >= MAX_CLIENTS => {
                     let _ = wire::send(&mut stream, &Welcome::Refused(libc::EAGAIN));
@@ -199,7 +199,7 @@ impl Server {
         let ours = stream
             .try_clone()
             .map_err(|e| Error::os("client socket", e))?;
-        let (fs, image, counts) = (self.fs.clone(), self.image.clone(), self.counts.clone());
+        let (fs, image, common) = (self.fs.clone(), self.image.clone(), self.common.clone());
         let direct = self.direct.clone();
         let thread = std::thread::Builder::new()
             .name("easyio-client".into())
@@ -207,7 +207,7 @@ impl Server {
                 let shared = Shared {
                     fs: &fs,
                     image: &image,
-                    counts: &counts,
+                    common: &common,
                     direct: direct.as_deref(),
                 };
                 if let Err(e) = answer_client(&shared, stream) {
@@ -226,7 +226,7 @@ impl Server {
 struct Shared<'a> {
     fs: &'a FileSystem,
     image: &'a Image,
-    counts: &'a Counts,
+    common: &'a Common,
     direct: Option<&'a Direct>,
 }
 
@@ -269,7 +269,7 @@ fn answer_client(sh: &Shared<'_>, mut stream: UnixStream) -> io::Result<()> {
         false => None,
     };
     welcome(&stream, sh, mapped, slot.as_ref(), mailbox.as_ref())?;
-    let mut conn = Conn::new(sh.fs, cred, sh.counts, sh.direct);
+    let mut conn = Conn::new(sh.fs, cred, sh.common, sh.direct);
     conn.pid = peer.pid.as_raw_nonzero().get() as u32;
     // Only a client given the image (and an epoch slot) reads it: page tables and the
     // SNs of submitted writes are for it alone.

@@ -237,7 +237,7 @@ mod tests {
     use pmem::{MemPmem, Pmem};
 
     use super::{components, Index};
-    use crate::conn::{Conn, Counts};
+    use crate::conn::{Common, Conn};
     use crate::direct::Direct;
     use crate::shm::Words;
 
@@ -280,9 +280,9 @@ mod tests {
             let fs = FileSystem::mount(pm, MountOptions::default()).unwrap().0;
             let direct = Arc::new(Direct::new(fs.geometry().inodes).unwrap());
             fs.set_inode_changes(direct.clone());
-            let counts = Counts::default();
+            let common = Common::default();
             let versions = direct.versions();
-            let conn = RefCell::new(Conn::new(&fs, cred.clone(), &counts, Some(&direct)));
+            let conn = RefCell::new(Conn::new(&fs, cred.clone(), &common, Some(&direct)));
             let index =
                 Index::new(Words::map(versions.fd().unwrap(), versions.len(), false).unwrap());
             let ask = |r: &crate::wire::Request| Some(conn.borrow_mut().answer(r.clone()));
