@@ -34,7 +34,7 @@ struct Copy<'a> {
     /// The server's copy of the bytes written (the token reads from it).
     data: Vec<u8>,
     sn: u64,
-    /// The staging buffer it copies from.
+    /// The staging buffer its bytes came from.
     buffer: u32,
     unpublished: Option<Unpublished>,
 }
@@ -85,7 +85,7 @@ impl<'a> Submitted<'a> {
         self.running.is_empty()
     }
 
-    /// Whether a running copy reads from staging buffer `buffer`.
+    /// Whether a running copy wrote bytes of staging buffer `buffer`.
     pub fn uses(&self, buffer: u32) -> bool {
         self.running.iter().any(|c| c.buffer == buffer)
     }

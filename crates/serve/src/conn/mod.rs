@@ -79,6 +79,7 @@ pub(crate) struct Conn<'a> {
     id: u64,
     /// Descriptors this connection holds.
     fds: BTreeMap<u32, Open>,
+    /// What every connection of the server shares.
     common: &'a Common,
     /// Page tables and epochs, when clients read directly: every change of a file's
     /// data goes through it.
@@ -86,9 +87,8 @@ pub(crate) struct Conn<'a> {
     /// Whether this client reads directly (it was given the image): only then does
     /// it get page tables.
     pub reads_directly: bool,
-    /// Submitted writes whose copies run. Declared before the staging buffers their
-    /// copies read, so that it drops (waiting for them) first even if `Drop` did not
-    /// finish them.
+    /// Submitted writes whose copies run, each from the server's own copy of its
+    /// bytes; dropping it waits for them.
     submitted: Submitted<'a>,
     /// The staging buffers this connection holds, by number.
     staging: HashMap<u32, crate::staging::Buffer>,
@@ -100,6 +100,7 @@ pub(crate) struct Conn<'a> {
 
 /// What an answer carries over the socket beside it.
 pub(crate) enum Attached {
+    /// No descriptor.
     Nothing,
     /// A page table: its segment's descriptor.
     Table(Arc<PageTable>),
@@ -218,7 +219,8 @@ impl<'a> Conn<'a> {
 impl Drop for Conn<'_> {
     /// Closes what the client left open.
     fn drop(&mut self) {
-        // The copies of its submitted writes first: they read its staging buffers.
+        // The copies of its submitted writes first: they finish, and their pages are
+        // published, before its files close.
         self.settle_all();
         // A process's record locks outlive its connection while it runs (across an
         // `exec`, as POSIX keeps them); the sweep drops them once it is gone.

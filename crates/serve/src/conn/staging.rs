@@ -7,6 +7,8 @@ use super::Conn;
 use crate::direct::At;
 use crate::staging;
 use crate::wire::Answer;
+#[cfg(doc)]
+use crate::wire::Request;
 
 /// The largest scratch buffer kept between staged calls, bytes.
 const SCRATCH_KEPT: usize = 1 << 20;
