@@ -26,6 +26,8 @@ const MAX_FAILED: usize = 1024;
 
 /// Spare copy buffers kept for the next submitted writes.
 const SPARE: usize = 4;
+/// The largest spare copy buffer kept, bytes.
+const SPARE_BYTES: usize = 1 << 20;
 
 /// One running copy.
 struct Copy<'a> {
@@ -54,9 +56,10 @@ impl<'a> Submitted<'a> {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// Keeps `data` for [`Submitted::spare`] (unless enough are kept).
+    /// Keeps `data` for [`Submitted::spare`] (unless enough are kept, or it is
+    /// too large to keep).
     pub fn give_back(&mut self, data: Vec<u8>) {
-        if self.spare.len() < SPARE {
+        if self.spare.len() < SPARE && data.capacity() <= SPARE_BYTES {
             self.spare.push(data);
         }
     }
