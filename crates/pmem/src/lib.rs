@@ -33,6 +33,7 @@
 pub mod crash;
 mod error;
 pub mod mem;
+#[cfg(feature = "peer")]
 pub mod peer;
 pub mod persist;
 pub mod pkey;
