@@ -7,7 +7,9 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use pmem::Pmem;
 
+use crate::error::{Error, Result};
 use crate::record;
+use crate::sn::MAX_COUNTER;
 
 /// A snapshot of one channel's statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -206,4 +208,11 @@ impl ChannelCore {
             suspended,
         }
     }
+}
+
+/// The last counter of a batch of `n` after `next`, unless it passes [`MAX_COUNTER`].
+pub(crate) fn advance(channel: u16, next: u64, n: usize) -> Result<u64> {
+    next.checked_add(n as u64)
+        .filter(|&last| last <= MAX_COUNTER)
+        .ok_or(Error::Exhausted { channel })
 }

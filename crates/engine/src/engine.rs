@@ -14,7 +14,6 @@ use crate::dsa::Corruption;
 use crate::dsa::{Dsa, Portal};
 use crate::error::{Error, Result};
 use crate::record::{self, RECORD_BYTES};
-use crate::sn::MAX_COUNTER;
 use crate::software::Software;
 use crate::Sn;
 
@@ -533,7 +532,8 @@ impl Engine {
         let core = &self.cores[channel as usize];
         let start = Instant::now();
         let mut next = core.next.lock();
-        let last = advance(channel, *next, descs.len()).expect("cpu counter exhausted");
+        let last =
+            crate::channel::advance(channel, *next, descs.len()).expect("cpu counter exhausted");
         core.note_submitted(last);
         let mut bytes = 0;
         for d in descs {
@@ -655,13 +655,6 @@ fn open_cores(pmem: &dyn Pmem, area_off: u64, channels: usize) -> Result<Vec<Arc
         .enumerate()
         .map(|(c, counter)| Arc::new(ChannelCore::new(c as u16, area_off, counter)))
         .collect())
-}
-
-/// The last counter of a batch of `n` after `next`, unless it passes [`MAX_COUNTER`].
-pub(crate) fn advance(channel: u16, next: u64, n: usize) -> Result<u64> {
-    next.checked_add(n as u64)
-        .filter(|&last| last <= MAX_COUNTER)
-        .ok_or(Error::Exhausted { channel })
 }
 
 /// Spin, then yield, then sleep: how callers waiting for an SN back off. Spins double

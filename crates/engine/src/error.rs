@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::dsa::DsaError;
+use crate::dsa::hw::DsaError;
 
 /// Result of engine operations.
 pub type Result<T> = std::result::Result<T, Error>;

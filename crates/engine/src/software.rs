@@ -155,7 +155,7 @@ impl Software {
                 needed: n,
             });
         }
-        let last = crate::engine::advance(channel, *next, n)?;
+        let last = crate::channel::advance(channel, *next, n)?;
         ch.core.note_submitted(last);
         for (i, desc) in descs.iter().enumerate() {
             let job = Job {

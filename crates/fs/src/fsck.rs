@@ -43,15 +43,17 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use pmem::{Durability, Pmem};
+use pmem::Pmem;
 use serde::Serialize;
 
+use crate::clean::{load_bitmap, CLEAN, CLEAN_OFF};
 use crate::error::Result;
 use crate::inode::VALID_OFF;
 use crate::journal;
 use crate::layout::{Geometry, BLOCK_SIZE, ROOT_INO};
 use crate::log::Entry;
-use crate::recovery::{load_bitmap, scan, Fix, CLEAN, CLEAN_OFF};
+use crate::recovery::{scan, Fix};
+use crate::rolled_back::RolledBack;
 use crate::FileKind;
 
 /// What fsck found.
@@ -334,7 +336,7 @@ fn repair_pass(pm: Arc<dyn Pmem>) -> Result<RepairReport> {
 
     // From here on the image changes, each step durable before the next.
     repair_region(&*pm, &geo, records_bad, &drop, &mut r)?;
-    let (fs, fixes) = crate::recovery::mount_for_repair(pm.clone())?;
+    let (fs, fixes) = crate::mount::mount_for_repair(pm.clone())?;
     let result = apply_fixes(&fs, &fixes, &mut r.actions);
     fs.unmount()?;
     result?;
@@ -533,61 +535,4 @@ fn keep_lost(fs: &crate::FileSystem, lost: &[u64], actions: &mut Vec<String>) ->
         ));
     }
     Ok(())
-}
-
-/// The region as mount sees it after rolling back the pending journals: the words they
-/// restore read as their old values. Read-only: fsck, and read-only mounts, see the
-/// image through it.
-pub(crate) struct RolledBack<P> {
-    pub pm: P,
-    pub words: HashMap<u64, u64>,
-}
-
-impl<'a, P: std::ops::Deref<Target = dyn Pmem + 'a> + Send + Sync> Pmem for RolledBack<P> {
-    fn len(&self) -> u64 {
-        self.pm.len()
-    }
-
-    fn durability(&self) -> Durability {
-        self.pm.durability()
-    }
-
-    fn write(&self, off: u64, _: &[u8]) {
-        unreachable!("wrote at {off:#x} through the read-only view of a region")
-    }
-
-    fn store_u64(&self, off: u64, _: u64) {
-        unreachable!("wrote at {off:#x} through the read-only view of a region")
-    }
-
-    fn load_u64(&self, off: u64) -> u64 {
-        match self.words.get(&off) {
-            Some(&old) => old,
-            None => self.pm.load_u64(off),
-        }
-    }
-
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        self.pm.read(off, dst);
-        let end = off + dst.len() as u64;
-        for (&w, &old) in &self.words {
-            if w + 8 <= off || w >= end {
-                continue;
-            }
-            for (i, b) in old.to_le_bytes().into_iter().enumerate() {
-                let at = w + i as u64;
-                if (off..end).contains(&at) {
-                    dst[(at - off) as usize] = b;
-                }
-            }
-        }
-    }
-
-    fn flush(&self, _: u64, _: u64) {}
-
-    fn fence(&self) {}
-
-    fn copy_nt(&self, off: u64, _: &[u8]) {
-        unreachable!("wrote at {off:#x} through the read-only view of a region")
-    }
 }

@@ -152,6 +152,8 @@ calls! {
     /// `AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH` and `AT_EACCESS` (a session has one set
     /// of ids, so the real and effective checks are the same).
     fn faccessat(dirfd: Option<Fd>, path: &str, mode: i32, flags: i32) -> Result<()>;
+    /// `faccessat`'s check on inode `ino` (FUSE's `access`).
+    fn access_ino(ino: u64, mode: i32) -> Result<()>;
     /// The attributes of inode `ino`.
     fn getattr(ino: u64) -> Result<Stat>;
     /// Looks `name` up in directory `parent` (search permission needed).
@@ -321,10 +323,18 @@ impl Ops<'_> {
             flags,
             AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_EACCESS,
         )?;
-        if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
-            return Err(Error::Invalid(format!("access mode {mode:#o}")));
-        }
+        check_access_mode(mode)?;
         let inode = self.at(dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        self.access(&inode, mode)
+    }
+
+    fn access_ino(&self, ino: u64, mode: i32) -> Result<()> {
+        check_access_mode(mode)?;
+        self.access(&*self.ino(ino)?, mode)
+    }
+
+    /// Whether the caller may access `inode` for `mode` (`R_OK | W_OK | X_OK`).
+    fn access(&self, inode: &Inode, mode: i32) -> Result<()> {
         let st = inode.state.read();
         // As Linux's do_faccessat: writing a file, directory or link of a read-only
         // file system is refused whoever asks; special files live elsewhere.
@@ -712,4 +722,12 @@ fn times_attr(atime: Option<Time>, mtime: Option<Time>) -> SetAttr {
         mtime,
         ..SetAttr::default()
     }
+}
+
+/// Refuses an access mode with bits other than `R_OK | W_OK | X_OK`.
+fn check_access_mode(mode: i32) -> Result<()> {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return Err(Error::Invalid(format!("access mode {mode:#o}")));
+    }
+    Ok(())
 }

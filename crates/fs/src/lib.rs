@@ -19,6 +19,7 @@
 mod aio;
 mod alloc;
 mod attr;
+mod clean;
 mod commit;
 mod cred;
 mod epoch;
@@ -36,10 +37,12 @@ mod inode;
 mod journal;
 pub mod layout;
 mod log;
+mod mount;
 mod namespace;
 mod open;
 mod recovery;
 mod rename;
+mod rolled_back;
 mod session_xattr;
 mod space;
 mod watch;
@@ -255,13 +258,13 @@ impl FileSystem {
     /// Formats `pm` with an empty root directory. Everything on it is lost.
     pub fn format(pm: &dyn Pmem, opts: &FormatOptions) -> Result<Geometry> {
         let geo = Geometry::new(pm.len(), opts.inodes, opts.channels.unwrap_or(8))?;
-        recovery::format(pm, &geo)?;
+        mount::format(pm, &geo)?;
         Ok(geo)
     }
 
     /// Mounts the file system on `pm`, recovering from a crash if needed.
     pub fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
-        recovery::mount(pm, opts)
+        mount::mount(pm, opts)
     }
 
     /// Closes every descriptor, saves the allocator state and marks the file system
@@ -314,7 +317,7 @@ impl FileSystem {
         for ext in self.epoch.drain() {
             self.blocks.free(ext);
         }
-        recovery::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
+        clean::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
     }
 
     /// Whether the file system is mounted read-only.

@@ -1,51 +1,24 @@
-//! Format, mount and recovery: rebuilding the DRAM state from the region.
+//! Recovery: reading the region back — every valid inode's log walked, every checksum
+//! and pointer verified before it is followed, every block it references checked —
+//! shared by mount (`mount.rs`) and `fsck`.
 //!
-//! Mount reads the superblock (or its replica) and rolls back active journals. After a
-//! clean unmount that is nearly all: the block allocator is the bitmap the unmount
-//! saved, and an inode is read — its log walked, every checksum and pointer verified
-//! before it is followed, every block it references checked to be allocated — only
-//! when a directory entry first names it, so mounting costs the same whatever the size
-//! of the image. After a crash (or when the saved bitmap fails its checksum) mount
-//! walks every valid inode's log the same way, drops committed writes whose SN never
-//! completed, frees inodes no directory reaches (unlinked while open, or created by an
-//! interrupted operation), checks the tree, and rebuilds the allocator from what the
-//! logs reference. `fsck` runs that full scan without changing anything.
-//!
-//! Mount state block ([`MOUNT_BLOCK`]):
-//!
-//! | offset | size | field                                                   |
-//! |--------|------|---------------------------------------------------------|
-//! | 0      | 8    | clean word: [`CLEAN`] after a clean unmount, else 0     |
-//! | 8      | 4    | CRC-32C of the saved bitmap                             |
-//! | 16     | 8    | free blocks recorded in the bitmap                      |
-//!
-//! The saved bitmap has one bit per block of the region (1 = free), from block 0.
+//! The full scan (after a crash, or when the saved bitmap fails its checksum) drops
+//! committed writes whose SN never completed, finds inodes no directory reaches
+//! (unlinked while open, or created by an interrupted operation), checks the tree, and
+//! marks every block the logs reference. A mount after a clean unmount instead reads
+//! each inode the same way ([`load_inode`]) when a directory entry first names it.
+//! `fsck` runs the full scan without changing anything.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::Arc;
-use std::time::Instant;
 
-use parking_lot::{Mutex, RwLock};
 use pmem::Pmem;
 use serde::Serialize;
 
-use crate::alloc::{BlockAlloc, Blocks, Extent, InoAlloc, LoadFree};
-use crate::epoch::Epoch;
+use crate::alloc::{Blocks, Extent};
 use crate::error::{Error, Result};
-use crate::inode::{
-    FileKind, Inode, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF,
-};
-use crate::journal;
-use crate::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, MOUNT_BLOCK, ROOT_INO};
+use crate::inode::{FileKind, InodeRecord, InodeState, HEAD_OFF, TAIL_OFF, VALID, VALID_OFF};
+use crate::layout::{unseal_log_word, Geometry, LogWord, BLOCK_SIZE, ROOT_INO};
 use crate::log::{Entry, LogState, PAGE_MAGIC, SLOT, SLOTS_PER_PAGE, TRAILER_OFF};
-use crate::{FileSystem, Mode, MountOptions};
-
-/// Clean word of a cleanly unmounted file system.
-pub const CLEAN: u64 = 0x4E41_454C_434F_4945; // "EIOCLEAN"
-pub(crate) const CLEAN_OFF: u64 = MOUNT_BLOCK * BLOCK_SIZE;
-const BITMAP_CSUM_OFF: u64 = CLEAN_OFF + 8;
-const BITMAP_FREE_OFF: u64 = CLEAN_OFF + 16;
 
 /// What mount found and did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -108,357 +81,6 @@ pub(crate) enum Fix {
     Lost { ino: u64 },
 }
 
-/// Writes an empty file system: superblock, cleared metadata, root directory.
-pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
-    // Zero every metadata block (journals, inode table, mount state, records).
-    let zero = vec![0u8; BLOCK_SIZE as usize];
-    for b in 2..geo.pool_start {
-        pm.write(b * BLOCK_SIZE, &zero);
-        pm.flush(b * BLOCK_SIZE, BLOCK_SIZE);
-    }
-    pm.fence();
-    engine::format_records(pm, geo.records_off(), geo.channels as usize)
-        .map_err(|e| Error::Mover(e.into()))?;
-    let now = crate::now_ns();
-    let root = InodeRecord {
-        ino: ROOT_INO,
-        kind: FileKind::Dir,
-        mode: 0o755,
-        // SAFETY: geteuid/getegid cannot fail.
-        uid: unsafe { libc::geteuid() },
-        // SAFETY: as above.
-        gid: unsafe { libc::getegid() },
-        ctime: now,
-        rdev: 0,
-    };
-    let off = geo.inode_off(ROOT_INO);
-    root.write(pm, off);
-    pm.store_u64_persist(off + VALID_OFF, VALID);
-    // An empty pool, saved as after a clean unmount, so the first mount is fast.
-    let pool = Extent {
-        start: geo.pool_start,
-        len: geo.pool_blocks(),
-    };
-    let blocks = BlockAlloc::with_free(geo.pool_start, geo.total_blocks, [pool]);
-    save_clean(pm, geo, Some(&blocks));
-    // The superblock last: a region whose format was interrupted does not mount.
-    geo.write(pm);
-    Ok(())
-}
-
-pub(crate) fn mount(pm: Arc<dyn Pmem>, opts: MountOptions) -> Result<(FileSystem, MountReport)> {
-    mount_with(pm, opts, false).map(|(fs, report, _)| (fs, report))
-}
-
-/// A read-write mount for `fsck --repair` of an image that is not marked clean: the
-/// full scan accepts the problems in [`Fix`] (returned for the caller to fix) and
-/// refuses every other one.
-pub(crate) fn mount_for_repair(pm: Arc<dyn Pmem>) -> Result<(FileSystem, Vec<Fix>)> {
-    let opts = MountOptions {
-        read_only_on_damage: false,
-        ..MountOptions::default()
-    };
-    mount_with(pm, opts, true).map(|(fs, _, fixes)| (fs, fixes))
-}
-
-fn mount_with(
-    pm: Arc<dyn Pmem>,
-    opts: MountOptions,
-    repair: bool,
-) -> Result<(FileSystem, MountReport, Vec<Fix>)> {
-    let start = Instant::now();
-    let mut fixes = Vec::new();
-    if opts.read_only {
-        return mount_read_only(pm, opts, Vec::new(), start).map(|(fs, r)| (fs, r, fixes));
-    }
-    let (mut geo, replica_reason) = Geometry::read(&*pm)?;
-    let upgraded_from = (geo.version < crate::layout::FORMAT_VERSION).then_some(geo.version);
-    if upgraded_from.is_some() {
-        // Before anything else is written (see `crate::layout`).
-        geo.upgrade(&*pm);
-    }
-    let replay = journal::replay(&*pm, &geo)?;
-    let clean = pm.load_u64(CLEAN_OFF) == CLEAN && !repair;
-    let lazy = clean;
-    let (states, blocks, mut report) = if clean {
-        load_clean(&pm, geo)?
-    } else {
-        match full_scan(&*pm, geo, repair)? {
-            Ok((states, blocks, report, found)) => {
-                fixes = found;
-                (states, Blocks::built(blocks), report)
-            }
-            Err(problems) if opts.read_only_on_damage => {
-                return mount_read_only(pm, opts, problems, start).map(|(fs, r)| (fs, r, fixes))
-            }
-            Err(problems) => return Err(damage_error(&problems)),
-        }
-    };
-    // From here on a crash must not trust the saved bitmap.
-    pm.store_u64_persist(CLEAN_OFF, 0);
-
-    let inos = InoAlloc::new(ROOT_INO + 1..geo.inodes);
-    let inodes = in_dram(states);
-    report.clean = lazy;
-    report.format_upgraded_from = upgraded_from;
-    report.superblock_replica_used = replica_reason;
-    report.journals_rolled_back = replay.rolled_back;
-    report.journal_words_restored = replay.words_restored;
-    report.inodes = inodes.len() as u64;
-    report.free_blocks = blocks.free_blocks();
-    if report.superblock_replica_used.is_some() {
-        // Heal the primary from the replica.
-        geo.write(&*pm);
-    }
-    check_mover_options(&opts, &geo)?;
-    let mover = mover::build(opts.mode, pm.clone(), geo.records_off(), &opts.mover)
-        .map_err(Error::Mover)?;
-    let fs = FileSystem {
-        pm,
-        geo,
-        inodes: RwLock::new(inodes),
-        lazy,
-        blocks,
-        inos,
-        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
-        epoch: Epoch::new(),
-        fds: RwLock::new(Vec::new()),
-        rename_lock: Mutex::new(()),
-        mover,
-        deferred: Mutex::new(Vec::new()),
-        lock_across_wait: opts.lock_across_wait,
-        read_only: false,
-        unmounted: AtomicBool::new(false),
-        watcher: std::sync::OnceLock::new(),
-        changes: Default::default(),
-    };
-    report.mount_us = start.elapsed().as_micros() as u64;
-    Ok((fs, report, fixes))
-}
-
-/// The state of a cleanly unmounted image: nothing needs repair, the allocator is the
-/// saved one, read when first used, and inodes are read when first named (see
-/// `FileSystem::child_inode`) — only the root now.
-fn load_clean(
-    pm: &Arc<dyn Pmem>,
-    geo: Geometry,
-) -> Result<(HashMap<u64, InodeState>, Blocks, MountReport)> {
-    let source = pm.clone();
-    let load: LoadFree = Box::new(move || {
-        load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
-    });
-    let saved_free = pm.load_u64(BITMAP_FREE_OFF);
-    let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
-    let root = load_inode(&**pm, &geo, ROOT_INO, ROOT_INO, &blocks)?;
-    if root.kind != FileKind::Dir {
-        return Err(Error::Corrupt("root is not a directory".into()));
-    }
-    Ok((
-        HashMap::from([(ROOT_INO, root)]),
-        blocks,
-        MountReport::default(),
-    ))
-}
-
-/// The DRAM inodes of rebuilt states.
-fn in_dram(states: HashMap<u64, InodeState>) -> HashMap<u64, Arc<Inode>> {
-    states
-        .into_iter()
-        .map(|(ino, st)| {
-            let inode = Arc::new(Inode {
-                ino,
-                state: RwLock::new(st),
-                opens: AtomicU32::new(0),
-                io_lock: rt::sync::Mutex::new(()),
-            });
-            (ino, inode)
-        })
-        .collect()
-}
-
-/// Refuses mover options the mode or the image cannot honour.
-fn check_mover_options(opts: &MountOptions, geo: &Geometry) -> Result<()> {
-    if !opts.mode.uses_engine() && opts.mover.engine != engine::BackendKind::Software {
-        return Err(Error::Invalid(format!(
-            "the {} engine was asked for, but mode {} copies without an engine \
-             (dma-sync and async use one)",
-            opts.mover.engine.name(),
-            opts.mode
-        )));
-    }
-    if opts.mode.uses_engine() && opts.mover.engine_channels as u64 > geo.channels {
-        return Err(Error::Invalid(format!(
-            "{} engine channels requested; the file system was formatted with {}",
-            opts.mover.engine_channels, geo.channels
-        )));
-    }
-    Ok(())
-}
-
-/// The error of a mount that found damage and may not fall back to read-only.
-fn damage_error(problems: &[String]) -> Error {
-    let n = problems.len();
-    let first: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
-    Error::Corrupt(format!(
-        "{} ({n} problem{} found; run `easyio fsck` for all)",
-        first.join("; "),
-        if n == 1 { "" } else { "s" }
-    ))
-}
-
-/// A read-only mount: the region is seen through a view that rolls back interrupted
-/// operations in memory and refuses stores; inodes are read when first named, each
-/// checked on its own, so a damaged one is `Error::Corrupt` and the rest read back.
-fn mount_read_only(
-    pm: Arc<dyn Pmem>,
-    opts: MountOptions,
-    damage: Vec<String>,
-    start: Instant,
-) -> Result<(FileSystem, MountReport)> {
-    let (geo, replica_reason) = Geometry::read(&*pm)?;
-    let mut words = HashMap::new();
-    for j in 0..geo.journals {
-        if let Some(records) = journal::pending(&*pm, &geo, j)? {
-            words.extend(records);
-        }
-    }
-    let clean = pm.load_u64(CLEAN_OFF) == CLEAN;
-    let view: Arc<dyn Pmem> = Arc::new(crate::fsck::RolledBack { pm, words });
-    let source = view.clone();
-    let load: LoadFree = Box::new(move || {
-        load_bitmap(&*source, &geo).unwrap_or_else(|| referenced_free(&*source, &geo))
-    });
-    let saved_free = view.load_u64(BITMAP_FREE_OFF);
-    let blocks = Blocks::lazy(geo.pool_start, geo.total_blocks, saved_free, load);
-    let root = load_inode(&*view, &geo, ROOT_INO, ROOT_INO, &blocks)?;
-    if root.kind != FileKind::Dir {
-        return Err(Error::Corrupt("root is not a directory".into()));
-    }
-    let root = Arc::new(Inode {
-        ino: ROOT_INO,
-        state: RwLock::new(root),
-        opens: AtomicU32::new(0),
-        io_lock: rt::sync::Mutex::new(()),
-    });
-    let report = MountReport {
-        clean,
-        superblock_replica_used: replica_reason,
-        inodes: 1,
-        free_blocks: saved_free,
-        read_only: true,
-        damage,
-        mount_us: start.elapsed().as_micros() as u64,
-        ..MountReport::default()
-    };
-    let mover = mover::build(Mode::Cpu, view.clone(), geo.records_off(), &opts.mover)
-        .map_err(Error::Mover)?;
-    let fs = FileSystem {
-        pm: view,
-        geo,
-        inodes: RwLock::new(HashMap::from([(ROOT_INO, root)])),
-        lazy: true,
-        blocks,
-        inos: InoAlloc::new(0..0),
-        journals: (0..geo.journals).map(|_| Mutex::new(())).collect(),
-        epoch: Epoch::new(),
-        fds: RwLock::new(Vec::new()),
-        rename_lock: Mutex::new(()),
-        mover,
-        deferred: Mutex::new(Vec::new()),
-        lock_across_wait: false,
-        read_only: true,
-        unmounted: AtomicBool::new(false),
-        watcher: std::sync::OnceLock::new(),
-        changes: Default::default(),
-    };
-    Ok((fs, report))
-}
-
-/// Mount after a crash (or with a saved allocator that fails its checksum): every
-/// inode read and checked, orphans freed, the allocator rebuilt from what the logs
-/// reference.
-/// Damage found (as `fsck` words it) is the inner error. With `repair`, problems that
-/// are all [`Fix`]es are accepted and returned.
-#[allow(clippy::type_complexity)]
-fn full_scan(
-    pm: &dyn Pmem,
-    geo: Geometry,
-    repair: bool,
-) -> Result<
-    std::result::Result<(HashMap<u64, InodeState>, BlockAlloc, MountReport, Vec<Fix>), Vec<String>>,
-> {
-    let mut scan = scan(pm, geo, true)?;
-    let fixable = repair && scan.problems.len() == scan.fixes.len();
-    if !scan.problems.is_empty() && !fixable {
-        return Ok(Err(scan.problems));
-    }
-    let mut orphans = std::mem::take(&mut scan.orphans);
-    if repair {
-        // An inode unlinked while open has no links left; one with links that no
-        // reached directory names was reached through a dropped one: it is kept, and
-        // so is what it reaches; those no other kept directory names go to lost+found.
-        let kept: Vec<u64> = orphans
-            .iter()
-            .copied()
-            .filter(|i| scan.states[i].nlink > 0)
-            .collect();
-        let named: std::collections::HashSet<u64> = kept
-            .iter()
-            .flat_map(|i| scan.states[i].children.values().copied())
-            .collect();
-        for &ino in &kept {
-            if !named.contains(&ino) {
-                scan.fixes.push(Fix::Lost { ino });
-            }
-        }
-        orphans.retain(|i| !kept.contains(i));
-    }
-    // Free orphans durably before anything can reuse their number.
-    for &ino in &orphans {
-        pm.store_u64_persist(geo.inode_off(ino) + VALID_OFF, 0);
-        if let Some(st) = scan.states.remove(&ino) {
-            for p in &st.log.pages {
-                scan.used[(p / BLOCK_SIZE - geo.pool_start) as usize] = false;
-            }
-            for e in st.data_extents() {
-                for b in e.start..e.start + e.len {
-                    scan.used[(b - geo.pool_start) as usize] = false;
-                }
-            }
-        }
-    }
-    let blocks = BlockAlloc::with_free(
-        geo.pool_start,
-        geo.total_blocks,
-        free_extents(&scan.used, geo.pool_start),
-    );
-    Ok(Ok((scan.states, blocks, scan.report, scan.fixes)))
-}
-
-/// The free blocks when the saved bitmap fails its checksum: those no inode that
-/// reads without error references (an inode too damaged to read is refused when used,
-/// so its blocks are not missed).
-fn referenced_free(pm: &dyn Pmem, geo: &Geometry) -> Vec<Extent> {
-    let mut used = vec![false; geo.pool_blocks() as usize];
-    let mut report = MountReport::default();
-    let mut notes = Vec::new();
-    for ino in ROOT_INO..geo.inodes {
-        if pm.load_u64(geo.inode_off(ino) + VALID_OFF) != VALID {
-            continue;
-        }
-        let mut mark = |b: u64| {
-            used[(b - geo.pool_start) as usize] = true;
-            Ok(())
-        };
-        let mut found = Found {
-            report: &mut report,
-            notes: &mut notes,
-        };
-        let _ = scan_inode(pm, geo, ino, false, &mut mark, &mut found);
-    }
-    free_extents(&used, geo.pool_start)
-}
-
 /// Reads inode `ino`, named by directory `parent`, for a mount that did not read them
 /// all: checked as the full scan checks it, and every block it references must be
 /// allocated (a damaged log that points into free space is refused, not followed).
@@ -506,84 +128,32 @@ pub(crate) fn load_inode(
     Ok(st)
 }
 
-/// Saves the free-block bitmap and marks the file system clean. The bitmap is
-/// rewritten only if the allocator changed since it was loaded from it (or was never
-/// built, `None`): an unmount after reading alone writes one word.
-pub(crate) fn save_clean(pm: &dyn Pmem, geo: &Geometry, blocks: Option<&BlockAlloc>) {
-    if let Some(blocks) = blocks.filter(|b| b.changed_since_saved()) {
-        let mut bitmap = vec![0u64; geo.total_blocks.div_ceil(64) as usize];
-        let mut free = 0;
-        for e in blocks.snapshot() {
-            set_bits(&mut bitmap, e.start, e.start + e.len);
-            free += e.len;
+/// The free blocks when the saved bitmap fails its checksum: those no inode that
+/// reads without error references (an inode too damaged to read is refused when used,
+/// so its blocks are not missed).
+pub(crate) fn referenced_free(pm: &dyn Pmem, geo: &Geometry) -> Vec<Extent> {
+    let mut used = vec![false; geo.pool_blocks() as usize];
+    let mut report = MountReport::default();
+    let mut notes = Vec::new();
+    for ino in ROOT_INO..geo.inodes {
+        if pm.load_u64(geo.inode_off(ino) + VALID_OFF) != VALID {
+            continue;
         }
-        let bytes: Vec<u8> = bitmap.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let bytes = &bytes[..geo.total_blocks.div_ceil(8) as usize];
-        pm.write(geo.bitmap_off(), bytes);
-        pm.flush(geo.bitmap_off(), bytes.len() as u64);
-        pm.store_u64(BITMAP_CSUM_OFF, crc32c::crc32c(bytes) as u64);
-        pm.store_u64(BITMAP_FREE_OFF, free);
-        pm.persist(BITMAP_CSUM_OFF, 16);
-        blocks.mark_saved();
+        let mut mark = |b: u64| {
+            used[(b - geo.pool_start) as usize] = true;
+            Ok(())
+        };
+        let mut found = Found {
+            report: &mut report,
+            notes: &mut notes,
+        };
+        let _ = scan_inode(pm, geo, ino, false, &mut mark, &mut found);
     }
-    pm.store_u64_persist(CLEAN_OFF, CLEAN);
+    free_extents(&used, geo.pool_start)
 }
 
-/// Sets bits `start..end` of a bitmap of little-endian words, a word at a time.
-fn set_bits(bitmap: &mut [u64], start: u64, end: u64) {
-    let mut i = start;
-    while i < end {
-        let n = (64 - i % 64).min(end - i);
-        bitmap[(i / 64) as usize] |= (u64::MAX >> (64 - n)) << (i % 64);
-        i += n;
-    }
-}
-
-/// Bytes of the saved bitmap read at a time.
-const BITMAP_CHUNK: usize = 64 * 1024;
-
-/// The free extents of a saved bitmap, sorted, if its checksum holds and it frees only
-/// pool blocks. Read a chunk at a time: no copy of the whole bitmap is made.
-pub(crate) fn load_bitmap(pm: &dyn Pmem, geo: &Geometry) -> Option<Vec<Extent>> {
-    let len = geo.total_blocks.div_ceil(8);
-    let mut chunk = vec![0u8; BITMAP_CHUNK];
-    let mut crc = 0u32;
-    let mut free: Vec<Extent> = Vec::new();
-    let mut at = 0u64;
-    while at < len {
-        let n = (len - at).min(BITMAP_CHUNK as u64) as usize;
-        let bytes = &mut chunk[..n.next_multiple_of(8)];
-        bytes.fill(0);
-        pm.read(geo.bitmap_off() + at, &mut bytes[..n]);
-        crc = crc32c::crc32c_append(crc, &bytes[..n]);
-        for (w, word) in bytes.chunks_exact(8).enumerate() {
-            let mut word = u64::from_le_bytes(word.try_into().unwrap());
-            let base = (at / 8 + w as u64) * 64;
-            // Runs of set bits, each at most a word long, merged with the run before.
-            while word != 0 {
-                let lo = word.trailing_zeros() as u64;
-                let run = (!(word >> lo)).trailing_zeros() as u64;
-                let start = base + lo;
-                if start < geo.pool_start || start + run > geo.total_blocks {
-                    return None;
-                }
-                match free.last_mut() {
-                    Some(last) if last.start + last.len == start => last.len += run,
-                    _ => free.push(Extent { start, len: run }),
-                }
-                word = if lo + run >= 64 {
-                    0
-                } else {
-                    word & !(((1u64 << run) - 1) << lo)
-                };
-            }
-        }
-        at += n as u64;
-    }
-    (crc as u64 == pm.load_u64(BITMAP_CSUM_OFF)).then_some(free)
-}
-
-fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
+/// The free extents of the pool, from one flag per block (`true`: used).
+pub(crate) fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
     let mut out = Vec::new();
     for (i, &u) in used.iter().enumerate() {
         if !u {

@@ -1,11 +1,10 @@
-//! The calls a [`Session`] makes on extended attributes, on a file's space
-//! (`fallocate`) and with `lseek`, checked with the session's credentials as Linux
-//! checks them (the rules are in `xattr.rs`); and the by-inode forms of the attribute
-//! calls, for doors that speak in inode numbers.
+//! The calls a [`Session`] makes on extended attributes, checked with the session's
+//! credentials as Linux checks them (the rules are in `xattr.rs`); and the by-inode
+//! forms of the attribute calls, for doors that speak in inode numbers.
 
 use crate::cred::Who;
 use crate::error::Result;
-use crate::file::{Fd, Whence};
+use crate::file::Fd;
 use crate::handle::Session;
 use crate::xattr::{Target, XATTR_REPLACE};
 use crate::FileSystem;
@@ -81,19 +80,5 @@ impl FileSystem {
     /// `listxattr` of inode `ino` (trusted).
     pub fn listxattr_ino(&self, ino: u64, buf: &mut [u8]) -> Result<usize> {
         self.list_xattr(None, Target::Ino(ino), buf)
-    }
-}
-
-impl Session<'_> {
-    /// `fallocate` through a descriptor: as [`FileSystem::fallocate`], which needs the
-    /// descriptor open for writing (`EBADF`) — the permission was checked at `open`,
-    /// as Linux checks it.
-    pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
-        self.fs().fallocate(fd, mode, off, len)
-    }
-
-    /// `lseek` (with `SEEK_DATA`/`SEEK_HOLE`): no permission beyond the descriptor.
-    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64> {
-        self.fs().lseek(fd, off, whence)
     }
 }

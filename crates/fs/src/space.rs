@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 use crate::alloc::Extent;
 use crate::error::{Error, Result};
-use crate::file::Fd;
+use crate::file::{Fd, Whence};
+use crate::handle::Session;
 use crate::inode::{push_block, FileKind, Inode, InodeState};
 use crate::layout::BLOCK_SIZE;
 use crate::log::{attr, Entry};
@@ -287,6 +288,20 @@ fn partial_pages(off: u64, end: u64) -> Vec<(u64, u64, u64)> {
         }
     }
     out
+}
+
+impl Session<'_> {
+    /// `fallocate` through a descriptor: as [`FileSystem::fallocate`], which needs the
+    /// descriptor open for writing (`EBADF`) — the permission was checked at `open`,
+    /// as Linux checks it.
+    pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
+        self.fs().fallocate(fd, mode, off, len)
+    }
+
+    /// `lseek` (with `SEEK_DATA`/`SEEK_HOLE`): no permission beyond the descriptor.
+    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64> {
+        self.fs().lseek(fd, off, whence)
+    }
 }
 
 #[cfg(test)]

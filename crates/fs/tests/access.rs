@@ -90,3 +90,24 @@ fn access_for_writing_on_a_read_only_mount_is_erofs() {
     assert_eq!(errno(owner.faccessat(None, "/f", W_OK, 0)), libc::EROFS);
     assert_eq!(errno(owner.faccessat(None, "/f", R_OK, 0)), 0);
 }
+
+#[test]
+fn access_by_inode_checks_as_faccessat_does() {
+    let pm = fresh(16 * MIB);
+    let fs = mount(&pm);
+    setup(&fs);
+    let f = fs.stat("/f").unwrap().ino;
+    let private = fs.stat("/private").unwrap().ino;
+    let member = fs.as_user(&Cred::user(2000, 100));
+    let other = fs.as_user(&Cred::user(3000, 3000));
+    let root = fs.as_user(&Cred::root());
+    assert_eq!(errno(member.access_ino(f, R_OK)), 0);
+    assert_eq!(errno(member.access_ino(f, W_OK)), libc::EACCES);
+    assert_eq!(errno(other.access_ino(f, R_OK)), libc::EACCES);
+    assert_eq!(errno(root.access_ino(f, R_OK | W_OK)), 0);
+    assert_eq!(errno(root.access_ino(f, X_OK)), libc::EACCES);
+    assert_eq!(errno(root.access_ino(private, X_OK)), 0);
+    assert_eq!(errno(other.access_ino(private, F_OK)), 0);
+    assert_eq!(errno(member.access_ino(f, 8)), libc::EINVAL);
+    fs.unmount().unwrap();
+}

@@ -906,8 +906,8 @@ impl Filesystem for Server {
         // Sent only without `default_permissions`: the mode bits, as Linux checks them.
         let r = self
             .fs
-            .getattr(ino.0)
-            .and_then(|st| may_access(&crate::cred::of(req, 0), &st, mask.bits() as u32));
+            .as_user(&crate::cred::of(req, 0))
+            .access_ino(ino.0, mask.bits() & 7);
         Self::empty(r, reply);
     }
 
@@ -1005,31 +1005,6 @@ fn read_at(
 /// Whether a file of `mode` has a bit a write of an unprivileged caller clears.
 fn privileged_mode(mode: u32) -> bool {
     mode & (libc::S_ISUID | libc::S_ISGID) != 0
-}
-
-/// `access(2)`'s check of `mask` (`R_OK`, `W_OK`, `X_OK` bits) against the mode bits.
-fn may_access(c: &fs::Cred, st: &Stat, mask: u32) -> fs::Result<()> {
-    let mask = mask & 7;
-    if c.is_root() {
-        let exec_file = mask & 1 != 0 && st.kind != fs::FileKind::Dir && st.mode & 0o111 == 0;
-        return if exec_file {
-            Err(fs::Error::Access)
-        } else {
-            Ok(())
-        };
-    }
-    let bits = if c.uid == st.uid {
-        st.mode >> 6
-    } else if c.in_group(st.gid) {
-        st.mode >> 3
-    } else {
-        st.mode
-    } & 7;
-    if bits & mask == mask {
-        Ok(())
-    } else {
-        Err(fs::Error::Access)
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 
+mod r#async;
 mod config;
 mod cpu;
 mod delegate;
@@ -33,7 +34,6 @@ mod dma_sync;
 pub mod fault;
 #[cfg(not(feature = "testing"))]
 mod fault;
-mod offload;
 pub mod profile;
 pub mod qos;
 mod semaphore;
@@ -46,8 +46,8 @@ pub use config::Config;
 pub use cpu::CpuMover;
 pub use delegate::DelegateMover;
 pub use dma_sync::DmaSyncMover;
-pub use offload::{route_read, AsyncMover, ReadCase, ReadRoute};
 pub use qos::{ChannelManager, Class, Client, QosConfig};
+pub use r#async::{route_read, AsyncMover, ReadCase, ReadRoute};
 pub use semaphore::SemaphoreMover;
 
 use pmem::Pmem;

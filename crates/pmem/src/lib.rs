@@ -6,9 +6,11 @@
 //! goes through the [`Pmem`] trait: small stores with explicit flush and fence, atomic
 //! 8-byte stores, and bulk non-temporal copies. Because callers only ever see the
 //! trait, a tracing implementation (the crash harness) can stand in for a real region
-//! without any caller changing: [`TracePmem`] records every store, write-back and
-//! fence, [`CrashCursor`] turns that trace into the images a power loss could leave,
-//! and [`MemPmem`] holds such an image for a mount.
+//! without any caller changing: `TracePmem` records every store, write-back and
+//! fence, `CrashCursor` turns that trace into the images a power loss could leave,
+//! and [`MemPmem`] holds such an image for a mount. The tracer and the crash states are
+//! crash simulation, compiled only with the `crash-sim` feature (the crash harness and
+//! tests turn it on).
 //!
 //! Offsets passed to [`Pmem`] are byte offsets into the usable part of the region
 //! (after the region header), `0..len()`. An offset outside that range is a bug in the
@@ -27,21 +29,26 @@
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 
+#[cfg(feature = "crash-sim")]
 pub mod crash;
 mod error;
 pub mod mem;
+#[cfg(feature = "peer")]
 pub mod peer;
 pub mod persist;
 pub mod pkey;
 mod region;
 pub mod slowmem;
+#[cfg(feature = "crash-sim")]
 pub mod trace;
 
+#[cfg(feature = "crash-sim")]
 pub use crash::{CrashChoice, CrashCursor};
 pub use error::{Error, Result};
 pub use mem::MemPmem;
 pub use persist::{CopyKind, CpuFeatures, FlushKind, CACHE_LINE};
 pub use region::{remove, Durability, Region, RegionKind, HEADER_LEN, MIN_REGION, PAGE_SIZE};
+#[cfg(feature = "crash-sim")]
 pub use trace::{Trace, TracePmem};
 
 /// The operations the file system and the engines may perform on region memory.

@@ -3,9 +3,11 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
+use fs::Fd;
 use libc::{loff_t, off_t, size_t, ssize_t};
 
 use crate::guard::Answer;
+use crate::mount::Live;
 use crate::real::{export, libc_call};
 use crate::table;
 
@@ -14,39 +16,42 @@ const CHUNK: usize = 1 << 20;
 
 /// Reads from either kind of descriptor, at `off` or the position.
 fn read_any(fd: c_int, b: &mut [u8], off: Option<u64>) -> Result<usize, i32> {
-    if let Some(d) = table::get(fd) {
-        let l = crate::call::mount_of(&d)?;
-        return crate::io::read_at(&l, d.fd, b, off);
-    }
-    let n = match off {
+    on_any(fd, b, off, crate::io::read_at, |b, off| match off {
         None => {
             libc_call!(read: fn(c_int, *mut c_void, size_t) -> ssize_t, fd, b.as_mut_ptr().cast(), b.len())
         }
         Some(o) => {
             libc_call!(pread64: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t, fd, b.as_mut_ptr().cast(), b.len(), o as off_t)
         }
-    };
-    if n < 0 {
-        Err(crate::real::errno())
-    } else {
-        Ok(n as usize)
-    }
+    })
 }
 
 /// Writes all of `b` to either kind of descriptor.
 fn write_any(fd: c_int, b: &[u8], off: Option<u64>) -> Result<usize, i32> {
-    if let Some(d) = table::get(fd) {
-        let l = crate::call::mount_of(&d)?;
-        return crate::io::write_at(&l, d.fd, b, off);
-    }
-    let n = match off {
+    on_any(fd, b, off, crate::io::write_at, |b, off| match off {
         None => {
             libc_call!(write: fn(c_int, *const c_void, size_t) -> ssize_t, fd, b.as_ptr().cast(), b.len())
         }
         Some(o) => {
             libc_call!(pwrite64: fn(c_int, *const c_void, size_t, off_t) -> ssize_t, fd, b.as_ptr().cast(), b.len(), o as off_t)
         }
-    };
+    })
+}
+
+/// One transfer of buffer `b` on either kind of descriptor: the mount's through `ours`,
+/// another through libc's call `theirs` (whose negative answer is an errno to read).
+fn on_any<B>(
+    fd: c_int,
+    b: B,
+    off: Option<u64>,
+    ours: impl FnOnce(&Live, Fd, B, Option<u64>) -> Result<usize, i32>,
+    theirs: impl FnOnce(B, Option<u64>) -> ssize_t,
+) -> Result<usize, i32> {
+    if let Some(d) = table::get(fd) {
+        let l = crate::call::mount_of(&d)?;
+        return ours(&l, d.fd, b, off);
+    }
+    let n = theirs(b, off);
     if n < 0 {
         Err(crate::real::errno())
     } else {

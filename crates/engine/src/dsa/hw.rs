@@ -386,6 +386,77 @@ impl Completion {
     }
 }
 
+/// A completion status other than success, as the DSA backend reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DsaError {
+    /// A page the copy touched was not present (block on fault is off).
+    #[error(
+        "page fault at {addr:#x} ({}) after {bytes_completed} bytes",
+        if *write { "write" } else { "read" }
+    )]
+    PageFault {
+        /// The faulting address.
+        addr: u64,
+        /// Whether the access was a write.
+        write: bool,
+        /// Bytes copied before the fault.
+        bytes_completed: u32,
+    },
+    /// The descriptor carried flags the device does not accept.
+    #[error("invalid descriptor flags {flags:#x}")]
+    InvalidFlags {
+        /// The descriptor's flags.
+        flags: u32,
+    },
+    /// A completion record address was not 32-byte aligned, so the device could not
+    /// report through it.
+    #[error(
+        "completion record address {addr:#x} is not {} -byte aligned",
+        COMPLETION_ALIGN
+    )]
+    CompletionRecordAlign {
+        /// The misaligned address.
+        addr: u64,
+    },
+    /// Any other completion status.
+    #[error("completion status {code:#04x} ({})", status::name(*code))]
+    Status {
+        /// The status byte.
+        code: u8,
+    },
+    /// The device logged a software error instead of writing a completion record.
+    #[error("device software error {code:#04x} ({})", status::name(*code))]
+    SoftwareError {
+        /// The status byte of the software error register.
+        code: u8,
+    },
+}
+
+impl DsaError {
+    /// The errno this error corresponds to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            DsaError::PageFault { .. } => libc::EFAULT,
+            DsaError::InvalidFlags { .. } | DsaError::CompletionRecordAlign { .. } => libc::EINVAL,
+            DsaError::Status { .. } | DsaError::SoftwareError { .. } => libc::EIO,
+        }
+    }
+
+    pub(super) fn from_completion(c: &Completion) -> DsaError {
+        match c.status & status::MASK {
+            status::PAGE_FAULT_NOBOF => DsaError::PageFault {
+                addr: c.fault_addr,
+                write: c.status & status::WRITE_FAULT != 0,
+                bytes_completed: c.bytes_completed,
+            },
+            status::INVALID_FLAGS => DsaError::InvalidFlags {
+                flags: c.invalid_flags,
+            },
+            code => DsaError::Status { code },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@
 //! members, so its buffers and the callers' stay in use. After a failure the channel
 //! completes nothing more: its counter must not pass the copy that failed.
 
-mod hw;
+pub(crate) mod hw;
 #[cfg(feature = "testing")]
 pub mod model;
 mod portal;
@@ -33,7 +33,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use pmem::Pmem;
 
-pub use hw::{flags, opcode, status, Completion, HwDesc, COMPLETION_BYTES, DESC_BYTES};
+pub use hw::{flags, opcode, status, Completion, DsaError, HwDesc, COMPLETION_BYTES, DESC_BYTES};
 pub use portal::{enqcmd, movdir64b, Portal, WqPortal, PORTAL_BYTES, PORTAL_SLOTS};
 pub use sysfs::{discover, WqInfo, DEV_DSA, SYSFS_DSA};
 
@@ -51,77 +51,6 @@ const COPY_FLAGS: u32 = flags::CRAV | flags::RCR;
 const DURABLE_FLAGS: u32 = flags::DRDBK;
 /// Extra flags of a copy out of the region: leave the data in the cache for its reader.
 const READ_FLAGS: u32 = flags::CC;
-
-/// A completion status other than success, as the DSA backend reports it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DsaError {
-    /// A page the copy touched was not present (block on fault is off).
-    #[error(
-        "page fault at {addr:#x} ({}) after {bytes_completed} bytes",
-        if *write { "write" } else { "read" }
-    )]
-    PageFault {
-        /// The faulting address.
-        addr: u64,
-        /// Whether the access was a write.
-        write: bool,
-        /// Bytes copied before the fault.
-        bytes_completed: u32,
-    },
-    /// The descriptor carried flags the device does not accept.
-    #[error("invalid descriptor flags {flags:#x}")]
-    InvalidFlags {
-        /// The descriptor's flags.
-        flags: u32,
-    },
-    /// A completion record address was not 32-byte aligned, so the device could not
-    /// report through it.
-    #[error(
-        "completion record address {addr:#x} is not {} -byte aligned",
-        hw::COMPLETION_ALIGN
-    )]
-    CompletionRecordAlign {
-        /// The misaligned address.
-        addr: u64,
-    },
-    /// Any other completion status.
-    #[error("completion status {code:#04x} ({})", status::name(*code))]
-    Status {
-        /// The status byte.
-        code: u8,
-    },
-    /// The device logged a software error instead of writing a completion record.
-    #[error("device software error {code:#04x} ({})", status::name(*code))]
-    SoftwareError {
-        /// The status byte of the software error register.
-        code: u8,
-    },
-}
-
-impl DsaError {
-    /// The errno this error corresponds to.
-    pub fn errno(&self) -> i32 {
-        match self {
-            DsaError::PageFault { .. } => libc::EFAULT,
-            DsaError::InvalidFlags { .. } | DsaError::CompletionRecordAlign { .. } => libc::EINVAL,
-            DsaError::Status { .. } | DsaError::SoftwareError { .. } => libc::EIO,
-        }
-    }
-
-    fn from_completion(c: &Completion) -> DsaError {
-        match c.status & status::MASK {
-            status::PAGE_FAULT_NOBOF => DsaError::PageFault {
-                addr: c.fault_addr,
-                write: c.status & status::WRITE_FAULT != 0,
-                bytes_completed: c.bytes_completed,
-            },
-            status::INVALID_FLAGS => DsaError::InvalidFlags {
-                flags: c.invalid_flags,
-            },
-            code => DsaError::Status { code },
-        }
-    }
-}
 
 /// Damage a test can ask for in the next batch's first copy descriptor
 /// ([`crate::Testing::corrupt_next`]; `testing` feature).
@@ -393,7 +322,7 @@ impl Dsa {
             )));
         }
         let mut next = ch.core.next.lock();
-        let last = crate::engine::advance(channel, *next, descs.len())?;
+        let last = crate::channel::advance(channel, *next, descs.len())?;
         #[cfg(feature = "testing")]
         let corrupt = st.corrupt.take();
         let mem = &st.mem;

@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::hw::{HwDesc, DESC_BYTES};
@@ -206,9 +205,4 @@ impl Portal for WqPortal {
             .and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
         Some(word.map_or(0, |w| (w >> 8) as u8))
     }
-}
-
-/// Where the device's sysfs directory lives, for a queue.
-pub(crate) fn device_dir(device: &str) -> PathBuf {
-    PathBuf::from(super::sysfs::SYSFS_DSA).join(device)
 }

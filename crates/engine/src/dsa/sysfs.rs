@@ -49,7 +49,7 @@ impl WqInfo {
 
     /// The sysfs directory of the queue's device.
     pub fn device_sysfs(&self) -> PathBuf {
-        super::portal::device_dir(&self.device)
+        Path::new(SYSFS_DSA).join(&self.device)
     }
 }
 
