@@ -63,7 +63,7 @@ pub struct ProgramRow {
     /// `fuse_s / tmpfs_s`: how many times tmpfs's time the mount took.
     pub times_tmpfs: f64,
     /// The FUSE requests the kernel sent the mount during the step, by kind (`None`
-    /// where they could not be counted: see [`requests`](super::requests)).
+    /// where they could not be counted: no tracefs, or not root).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests: Option<requests::Counts>,
 }
