@@ -24,6 +24,7 @@
 //! process's (user plus system time of all its threads, from `/proc/PID/stat`).
 
 pub mod programs;
+mod requests;
 mod server;
 
 use std::path::Path;

@@ -46,5 +46,5 @@ pub use mount::{
     default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
     MAX_DEFAULT_THREADS, NEGATIVE_TTL,
 };
-pub use server::{LookupCounts, Server};
+pub use server::{Flushes, LookupCounts, Server};
 pub use uthreads::HandlerStats;

@@ -10,7 +10,7 @@ use fs::FileSystem;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::inval::Invalidator;
-use crate::server::{LookupCounts, Server};
+use crate::server::{Flushes, LookupCounts, Server};
 use crate::uthreads::HandlerStats;
 
 /// How long the kernel may use an entry (a name to inode) without asking again. The
@@ -158,6 +158,7 @@ pub struct Mount {
     inval: Arc<Invalidator>,
     inval_thread: std::thread::JoinHandle<()>,
     handler_stats: Option<HandlerStats>,
+    flushes: Flushes,
     mountpoint: PathBuf,
 }
 
@@ -168,6 +169,7 @@ impl Mount {
         let server = Server::with_options(fs.clone(), opts)?;
         let lookups = server.lookups();
         let handler_stats = server.handler_stats();
+        let flushes = server.flushes();
         let inval = server.invalidator();
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
         // From here on, every change made through another door of this process is
@@ -180,6 +182,7 @@ impl Mount {
             inval,
             inval_thread,
             handler_stats,
+            flushes,
             mountpoint: mountpoint.to_path_buf(),
         })
     }
@@ -197,6 +200,11 @@ impl Mount {
     /// The kernel's lookup counts, for inspection while the mount runs.
     pub fn lookups(&self) -> LookupCounts {
         self.lookups.clone()
+    }
+
+    /// The `FLUSH` requests the kernel sent, for inspection while the mount runs.
+    pub fn flushes(&self) -> Flushes {
+        self.flushes.clone()
     }
 
     /// Where it is mounted.

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -123,6 +124,19 @@ impl ReadBuffers {
     }
 }
 
+/// How many `FLUSH` requests the kernel sent, for inspection while the mount runs: at
+/// most one, answered `ENOSYS` so that the kernel sends no more (see
+/// [`Server`]'s `flush`).
+#[derive(Clone, Default)]
+pub struct Flushes(Arc<AtomicU64>);
+
+impl Flushes {
+    /// The `FLUSH` requests received so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// The FUSE file system: the `fs` file system, the lookup counts and, in `async` mode,
 /// the uthreads that serve reads, writes and fsyncs.
 pub struct Server {
@@ -136,6 +150,8 @@ pub struct Server {
     /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
     /// unless the options ask for it.
     open_flags: FopenFlags,
+    /// `FLUSH` requests received.
+    flushes: Flushes,
 }
 
 /// How opened files are served (the flags of every `open` and `create` reply):
@@ -194,6 +210,7 @@ impl Server {
             uthreads: None,
             writeback_cache: false,
             open_flags: file_open_flags(false, false),
+            flushes: Flushes::default(),
         }
     }
 
@@ -240,6 +257,11 @@ impl Server {
     /// The lookup counts, which outlive the server for inspection.
     pub fn lookups(&self) -> LookupCounts {
         self.lookups.clone()
+    }
+
+    /// The count of `FLUSH` requests, which outlives the server for inspection.
+    pub fn flushes(&self) -> Flushes {
+        self.flushes.clone()
     }
 
     /// The invalidator of the kernel's caches.
@@ -719,13 +741,19 @@ impl Filesystem for Server {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         inval::handling();
-        // Nothing is buffered here: every write was durable when it was answered.
-        Self::empty(self.fs.fstat(fd(fh)).map(drop), reply);
+        self.flushes.0.fetch_add(1, Ordering::Relaxed);
+        // Nothing is buffered here: every write was durable when it was answered. The
+        // kernel sends `FLUSH` only with the writeback cache (`FOPEN_NOFLUSH` otherwise),
+        // and then only after it has written the file's dirty pages back and had every
+        // write answered; `ENOSYS` makes it stop sending it (`no_flush`) while keeping
+        // that writeback at each `close`, which is what makes a closed file durable.
+        // No lock is held here for it to release (the kernel keeps the locks).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

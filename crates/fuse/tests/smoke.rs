@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use easyio_fuse::{unmount, HandlerStats, Invalidator, LookupCounts, Mount, Options};
+use easyio_fuse::{unmount, Flushes, HandlerStats, Invalidator, LookupCounts, Mount, Options};
 use fs::{FileSystem, FormatOptions, MountOptions};
 use pmem::{Pmem, Region};
 
@@ -22,6 +22,7 @@ struct Served {
     lookups: LookupCounts,
     handlers: Option<HandlerStats>,
     inval: Arc<Invalidator>,
+    flushes: Flushes,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     done: Arc<AtomicBool>,
 }
@@ -51,6 +52,7 @@ impl Served {
         let lookups = m.lookups();
         let handlers = m.handler_stats();
         let inval = m.invalidator();
+        let flushes = m.flushes();
         let thread = Some(std::thread::spawn(move || m.run()));
         let done = Arc::new(AtomicBool::new(false));
         let (d, stop) = (dir.clone(), done.clone());
@@ -71,6 +73,7 @@ impl Served {
             lookups,
             handlers,
             inval,
+            flushes,
             thread,
             done,
         })
@@ -308,4 +311,58 @@ fn changes_through_the_library_are_seen_with_the_writeback_cache() {
         ..Options::default()
     };
     library_changes_seen("inval-wb", &opts);
+}
+
+/// Files written through the mount in pieces and closed, each read back through the
+/// library while still mounted: what `close` must have written to the server.
+fn write_and_close_files(s: &Served, n: usize) {
+    let fs = s.fs.clone().unwrap();
+    for i in 0..n {
+        let data: Vec<u8> = (0..10_000u32).map(|b| (b * 7 + i as u32) as u8).collect();
+        let mut f = std::fs::File::create(s.dir.join(format!("f{i}"))).unwrap();
+        for piece in data.chunks(3000) {
+            f.write_all(piece).unwrap();
+        }
+        drop(f);
+        let fd = fs
+            .open(&format!("/f{i}"), fs::OpenFlags::RDONLY, 0)
+            .unwrap();
+        let mut got = vec![0; data.len() + 1];
+        let n = fs.pread(fd, &mut got, 0).unwrap();
+        fs.close(fd).unwrap();
+        assert_eq!(&got[..n], &data[..], "file {i} after close");
+    }
+}
+
+#[test]
+fn the_kernel_sends_flush_once_with_the_writeback_cache_and_never_without() {
+    // With the writeback cache `close` writes the dirty pages back, waits for them, and
+    // then sends `FLUSH`; the server answers the first with ENOSYS, so the kernel sends
+    // no more, and every closed file is still whole in the image at once.
+    let opts = Options {
+        writeback_cache: true,
+        ..Options::default()
+    };
+    let Some(s) = Served::with("flush-wb", MountOptions::default(), &opts) else {
+        return;
+    };
+    write_and_close_files(&s, 6);
+    assert_eq!(
+        s.flushes.count(),
+        1,
+        "FLUSH requests with the writeback cache"
+    );
+    s.finish().unmount().unwrap();
+    // Without it, no `FLUSH` at all (`FOPEN_NOFLUSH`): every write reached the server
+    // when it returned.
+    let Some(s) = Served::new("flush-direct") else {
+        return;
+    };
+    write_and_close_files(&s, 6);
+    assert_eq!(
+        s.flushes.count(),
+        0,
+        "FLUSH requests without the writeback cache"
+    );
+    s.finish().unmount().unwrap();
 }

@@ -26,6 +26,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::requests;
 use crate::{report, signals};
 
 /// Files of the tree `tar` and `cp` copy, `git` commits and `rm` removes.
@@ -46,7 +47,9 @@ pub const TARGET: f64 = 2.0;
 pub const NOTE: &str = "programs: wall time of each step, run on a tmpfs directory \
 (/dev/shm) and then on the mount, in the same run; inputs made untimed in tmpfs; what \
 each step leaves is checked and the same on both. Through the mount, every write and \
-metadata change is durable when its call returns; on tmpfs nothing is persistent.";
+metadata change is durable when its call returns; on tmpfs nothing is persistent. FUSE \
+requests: what the kernel sent the mount during the step, counted by the kernel's \
+fuse_request_send trace event (root, tracefs at /sys/kernel/tracing; '-' without).";
 
 /// One step on both doors.
 #[derive(Serialize, Clone)]
@@ -59,6 +62,10 @@ pub struct ProgramRow {
     pub tmpfs_s: f64,
     /// `fuse_s / tmpfs_s`: how many times tmpfs's time the mount took.
     pub times_tmpfs: f64,
+    /// The FUSE requests the kernel sent the mount during the step, by kind (`None`
+    /// where they could not be counted: no tracefs, or not root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<requests::Counts>,
 }
 
 /// The inputs, made once.
@@ -371,16 +378,27 @@ pub fn measure(fuse_dir: &Path, tmpfs_dir: &Path, quiet: bool) -> anyhow::Result
         let _ = std::fs::remove_dir_all(d);
         std::fs::create_dir_all(d).with_context(|| format!("{}", d.display()))?;
     }
+    let tracer = requests::Tracer::new(fuse_dir)
+        .inspect_err(|why| eprintln!("easyio bench fuse: FUSE requests not counted: {why}"))
+        .ok();
     let mut rows = Vec::new();
     for name in STEPS {
         signals::check()?;
         let mut times = [0.0; 2];
         let mut left = [String::new(), String::new()];
+        let mut counts = None;
         for (i, w) in [tmpfs_dir, fuse_dir].into_iter().enumerate() {
             before(&staging, w, name)?;
+            let tracing = tracer.as_ref().filter(|_| i == 1);
+            if let Some(t) = tracing {
+                t.start()?;
+            }
             let t = Instant::now();
             let l = step(&staging, w, name)?;
             times[i] = t.elapsed().as_secs_f64();
+            if let Some(t) = tracing {
+                counts = Some(t.stop()?);
+            }
             left[i] = after(w, name, l)?;
         }
         // git's add and commit print nothing with -q; its objects differ by time.
@@ -399,15 +417,23 @@ pub fn measure(fuse_dir: &Path, tmpfs_dir: &Path, quiet: bool) -> anyhow::Result
             fuse_s: times[1],
             tmpfs_s: times[0],
             times_tmpfs: times[1] / times[0].max(1e-9),
+            requests: counts,
         });
     }
     let total = |f: fn(&ProgramRow) -> f64| rows.iter().map(f).sum::<f64>();
     let (fuse_s, tmpfs_s) = (total(|r| r.fuse_s), total(|r| r.tmpfs_s));
+    let all = rows.iter().try_fold(requests::Counts::new(), |mut all, r| {
+        for (k, n) in r.requests.as_ref()? {
+            *all.entry(k.clone()).or_default() += n;
+        }
+        Some(all)
+    });
     rows.push(ProgramRow {
         step: "all",
         fuse_s,
         tmpfs_s,
         times_tmpfs: fuse_s / tmpfs_s.max(1e-9),
+        requests: all,
     });
     for d in [fuse_dir, tmpfs_dir] {
         let _ = std::fs::remove_dir_all(d);
@@ -426,6 +452,12 @@ pub fn table(rows: &[ProgramRow]) -> String {
                 format!("{:.3}", r.tmpfs_s),
                 format!("{:.2}x", r.times_tmpfs),
                 if r.times_tmpfs <= TARGET { "yes" } else { "no" }.to_string(),
+                r.requests
+                    .as_ref()
+                    .map_or("-".to_string(), |c| requests::total(c).to_string()),
+                r.requests
+                    .as_ref()
+                    .map_or(String::new(), |c| requests::top(c, 6)),
             ]
         })
         .collect();
@@ -436,6 +468,8 @@ pub fn table(rows: &[ProgramRow]) -> String {
             "tmpfs s",
             "mount / tmpfs",
             "≤ 2x",
+            "FUSE requests",
+            "most sent",
         ],
         cells,
     )
