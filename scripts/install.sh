@@ -39,9 +39,11 @@ if [ "${1:-}" = --uninstall ]; then
         echo "install: nothing to uninstall: no $manifest" >&2
         exit 1
     fi
-    # Files first, then the directories the install made, deepest first (if empty).
-    grep -v '/$' "$manifest" | while IFS= read -r f; do rm -f "$DESTDIR$f"; done
-    grep '/$' "$manifest" | LC_ALL=C sort -r | while IFS= read -r d; do
+    # Files first (the list too), then the directories the install made, deepest
+    # first (if empty).
+    list=$(cat "$manifest")
+    echo "$list" | grep -v '/$' | while IFS= read -r f; do rm -f "$DESTDIR$f"; done
+    echo "$list" | grep '/$' | LC_ALL=C sort -r | while IFS= read -r d; do
         rmdir "$DESTDIR$d" 2>/dev/null || true
     done
     echo "uninstalled easyio from $dest"
