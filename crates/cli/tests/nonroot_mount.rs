@@ -174,8 +174,10 @@ fn a_user_who_is_not_root_mounts_writes_reads_and_unmounts() {
     // Mounted by fusermount3, which names the type with the subtype.
     assert_eq!(mounted_type(&s.mountpoint).as_deref(), Some("fuse.easyio"));
 
+    let program = which("setpriv").unwrap();
+    let program = program.to_str().unwrap();
     let script = format!(
-        "set -e; cd {mp}; echo hello > a; mkdir d; cp {bin} d/copy; cmp {bin} d/copy; \
+        "set -e; cd {mp}; echo hello > a; mkdir d; cp {program} d/copy; cmp {program} d/copy; \
          mv a d/b; cat d/b; stat -c '%u %g %a' d/b; ls d"
     );
     let out = ok(&as_nobody(&["sh", "-c", &script]), "programs on the mount");
