@@ -3,9 +3,9 @@
 # as written (as root, on Debian; called by .ci/run): in a clean `git clone` of HEAD,
 # the `sh` blocks of the README's "Install" and "The four doors" sections run in order
 # in one bash with -e, from the clone's top directory. The build reuses this checkout's
-# target directory (CARGO_TARGET_DIR) so that it is not made cold again. It runs in a
-# mount namespace of its own with a fresh tmpfs on /dev/shm, so the README's fixed paths
-# there (/dev/shm/easyio.img, ...) are its own; the package it installed is purged at
+# target directory (CARGO_TARGET_DIR, and the clone seen at this checkout's path) so
+# that it is not made again. It runs in a mount namespace of its own with a fresh tmpfs
+# on /dev/shm, so the README's fixed paths there (/dev/shm/easyio.img, ...) are its own; the package it installed is purged at
 # the end. The README's first two commands (the demo and the tests) are not run here:
 # CI runs the tests, and the demo has tests of its own.
 set -euo pipefail
@@ -27,6 +27,8 @@ fi
 mount -t tmpfs -o size=4g,mode=1777 tmpfs /dev/shm
 
 work=$(mktemp -d)
+bound=0
+target_bound=0
 cleanup() {
     set +e
     # Anything the examples left running or mounted goes with the namespace's end;
@@ -37,12 +39,35 @@ cleanup() {
     if dpkg-query -W -f='${Status}' easyio 2>/dev/null | grep -q installed; then
         dpkg --purge easyio >/dev/null
     fi
-    rm -rf "$work"
+    # The clone's view of this checkout and its target directory are unmounted before
+    # the clone is removed: removing through a bind mount would remove the real files.
+    cd /
+    [ $bound = 0 ] || umount -R "$repo"
+    [ $target_bound = 0 ] || umount "$work/easyio/target"
+    if awk -v w="$work" 'index($5, w) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+        echo "check-readme: something is still mounted under $work; left in place" >&2
+    else
+        rm -rf "$work"
+    fi
 }
 trap cleanup EXIT
 
 git clone -q "$repo" "$work/easyio"
-cd "$work/easyio"
+# The clone is seen at this checkout's path (a bind mount, in this namespace only),
+# with its target directory, and a file whose content is this checkout's keeps its
+# modification time: cargo then reuses what this checkout built (same paths, same
+# times) and rebuilds only what differs.
+(cd "$work/easyio" && git ls-files -z) | while IFS= read -r -d '' f; do
+    if cmp -s "$work/easyio/$f" "$repo/$f"; then touch -h -r "$repo/$f" "$work/easyio/$f"; fi
+done
+if [ -d "$repo/target" ]; then
+    mkdir -p "$work/easyio/target"
+    mount --bind "$repo/target" "$work/easyio/target"
+    target_bound=1
+fi
+mount --rbind "$work/easyio" "$repo"
+bound=1
+cd "$repo"
 git log -1 --format='check-readme: the README of %h, %s' >&2
 python3 - README.md > "$work/readme.sh" <<'EOF'
 import re, sys
