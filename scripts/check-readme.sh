@@ -95,4 +95,6 @@ grep -q ' capi$' "$work/out" || { cat "$work/out" >&2; fail "the mount's listing
 grep -q "^$(wc -l < README.md) /easyio/README.md\$" "$work/out" \
     || { cat "$work/out" >&2; fail "the shim did not count the README's lines"; }
 grep -q ' /easyio/listing$' "$work/out" || { cat "$work/out" >&2; fail "no listing through the server"; }
+# Whether the build was reused: cargo's summary and how many crates it compiled.
+echo "check-readme: the install's build compiled $(grep -c '^ *Compiling ' "$work/out" || true) crates: $(grep -m1 '^ *Finished ' "$work/out" | sed 's/^ *//')" >&2
 echo "check-readme: the install command and the four doors ran as written ($((SECONDS - start)) s)" >&2
