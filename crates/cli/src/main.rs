@@ -10,12 +10,13 @@ mod crashtest;
 mod dates;
 mod engines;
 mod files;
+mod generate;
 mod mount;
 mod serve;
 mod signals;
 
 use bench::{app, calibrate, demo, micro, qos, raw, rt, startup};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// The exit statuses, shown at the end of `--help`.
 const EXIT_STATUS: &str = "\
@@ -85,6 +86,9 @@ enum Command {
     /// Serve an image to client processes on a Unix socket (one server writes the
     /// image; clients map it read-only). Stops cleanly at SIGINT or SIGTERM.
     Serve(serve::ServeArgs),
+    /// Write the manual pages or the shell completions into a directory (for packages).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -193,6 +197,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Mount(a) => mount::mount(a),
         Command::Umount(a) => mount::umount(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Generate(a) => generate::run(a, Cli::command()),
     }
 }
 

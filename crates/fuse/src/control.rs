@@ -96,7 +96,30 @@ pub fn check_fuse_device() -> Result<()> {
         .write(true)
         .open("/dev/fuse")
         .map_err(|e| Error::os(fuse_device_refusal(), e))?;
+    // Only root may mount(2); anyone else mounts through the setuid fusermount3.
+    if !is_root() && !on_path("fusermount3") {
+        let what = "a user who is not root mounts through fusermount3, which is not \
+                    installed (Debian package fuse3)";
+        return Err(Error::errno_of(libc::ENOENT, what.into()));
+    }
     Ok(())
+}
+
+/// Whether this process runs as root (its `/proc/self` belongs to its effective uid).
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Whether `prog` is an executable file in a directory of `PATH`.
+fn on_path(prog: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            std::fs::metadata(d.join(prog))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// Why `/dev/fuse` cannot be opened by this user, in one line: its mode and owner, and
