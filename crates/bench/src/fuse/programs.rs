@@ -26,7 +26,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::{report, signals};
+use crate::report;
+use command::signals;
 
 /// Files of the tree `tar` and `cp` copy, `git` commits and `rm` removes.
 pub const FILES: usize = 5_000;
