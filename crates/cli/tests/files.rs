@@ -225,9 +225,9 @@ fn ls_long_names_owners_and_groups_from_the_system_databases_as_ls_does() {
     img.ok(&["mkdir", "/root-owned"]);
     img.ok(&["mkdir", "/nobody-known"]);
     // Owners the databases have (0 is root's on every system) and ones they lack.
-    let unknown = (4_000_123, 4_000_321);
-    assert_eq!(name_of("passwd", unknown.0), unknown.0.to_string());
-    assert_eq!(name_of("group", unknown.1), unknown.1.to_string());
+    let unknown: (u32, u32) = (4_000_123, 4_000_321);
+    assert_eq!(name_of("passwd", unknown.0.into()), unknown.0.to_string());
+    assert_eq!(name_of("group", unknown.1.into()), unknown.1.to_string());
     let region = pmem::Region::open(&img.0).unwrap();
     let (fs, _) =
         fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
