@@ -1,5 +1,5 @@
 //! The `easyio` command: parses the arguments, calls the library that does the work
-//! (`fs` for the file commands, `crash` for crash tests, with the `bench` feature
+//! (`fs` for the file commands, `crash` for crash tests and, with the `bench` feature,
 //! `bench` for benchmarks, calibration and the demo) and prints the result. It holds no
 //! measurement, workload or file system logic of its own, and nothing imports it.
 
@@ -37,7 +37,7 @@ Exit status:
 #[derive(Parser)]
 #[command(name = "easyio", version, about, after_help = EXIT_STATUS)]
 struct Cli {
-    /// The image of a file command (mkfs, ls, put, ...), as its own --image takes it.
+    /// The image of a file command (mkfs, ls, put, ...): the same as its own --image.
     #[arg(long, value_name = "IMAGE")]
     image: Option<std::path::PathBuf>,
     #[command(subcommand)]
