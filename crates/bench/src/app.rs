@@ -27,20 +27,20 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hdrhistogram::Histogram;
-use pmem::slowmem::Model;
+use pmem::slowmem::{Model, Preset};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
 pub use crate::applications::App;
 use crate::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
 use crate::args;
-use crate::output;
 use crate::plot;
 use crate::report::{self, Machine};
 use crate::target::{
-    run_clients, timed_loop, EngineArg, Gate, Handle, Mount, Slowmem, Target, ThreadResult,
+    run_clients, timed_loop, EngineArg, Gate, Handle, Mount, Target, ThreadResult,
 };
-use crate::{progress, signals};
+use command::output;
+use command::{progress, signals};
 
 /// Files a fileserver client cycles its created files through.
 const FILESERVER_SET: u64 = 8;
@@ -66,7 +66,7 @@ pub struct AppArgs {
     uthreads_per_core: usize,
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
-    slowmem: Slowmem,
+    slowmem: Preset,
     /// Copy engine of the dma-sync and async modes.
     #[arg(long, value_enum, default_value = "software")]
     engine: EngineArg,
@@ -77,7 +77,7 @@ pub struct AppArgs {
     #[arg(long, default_value_t = 1.0, value_parser = args::scale)]
     scale: f64,
     /// Size of the easyio region (a temporary file in /dev/shm).
-    #[arg(long, default_value = "1G", value_parser = args::size)]
+    #[arg(long, default_value = "1G", value_parser = command::args::size)]
     region_size: u64,
     /// Write an SVG plot of throughput against threads, one line per mode.
     #[arg(long)]
@@ -98,7 +98,7 @@ pub struct AppSpec {
     /// Clients per worker in `async` modes.
     pub uthreads_per_core: usize,
     /// Slow-memory emulation of the region.
-    pub slowmem: Slowmem,
+    pub slowmem: Preset,
     /// Copy engine of the modes that use one.
     pub engine: EngineArg,
     /// How long the clients run.

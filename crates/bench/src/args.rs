@@ -1,8 +1,8 @@
 //! Checks of command-line values, run by the argument parser before any work starts:
 //! every number has a range, NaN and infinities are refused, and a failure is a usage
-//! error (the command exits 64), distinct from the errno of a failed operation.
+//! error (the command exits 64), distinct from the errno of a failed operation. Sizes
+//! are `command::args::size`.
 
-use anyhow::Context;
 use clap::builder::RangedU64ValueParser;
 
 /// Longest run a benchmark accepts for one configuration, in seconds.
@@ -72,45 +72,13 @@ pub fn threads() -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::new().range(1..=MAX_THREADS)
 }
 
-/// A byte size with an optional K, M, G or T suffix, at least one byte.
-pub fn size(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
-        Ok(0) => Err("a size must be at least one byte".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{e:#}")),
-    }
-}
-
 /// An I/O size: one byte to 1 GiB.
 pub fn io_size(s: &str) -> Result<u64, String> {
-    let n = size(s)?;
+    let n = command::args::size(s)?;
     if n > MAX_IO {
         return Err(format!("{s} is larger than 1G"));
     }
     Ok(n)
-}
-
-/// Parses a size like `256M`, `1G`, `4096`.
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => anyhow::bail!("size {s:?}: unknown suffix {c:?} (use K, M, G or T)"),
-            };
-            (&s[..i], mult)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("size {s:?} is not a number"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
 }
 
 #[cfg(test)]
@@ -130,15 +98,5 @@ mod tests {
         assert_eq!(io_size("4K"), Ok(4096));
         assert!(io_size("0").is_err());
         assert!(io_size("2G").is_err());
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("abc").is_err());
-        assert!(parse_size("99999999999T").is_err());
     }
 }

@@ -17,11 +17,12 @@ use pmem::slowmem::{Model, SlowMem};
 use pmem::Pmem;
 use serde::Serialize;
 
+use crate::args;
 use crate::median;
-use crate::output::Output;
 use crate::raw::open_region;
 use crate::report::{self, size_label, Machine};
-use crate::{args, progress, signals};
+use command::output::Output;
+use command::{progress, signals};
 
 /// Copy sizes measured (Fastmove sweeps 16–256 KB; the issue asks 4 KiB–2 MiB).
 const SIZES: [usize; 10] = [

@@ -12,10 +12,11 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 use crate::app::{self, AppReport, AppRow, AppSpec};
-use crate::output::Output;
 use crate::report::{self, Machine};
-use crate::target::{EngineArg, Slowmem, Target};
+use crate::target::{EngineArg, Target};
+use command::output::Output;
 use fs::Mode;
+use pmem::slowmem::Preset;
 
 /// What the demo compares: a computing application that writes its output (EASYIO
 /// reports 2.1× for Snappy) and an I/O-heavy one (Filebench fileserver, 2.3×), the
@@ -24,7 +25,7 @@ use fs::Mode;
 /// slow writes are what `async` hides.
 const APPS: [app::App; 2] = [app::App::Snappy, app::App::Fileserver];
 const MODES: [Mode; 4] = [Mode::Cpu, Mode::DmaSync, Mode::Delegate, Mode::Async];
-const SLOWMEM: [Slowmem; 2] = [Slowmem::None, Slowmem::Optane];
+const SLOWMEM: [Preset; 2] = [Preset::None, Preset::Optane];
 const THREADS: [usize; 2] = [1, 2];
 const UTHREADS_PER_CORE: usize = 4;
 /// Seconds per run and file sizes (× Table 1) of the full demo and of `--quick`.

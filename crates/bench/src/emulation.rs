@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::median;
 use crate::raw::slot_offset;
 use crate::report::{self, size_label, Machine};
-use crate::target::Slowmem;
+use pmem::slowmem::Preset;
 
 /// The region the copies rotate through: larger than a last-level cache.
 const REGION_BYTES: u64 = 64 << 20;
@@ -26,7 +26,7 @@ const REGION_BYTES: u64 = 64 << 20;
 pub struct EmulationArgs {
     /// The slow-memory model (not `none`).
     #[arg(long, value_enum, default_value = "optane")]
-    slowmem: Slowmem,
+    slowmem: Preset,
     /// Milliseconds of copies per size and direction (1 to 60000).
     #[arg(long, default_value_t = 200, value_parser = crate::args::millis())]
     round_ms: u64,

@@ -38,9 +38,10 @@ use pmem::{Pmem, Region};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::args;
 use crate::report::{self, Machine};
 use crate::target::{cpu_seconds, timed_loop, EngineArg, Handle, Mount, Target, ThreadResult};
-use crate::{args, progress, signals};
+use command::{progress, signals};
 
 pub use server::EXIT_WAIT;
 
@@ -181,7 +182,7 @@ fn server_threads() -> usize {
 
 /// A data file size: 1 MiB to 16 GiB, rounded up to whole MiB.
 fn file_size(s: &str) -> Result<u64, String> {
-    let n = args::size(s)?;
+    let n = command::args::size(s)?;
     if n > 16 << 30 {
         return Err(format!("{s} is larger than 16G"));
     }

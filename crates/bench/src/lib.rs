@@ -7,7 +7,7 @@
 //! What it may do: import every library crate of the workspace (pmem, rt, engine,
 //! mover, fs) and print its reports. What it must not do: be imported by a library
 //! crate — only the `easyio` binary (which parses the arguments and calls a runner)
-//! and tests use it; install signal handlers (the binary does, and [`signals`] only
+//! and tests use it; install signal handlers (the binary does, and `command::signals` only
 //! reads what they recorded); or hold anything the file system needs to work.
 
 #![warn(missing_docs)]
@@ -16,25 +16,24 @@
 pub mod app;
 pub mod applications;
 pub mod args;
+mod benchmark;
 pub mod calibrate;
 pub mod demo;
 pub mod emulation;
 pub mod engine;
 pub mod fuse;
 pub mod micro;
-pub mod output;
 mod plot;
 pub mod preload;
-pub mod progress;
 pub mod qos;
 pub mod raw;
 pub mod report;
 pub mod rt;
 pub mod shared;
-pub mod signals;
 pub mod startup;
-pub mod stdin;
 pub mod target;
+
+pub use benchmark::Benchmark;
 
 use std::time::{Duration, Instant};
 

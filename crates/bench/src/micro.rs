@@ -29,17 +29,18 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use pmem::slowmem::Model;
+use pmem::slowmem::{Model, Preset};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
+use crate::args;
 use crate::report::{self, Machine};
 use crate::target::{
-    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mount, Slowmem,
-    Target, ThreadResult,
+    collect_clients, cpu_seconds, engine_cpu_seconds, timed_loop, EngineArg, Gate, Mount, Target,
+    ThreadResult,
 };
-use crate::{args, progress, signals};
 use crate::{gib_per_s, raw};
+use command::{progress, signals};
 
 /// Private files grow to at most this many bytes (and at most a quarter of the region
 /// shared among the threads) before DWAL starts them over.
@@ -150,7 +151,7 @@ pub struct MicroArgs {
     io_size: Vec<u64>,
     /// Slow-memory emulation applied to the region (easyio modes only).
     #[arg(long, value_enum, default_value = "none")]
-    slowmem: Slowmem,
+    slowmem: Preset,
     /// Copy engine of the dma-sync and async modes.
     #[arg(long, value_enum, default_value = "software")]
     engine: EngineArg,
@@ -168,7 +169,7 @@ pub struct MicroArgs {
     #[arg(long, default_value_t = 1.0, value_parser = args::seconds)]
     duration: f64,
     /// Size of the easyio region (a temporary file in /dev/shm).
-    #[arg(long, default_value = "1G", value_parser = args::size)]
+    #[arg(long, default_value = "1G", value_parser = command::args::size)]
     region_size: u64,
     #[arg(long)]
     json: bool,

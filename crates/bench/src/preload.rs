@@ -70,7 +70,7 @@ pub struct PreloadArgs {
 
 /// A file size: 1 MiB to 16 GiB, rounded up to whole MiB.
 fn file_size(s: &str) -> Result<u64, String> {
-    let n = args::size(s)?;
+    let n = command::args::size(s)?;
     if n > 16 << 30 {
         return Err(format!("{s} is larger than 16G"));
     }

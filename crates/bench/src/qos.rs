@@ -24,12 +24,13 @@ use pmem::Pmem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::output::Output;
+use crate::args;
 use crate::plot;
 use crate::raw::open_region;
 use crate::report::{self, Machine};
 use crate::target::EngineArg;
-use crate::{args, progress, signals};
+use command::output::Output;
+use command::{progress, signals};
 
 /// The L client's request size (EASYIO §6.4.3: "Web server (64KB I/O size)").
 const L_BYTES: usize = 64 << 10;

@@ -1,27 +1,8 @@
-//! Output of results: a table for people, JSON for machines, and a description of the
-//! machine a measurement came from.
+//! Output of results: a table for people and JSON for machines (those of every command,
+//! `command::report`), a description of the machine a measurement came from, sizes.
 
-use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+pub use command::report::{print_json, table};
 use serde::Serialize;
-
-/// A table with a header row; numeric-looking cells are right-aligned.
-pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
-    let mut t = Table::new();
-    t.load_preset(UTF8_BORDERS_ONLY);
-    t.set_header(header.iter().map(Cell::new));
-    for row in rows {
-        t.add_row(row.into_iter().map(|c| {
-            let numeric = c.starts_with(|ch: char| ch.is_ascii_digit() || ch == '-');
-            let cell = Cell::new(c);
-            if numeric {
-                cell.set_alignment(CellAlignment::Right)
-            } else {
-                cell
-            }
-        }));
-    }
-    t.to_string()
-}
 
 /// The machine a measurement came from, printed beside every benchmark result.
 #[derive(Serialize, Clone, Debug)]
@@ -63,14 +44,6 @@ impl Machine {
             self.cpu, self.cores, self.copy, self.flush
         )
     }
-}
-
-/// Prints a value as pretty JSON on stdout (a closed pipe is an error, not a panic).
-pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
-    Ok(out.flush()?)
 }
 
 /// Human-readable byte count for sizes that are powers of two (4 KiB, 2 MiB).

@@ -20,9 +20,9 @@ use fs::{FileSystem, FormatOptions, MountOptions, OpenFlags};
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::args::parse_size;
 use crate::median;
 use crate::report::{self, Machine};
+use command::args::parse_size;
 
 /// Files written into the root of every image before measuring.
 const FILES: usize = 32;

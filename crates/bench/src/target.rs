@@ -94,28 +94,6 @@ impl Serialize for Target {
     }
 }
 
-/// Slow-memory emulation presets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Slowmem {
-    /// The region as it is.
-    None,
-    /// Intel Optane's latencies and bandwidths.
-    Optane,
-    /// A CXL memory expander's.
-    Cxl,
-}
-
-impl Slowmem {
-    /// The emulation model, if any.
-    pub fn model(self) -> Option<Model> {
-        match self {
-            Slowmem::None => None,
-            Slowmem::Optane => Some(Model::OPTANE),
-            Slowmem::Cxl => Some(Model::CXL),
-        }
-    }
-}
-
 /// Where a workload runs: a mounted easyio, or a directory of the kernel's tmpfs.
 pub enum Mount {
     /// easyio, formatted and mounted on the benchmark region.
@@ -285,7 +263,7 @@ const SIGNAL_CHECK_OPS: u64 = 64;
 /// Times `op` until the deadline; `op` returns the bytes it moved. `maintain` does
 /// untimed upkeep (restarting a file, clearing or refilling a directory) and says
 /// whether it did any: its time counts in no latency and is left out of the thread's
-/// active time. A signal ends it with [`crate::signals::Interrupted`].
+/// active time. A signal ends it with [`command::signals::Interrupted`].
 pub fn timed_loop(
     deadline: Instant,
     mut op: impl FnMut(u64) -> anyhow::Result<u64>,
@@ -310,7 +288,7 @@ pub fn timed_loop(
         now = t1;
         // A signal ends the run early, through the same unwinding as an error.
         if i.is_multiple_of(SIGNAL_CHECK_OPS) {
-            crate::signals::check()?;
+            command::signals::check()?;
         }
         if maintain(i)? {
             now = Instant::now();

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bench::app::{self, App, AppSpec};
-use bench::output::Output;
-use bench::target::{EngineArg, Slowmem, Target};
+use bench::target::{EngineArg, Target};
+use command::output::Output;
 use fs::Mode;
+use pmem::slowmem::Preset;
 use pmem::{Pmem, Region};
 
 #[test]
@@ -22,7 +23,7 @@ fn an_application_runs_verified_on_easyio_and_the_kernel_and_plots() {
                 mode,
                 threads,
                 uthreads_per_core: 2,
-                slowmem: Slowmem::None,
+                slowmem: Preset::None,
                 engine: EngineArg::Software,
                 duration: Duration::from_millis(30),
             })

@@ -1,94 +1,34 @@
 //! Times as people read them: `stat`'s full local time with nanoseconds and zone, as
-//! `stat(1)` prints it, and `ls -l`'s short form.
+//! `stat(1)` prints it, and `ls -l`'s short form. The local zone is what TZ or
+//! /etc/localtime says, as for the C library.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use chrono::{DateTime, Local, Utc};
 
 /// How far from now `ls -l` shows a time of day instead of the year (coreutils: about
 /// six months, half of a 365.2425-day year).
 const RECENT_NS: i64 = 31_556_952 / 2 * 1_000_000_000;
 
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
-
-/// A broken-down local time.
-struct Local {
-    year: i32,
-    /// 0 to 11.
-    month: usize,
-    day: i32,
-    hour: i32,
-    min: i32,
-    sec: i32,
-    /// Seconds east of UTC.
-    offset: i64,
-}
-
-/// The local time (as the TZ variable or /etc/localtime says) of `secs` since the
-/// epoch; `None` if the C library cannot represent it. (`time_t` is 64 bits on every
-/// target this builds for.)
-fn local(secs: libc::time_t) -> Option<Local> {
-    // SAFETY: `tm` is plain data for which all zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are to live locals of the right types; localtime_r is the
-    // reentrant form and writes only into `tm`.
-    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    ok.then(|| Local {
-        year: tm.tm_year + 1900,
-        month: usize::try_from(tm.tm_mon).unwrap_or(0).min(11),
-        day: tm.tm_mday,
-        hour: tm.tm_hour,
-        min: tm.tm_min,
-        sec: tm.tm_sec,
-        offset: tm.tm_gmtoff,
-    })
-}
-
-/// Splits nanoseconds since the epoch into whole seconds and the nanoseconds after.
-fn split(ns: i64) -> (i64, i64) {
-    (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+/// `ns` nanoseconds since the epoch, in the local zone.
+fn local(ns: i64) -> DateTime<Local> {
+    DateTime::from_timestamp_nanos(ns).with_timezone(&Local)
 }
 
 /// `2026-11-27 09:57:01.123456789 +0000`, as `stat(1)` prints a time.
 pub fn full(ns: i64) -> String {
-    let (secs, frac) = split(ns);
-    let Some(t) = local(secs) else {
-        return format!("{ns} ns since the epoch");
-    };
-    let sign = if t.offset < 0 { '-' } else { '+' };
-    let off = t.offset.abs() / 60;
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{frac:09} {sign}{:02}{:02}",
-        t.year,
-        t.month + 1,
-        t.day,
-        t.hour,
-        t.min,
-        t.sec,
-        off / 60,
-        off % 60
-    )
+    local(ns).format("%Y-%m-%d %H:%M:%S%.9f %z").to_string()
 }
 
 /// `Nov 27 09:57` for a time within about six months of `now_ns`, else `Nov 27  2025`,
 /// as `ls -l` prints a time.
 pub fn short(ns: i64, now_ns: i64) -> String {
-    let Some(t) = local(split(ns).0) else {
-        return format!("{ns:>12}");
-    };
-    let month = MONTHS[t.month];
-    if (now_ns - RECENT_NS..=now_ns).contains(&ns) {
-        format!("{month} {:>2} {:02}:{:02}", t.day, t.hour, t.min)
-    } else {
-        format!("{month} {:>2}  {:>4}", t.day, t.year)
-    }
+    let recent = (now_ns - RECENT_NS..=now_ns).contains(&ns);
+    let form = if recent { "%b %e %H:%M" } else { "%b %e  %Y" };
+    local(ns).format(form).to_string()
 }
 
 /// Now, in nanoseconds since the epoch.
 pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

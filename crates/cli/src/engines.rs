@@ -3,7 +3,7 @@
 use clap::Args;
 use serde::Serialize;
 
-use bench::report;
+use command::report;
 
 #[derive(Args)]
 pub struct EnginesArgs {

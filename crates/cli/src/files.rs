@@ -4,7 +4,7 @@
 //! if the last user crashed, and saying so on stderr —, does its work, and unmounts.
 //! Every failure path unmounts too (the mount is dropped), and no failure destroys data:
 //! `put` writes a new file in the image and renames it over the old one only when it is
-//! complete; `get` does the same outside the image (see [`bench::output`]).
+//! complete; `get` does the same outside the image (see `command::output`).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -17,10 +17,10 @@ use fs::{FileKind, FileSystem, FormatOptions, MountOptions, MountReport, OpenFla
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::args::{self, usage};
 use crate::dates;
-use bench::output::{self, Output};
-use bench::{progress, report, signals};
+use crate::owners::Owners;
+use command::output::{self, Output};
+use command::{args, progress, report, signals, usage};
 
 /// Chunk size for copying files in and out.
 const COPY_CHUNK: usize = 1 << 20;
@@ -32,9 +32,10 @@ const CHANNELS: u64 = 8;
 /// The image to work on.
 #[derive(Args, Clone)]
 pub struct ImageArg {
-    /// Region holding the file system (a file, e.g. in /dev/shm, or a devdax device).
+    /// Region holding the file system (a file, e.g. in /dev/shm, or a devdax device);
+    /// required, here or before the command (`easyio --image IMAGE ls`).
     #[arg(long, env = "EASYIO_IMAGE")]
-    pub image: PathBuf,
+    pub image: Option<PathBuf>,
     /// Mount read-only: nothing is written to the image (a crash is recovered in memory
     /// only), a damaged file fails alone with EUCLEAN, and the image file itself may be
     /// read-only. (A mount falls back to this by itself, with a warning, when it finds
@@ -43,10 +44,22 @@ pub struct ImageArg {
     pub read_only: bool,
 }
 
+impl ImageArg {
+    /// The image, or a usage error when none was given.
+    pub fn path(&self) -> anyhow::Result<&Path> {
+        match &self.image {
+            Some(p) => Ok(p),
+            None => usage!(
+                "no image: give --image IMAGE (before or after the command) or set EASYIO_IMAGE"
+            ),
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct MkfsArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     /// Size of a new region file (K, M, G suffixes; whole 4 KiB pages; default 1G).
     /// With --force, an image file of another size is replaced by one of this size.
     #[arg(long, value_parser = args::size)]
@@ -62,7 +75,7 @@ pub struct MkfsArgs {
 #[derive(Args)]
 pub struct FsckArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     #[arg(long)]
     json: bool,
     /// Repair what can be repaired (opens the image writable): drop damaged inodes
@@ -77,7 +90,7 @@ pub struct FsckArgs {
 #[derive(Args)]
 pub struct InfoArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     #[arg(long)]
     json: bool,
 }
@@ -85,11 +98,12 @@ pub struct InfoArgs {
 #[derive(Args)]
 pub struct LsArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     /// Directory to list (a file is listed by itself).
     #[arg(default_value = "/")]
     path: String,
-    /// Long listing: kind, mode, links, owner and group (numeric), size, modification
+    /// Long listing: kind, mode, links, owner and group (by name, as ls(1) shows them;
+    /// the number where the system has no name for it), size, modification
     /// time (local; the year instead of the time of day when not within six months).
     #[arg(short, long)]
     long: bool,
@@ -100,7 +114,7 @@ pub struct LsArgs {
 #[derive(Args)]
 pub struct PathArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     path: String,
     /// Machine-readable output: every field, times in nanoseconds since the epoch.
     #[arg(long)]
@@ -110,7 +124,7 @@ pub struct PathArgs {
 #[derive(Args)]
 pub struct PutArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     /// Local file to copy in ("-" for standard input).
     local: PathBuf,
     /// Destination path in the image (an existing directory: the file goes into it).
@@ -121,7 +135,7 @@ pub struct PutArgs {
 #[derive(Args)]
 pub struct GetArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     /// Path in the image.
     src: String,
     /// Local file to write ("-" for standard output; an existing directory: the file
@@ -132,14 +146,14 @@ pub struct GetArgs {
 #[derive(Args)]
 pub struct CatArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     path: String,
 }
 
 #[derive(Args)]
 pub struct RmArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     path: String,
     /// Remove directories and their contents.
     #[arg(short, long)]
@@ -152,7 +166,7 @@ pub struct RmArgs {
 #[derive(Args)]
 pub struct MkdirArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     path: String,
     /// Create missing parents; no error if it exists.
     #[arg(short, long)]
@@ -162,7 +176,7 @@ pub struct MkdirArgs {
 #[derive(Args)]
 pub struct MvArgs {
     #[command(flatten)]
-    image: ImageArg,
+    pub image: ImageArg,
     from: String,
     /// New path, or an existing directory to move into.
     to: String,
@@ -171,7 +185,7 @@ pub struct MvArgs {
 /// Opens and mounts the image, telling the user on stderr when recovery had work to do
 /// or found damage that left the mount read-only.
 pub fn mount(arg: &ImageArg) -> anyhow::Result<(FileSystem, MountReport)> {
-    let image = &arg.image;
+    let image = arg.path()?;
     let region = if arg.read_only {
         Region::open_read_only(image)?
     } else {
@@ -230,7 +244,7 @@ fn ensure_dir(fs: &FileSystem, path: &str) -> anyhow::Result<()> {
 }
 
 pub fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
-    let path = &a.image.image;
+    let path = a.image.path()?;
     let opts = FormatOptions {
         inodes: a.inodes,
         channels: None,
@@ -339,7 +353,7 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
     if a.repair {
         return fsck_repair(a);
     }
-    let region = Region::open_read_only(&a.image.image)?;
+    let region = Region::open_read_only(a.image.path()?)?;
     let spin = progress::spinner("checking the image", a.json);
     let r = fs::fsck::check(&region);
     spin.finish_and_clear();
@@ -351,7 +365,7 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
         writeln!(
             out,
             "{}: {} inodes, {} log entries, {} of {} pool blocks in use, {}cleanly unmounted",
-            a.image.image.display(),
+            a.image.path()?.display(),
             r.inodes,
             r.log_entries,
             r.used_blocks,
@@ -376,7 +390,7 @@ pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
 }
 
 fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
-    let region: Arc<dyn Pmem> = Arc::new(Region::open(&a.image.image)?);
+    let region: Arc<dyn Pmem> = Arc::new(Region::open(a.image.path()?)?);
     let spin = progress::spinner("repairing the image", a.json);
     let r = fs::fsck::repair(region);
     spin.finish_and_clear();
@@ -385,7 +399,7 @@ fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
     if a.json {
         report::print_json(&r)?;
     } else {
-        let image = a.image.image.display();
+        let image = a.image.path()?.display();
         if r.before.ok() {
             writeln!(out, "{image}: no problems found; nothing to repair")?;
         }
@@ -452,7 +466,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     let (fs, report) = mount(&a.image)?;
     let g = fs.geometry();
     let info = Info {
-        image: a.image.image.display().to_string(),
+        image: a.image.path()?.display().to_string(),
         durability: fs.pmem().durability().describe(),
         geometry: GeometryInfo {
             total_blocks: g.total_blocks,
@@ -523,16 +537,17 @@ fn kind_char(k: FileKind) -> char {
     char::from(b"?-dlpscb"[k as usize])
 }
 
-/// One line of `ls -l`: kind and mode, links, owner and group (numeric), size, the
-/// modification time as `ls -l` shows it (`now_ns` decides between time and year).
-fn long_line(st: &fs::Stat, name: &str, now_ns: i64) -> String {
+/// One line of `ls -l`: kind and mode, links, owner and group (names where the
+/// databases have them), size, the modification time as `ls -l` shows it (`now_ns`
+/// decides between time and year).
+fn long_line(st: &fs::Stat, name: &str, owners: &mut Owners, now_ns: i64) -> String {
+    let user = owners.user(st.uid).to_string();
     format!(
-        "{}{:04o} {:>3} {:>5} {:>5} {:>12} {} {}",
+        "{}{:04o} {:>3} {user} {} {:>12} {} {}",
         kind_char(st.kind),
         st.mode & 0o7777,
         st.nlink,
-        st.uid,
-        st.gid,
+        owners.group(st.gid),
         st.size,
         dates::short(st.mtime_ns, now_ns),
         name
@@ -558,18 +573,23 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
         }
         let out = &mut std::io::stdout().lock();
         let now = dates::now_ns();
+        let mut owners = Owners::default();
         for e in &entries {
             if a.long && e.kind.is_none() {
                 // As `ls -l` shows an entry whose inode it cannot stat.
                 let q = "?";
                 writeln!(
                     out,
-                    "?????? {q:>3} {q:>5} {q:>5} {q:>12} {q:>12} {}",
+                    "?????? {q:>3} {q:>8} {q:>8} {q:>12} {q:>12} {}",
                     e.name
                 )?;
             } else if a.long {
                 let path = dir.map_or_else(|| e.name.clone(), |d| join(d, &e.name));
-                writeln!(out, "{}", long_line(&fs.lstat(&path)?, &e.name, now))?;
+                writeln!(
+                    out,
+                    "{}",
+                    long_line(&fs.lstat(&path)?, &e.name, &mut owners, now)
+                )?;
             } else {
                 writeln!(out, "{}", e.name)?;
             }
@@ -687,7 +707,7 @@ fn copy_in(
 pub fn put(a: PutArgs) -> anyhow::Result<()> {
     let local_name = a.local.display().to_string();
     let mut input: Box<dyn Read> = if a.local.as_os_str() == "-" {
-        Box::new(bench::stdin::Stdin)
+        Box::new(command::stdin::Stdin)
     } else {
         let f = std::fs::File::open(&a.local).with_context(|| local_name.clone())?;
         if f.metadata().with_context(|| local_name.clone())?.is_dir() {
@@ -745,7 +765,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
             return Err(fs::Error::IsDir).context(a.src.clone());
         }
         if a.local.as_os_str() == "-" {
-            output::refuse_image_stdout(&a.image.image)?;
+            output::refuse_image_stdout(a.image.path()?)?;
             return copy_out(fs, &a.src, &mut std::io::stdout().lock());
         }
         let target = if a.local.is_dir() {
@@ -753,14 +773,14 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
         } else {
             a.local.clone()
         };
-        let mut out = Output::create(&target, Some(&a.image.image))?;
+        let mut out = Output::create(&target, Some(a.image.path()?))?;
         copy_out(fs, &a.src, &mut out)?;
         out.commit()
     })
 }
 
 pub fn cat(a: CatArgs) -> anyhow::Result<()> {
-    output::refuse_image_stdout(&a.image.image)?;
+    output::refuse_image_stdout(a.image.path()?)?;
     with_mount(&a.image, |fs| {
         copy_out(fs, &a.path, &mut std::io::stdout().lock())
     })

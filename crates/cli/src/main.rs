@@ -1,22 +1,24 @@
 //! The `easyio` command: parses the arguments, calls the library that does the work
-//! (`fs` for the file commands, `bench` for benchmarks, calibration and the demo,
-//! `crash` for crash tests) and prints the result. It holds no measurement, workload
-//! or file system logic of its own, and nothing imports it.
+//! (`fs` for the file commands, `crash` for crash tests and, with the `bench` feature,
+//! `bench` for benchmarks, calibration and the demo) and prints the result. It holds no
+//! measurement, workload or file system logic of its own, and nothing imports it.
 
 #![warn(clippy::too_many_lines)]
 
-mod args;
-mod crashtest;
 mod dates;
 mod engines;
 mod files;
 mod generate;
 mod mount;
+mod owners;
 mod serve;
-mod signals;
 
-use bench::{app, calibrate, demo, micro, qos, raw, rt, startup};
-use clap::{CommandFactory, Parser, Subcommand};
+#[cfg(feature = "bench")]
+use bench::{calibrate, demo};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use command::{args, report, signals};
 
 /// The exit statuses, shown at the end of `--help`.
 const EXIT_STATUS: &str = "\
@@ -36,14 +38,37 @@ Exit status:
 #[derive(Parser)]
 #[command(name = "easyio", version, about, after_help = EXIT_STATUS)]
 struct Cli {
+    /// The image of a file command (mkfs, ls, put, ...): the same as its own --image.
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// Puts an `--image` given before the command where the command reads it: it counts
+    /// unless the command was given its own (EASYIO_IMAGE counts least). A command that
+    /// takes no `--image` refuses it.
+    fn place_image(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        let (Some(image), Some((name, sub))) = (self.image.take(), matches.subcommand()) else {
+            return Ok(());
+        };
+        let Some(arg) = self.command.image_arg() else {
+            let msg = format!("--image is an option of the file commands; `{name}` takes none");
+            return Err(Cli::command().error(ErrorKind::ArgumentConflict, msg));
+        };
+        if sub.value_source("image") != Some(ValueSource::CommandLine) {
+            arg.image = Some(image);
+        }
+        Ok(())
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// A short comparison of the data movers on two of EASYIO's applications, with and
     /// without slow-memory emulation, on a temporary region: the table and a plot.
+    #[cfg(feature = "bench")]
     Demo(demo::DemoArgs),
     /// Create (or with --force reformat) a region and format it.
     Mkfs(files::MkfsArgs),
@@ -69,15 +94,17 @@ enum Command {
     /// Rename or move.
     Mv(files::MvArgs),
     /// Benchmarks: the physical limit of the machine and each layer above it.
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
-    Bench(BenchCommand),
+    Bench(bench::Benchmark),
     /// The copy engines and channels available on this machine.
     Engines(engines::EnginesArgs),
     /// Crash-consistency tests: crash points in a traced workload, each recovered and
     /// checked against a model (EASYIO Table 2).
-    Crashtest(crashtest::CrashtestArgs),
+    Crashtest(crash::runner::CrashtestArgs),
     /// Measure CPU and engine copy latency here and write a profile of thresholds that
     /// a mount can load (Fastmove's turning points and saturation concurrency).
+    #[cfg(feature = "bench")]
     Calibrate(calibrate::CalibrateArgs),
     /// Serve an image through FUSE on a directory, to every program (see docs/FUSE.md).
     Mount(mount::MountArgs),
@@ -91,37 +118,24 @@ enum Command {
     Generate(generate::GenerateArgs),
 }
 
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// The physical limit: single-core copies into and out of the region.
-    Raw(raw::RawArgs),
-    /// The slow-memory model on the wall clock: one core's copies of Fastmove Table 4's
-    /// sizes, beside the model's computed time and the table's row (EMULATED).
-    Emulation(bench::emulation::EmulationArgs),
-    /// FxMark-style file system microbenchmarks, beside the kernel's tmpfs.
-    Micro(micro::MicroArgs),
-    /// Copy engines: latency and bandwidth per backend, size, direction, batch and
-    /// channel count, beside the persistent copy and memcpy of the same run.
-    Engine(bench::engine::EngineArgs),
-    /// The user-level thread runtime: yield, spawn+join and ping-pong vs kernel threads.
-    Rt(rt::RtArgs),
-    /// EASYIO's real-world applications (Table 1, Fig. 10) in each mode, outputs verified.
-    App(app::AppArgs),
-    /// Quality of service (EASYIO Fig. 12): a latency-critical reader beside a bulk
-    /// copier under no, CPU and engine throttling.
-    Qos(qos::QosArgs),
-    /// Start-up: `ls` of the same files on images of different sizes (sparse), as a
-    /// ratio to the smallest; opening an image should not cost more when it is larger.
-    Startup(startup::StartupArgs),
-    /// fio-like workloads through a FUSE mount of a fresh image (`easyio mount`),
-    /// beside the kernel's tmpfs and the library in the same run.
-    Fuse(bench::fuse::FuseArgs),
-    /// fio through the LD_PRELOAD shim (libeasyio_preload.so) on a fresh image, beside
-    /// the same fio on the kernel's tmpfs in the same run.
-    Preload(bench::preload::PreloadArgs),
-    /// Client processes of `easyio serve` beside the library in-process: read, write
-    /// and create latency, a reader beside writers, create throughput of two clients.
-    Shared(bench::shared::SharedArgs),
+impl Command {
+    /// The image option of a file command.
+    fn image_arg(&mut self) -> Option<&mut files::ImageArg> {
+        Some(match self {
+            Command::Mkfs(a) => &mut a.image,
+            Command::Fsck(a) => &mut a.image,
+            Command::Info(a) => &mut a.image,
+            Command::Ls(a) => &mut a.image,
+            Command::Stat(a) => &mut a.image,
+            Command::Put(a) => &mut a.image,
+            Command::Get(a) => &mut a.image,
+            Command::Cat(a) => &mut a.image,
+            Command::Rm(a) => &mut a.image,
+            Command::Mkdir(a) => &mut a.image,
+            Command::Mv(a) => &mut a.image,
+            _ => return None,
+        })
+    }
 }
 
 fn main() {
@@ -129,48 +143,21 @@ fn main() {
         eprintln!("easyio: installing signal handlers: {e}");
         std::process::exit(1);
     }
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command().try_get_matches().and_then(|m| {
+        let mut cli = Cli::from_arg_matches(&m)?;
+        cli.place_image(&m)?;
+        Ok(cli)
+    });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
             std::process::exit(if e.use_stderr() { args::USAGE } else { 0 });
         }
     };
-    // Tables and reports are printed with `println!`, which panics when stdout is a
-    // pipe closed early (`easyio bench raw | head -1`): such a panic is the SIGPIPE
-    // already recorded, not a bug, so it is not reported and ends the command below.
-    let report_panic = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if signals::received() != Some(libc::SIGPIPE) {
-            report_panic(info);
-        }
-    }));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command)));
-    let result = match result {
-        Ok(result) => result,
-        Err(panic) if signals::received() == Some(libc::SIGPIPE) => {
-            drop(panic);
-            signals::die_by(libc::SIGPIPE)
-        }
-        Err(panic) => std::panic::resume_unwind(panic),
-    };
-    // Everything the command held (the mounted image, temporary files) is dropped by
-    // now: a signal ends the process only after that clean unwind.
-    if let Some(sig) = signals::received().or_else(|| result.as_ref().err().and_then(pipe)) {
-        // An error of its own (not the stop itself) is still said: a signal must not
-        // hide that the command failed on the way out (e.g. the image not saved).
-        if let Some(err) = result.as_ref().err() {
-            if !err.chain().any(|e| e.is::<signals::Interrupted>()) && pipe(err).is_none() {
-                eprintln!("easyio: {}", message(err));
-            }
-        }
-        if sig != libc::SIGPIPE {
-            eprintln!("easyio: {}", signals::Interrupted(sig));
-        }
-        signals::die_by(sig);
-    }
+    let result = signals::run_to_end(|| run(cli.command));
     if let Err(err) = result {
-        eprintln!("easyio: {}", message(&err));
+        eprintln!("easyio: {}", report::one_line(&err));
         std::process::exit(exit_code(&err));
     }
 }
@@ -178,6 +165,7 @@ fn main() {
 /// Runs one command.
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        #[cfg(feature = "bench")]
         Command::Demo(a) => demo::run(a),
         Command::Mkfs(a) => files::mkfs(a),
         Command::Fsck(a) => files::fsck(a),
@@ -190,56 +178,17 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Rm(a) => files::rm(a),
         Command::Mkdir(a) => files::mkdir(a),
         Command::Mv(a) => files::mv(a),
-        Command::Bench(cmd) => run_bench(cmd),
+        #[cfg(feature = "bench")]
+        Command::Bench(b) => b.run(&std::env::current_exe()?),
         Command::Engines(args) => engines::run(args),
-        Command::Crashtest(args) => crashtest::run(args),
+        Command::Crashtest(args) => crash::runner::run(args),
+        #[cfg(feature = "bench")]
         Command::Calibrate(args) => calibrate::run(args),
         Command::Mount(a) => mount::mount(a),
         Command::Umount(a) => mount::umount(a),
         Command::Serve(a) => serve::serve(a),
         Command::Generate(a) => generate::run(a, Cli::command()),
     }
-}
-
-/// Runs one benchmark.
-fn run_bench(cmd: BenchCommand) -> anyhow::Result<()> {
-    match cmd {
-        BenchCommand::Raw(args) => raw::run(args),
-        BenchCommand::Emulation(args) => bench::emulation::run(args),
-        BenchCommand::Micro(args) => micro::run(args),
-        BenchCommand::Engine(args) => bench::engine::run(args),
-        BenchCommand::Rt(args) => rt::run(args),
-        BenchCommand::App(args) => app::run(args),
-        BenchCommand::Qos(args) => qos::run(args),
-        BenchCommand::Startup(args) => startup::run(args),
-        BenchCommand::Fuse(args) => bench::fuse::run(args, &std::env::current_exe()?),
-        BenchCommand::Preload(args) => bench::preload::run(args, &std::env::current_exe()?),
-        BenchCommand::Shared(args) => bench::shared::run(args, &std::env::current_exe()?),
-    }
-}
-
-/// SIGPIPE, if the command failed writing to a closed pipe.
-fn pipe(err: &anyhow::Error) -> Option<i32> {
-    err.chain()
-        .filter_map(|e| e.downcast_ref::<std::io::Error>())
-        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-        .then_some(libc::SIGPIPE)
-}
-
-/// The error and its causes on one line, each said once: a cause whose text its
-/// context already shows is not repeated.
-fn message(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
-            }
-            line.push_str(&text);
-        }
-    }
-    line
 }
 
 /// The exit status of a failed command (see [`EXIT_STATUS`]): a usage error, else the

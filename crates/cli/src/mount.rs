@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 
-use bench::target::Slowmem;
 use clap::Args;
 use easyio_fuse::{DetachOptions, Detached, ServeOptions};
 use fs::Mode;
+use pmem::slowmem::Preset;
 
-use crate::signals;
+use command::signals;
 
 #[derive(Args)]
 pub struct MountArgs {
@@ -32,7 +32,7 @@ pub struct MountArgs {
     /// Slow-memory emulation: every copy into or out of the image takes as long as
     /// the model says (labelled EMULATED).
     #[arg(long, value_enum, default_value = "none")]
-    slowmem: Slowmem,
+    slowmem: Preset,
     /// Let the kernel cache writes (FUSE's writeback cache; also -o writeback_cache).
     /// A write() that returns is then in the kernel's page cache only: durable after
     /// fsync() or close() (the kernel sends its cached pages before the close

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use bench::target::Slowmem;
 use clap::Args;
 use fs::{FileSystem, Mode};
+use pmem::slowmem::Preset;
 
-use crate::signals;
+use command::signals;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -32,7 +32,7 @@ pub struct ServeArgs {
     /// Slow-memory emulation: every copy into or out of the image takes as long as
     /// the model says (labelled EMULATED; clients then read through requests).
     #[arg(long, value_enum, default_value = "none")]
-    slowmem: Slowmem,
+    slowmem: Preset,
     /// Let every local user connect; each is checked as itself (uid and gid from the
     /// socket). Otherwise only this user may.
     #[arg(long)]

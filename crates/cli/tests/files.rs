@@ -182,7 +182,7 @@ fn stat_and_ls_long_show_times_and_owners_as_coreutils_does() {
         mtime_ns % 1_000_000_000
     );
     assert_eq!(modify, want);
-    // ls -l: owner and group (numeric), size, and the time as `ls -l` shows it.
+    // ls -l: owner and group (by name), size, and the time as `ls -l` shows it.
     let long = run_utc(&["ls", "-l", "/"]);
     let date = Command::new("date")
         .args(["-u", "-d", &format!("@{}", mtime_ns / 1_000_000_000)])
@@ -194,7 +194,111 @@ fn stat_and_ls_long_show_times_and_owners_as_coreutils_does() {
         .trim_end()
         .to_string();
     let f: Vec<&str> = long.split_whitespace().collect();
-    let (uid, gid) = (st["uid"].to_string(), st["gid"].to_string());
-    assert_eq!(f[2..5], [uid.as_str(), gid.as_str(), "0"], "{long}");
+    let user = name_of("passwd", st["uid"].as_u64().unwrap());
+    let group = name_of("group", st["gid"].as_u64().unwrap());
+    assert_eq!(f[2..5], [user.as_str(), group.as_str(), "0"], "{long}");
     assert!(long.ends_with(&format!(" {when} d\n")), "{long:?} {when:?}");
+}
+
+/// What ls(1) shows for `id` in the database `db` (passwd or group): the name
+/// `getent` finds, else the number.
+fn name_of(db: &str, id: u64) -> String {
+    let out = Command::new("getent")
+        .args([db, &id.to_string()])
+        .output()
+        .expect("running getent");
+    match out.status.code() {
+        Some(0) => {
+            let line = String::from_utf8(out.stdout).unwrap();
+            line.split(':').next().unwrap().to_string()
+        }
+        // 2: no such entry.
+        Some(2) => id.to_string(),
+        _ => panic!("getent {db} {id}: {out:?}"),
+    }
+}
+
+#[test]
+fn ls_long_names_owners_and_groups_from_the_system_databases_as_ls_does() {
+    let img = Image::new("owners");
+    img.ok(&["mkfs", "--size", "16M"]);
+    img.ok(&["mkdir", "/root-owned"]);
+    img.ok(&["mkdir", "/nobody-known"]);
+    // Owners the databases have (0 is root's on every system) and ones they lack.
+    let unknown: (u32, u32) = (4_000_123, 4_000_321);
+    assert_eq!(name_of("passwd", unknown.0.into()), unknown.0.to_string());
+    assert_eq!(name_of("group", unknown.1.into()), unknown.1.to_string());
+    let region = pmem::Region::open(&img.0).unwrap();
+    let (fs, _) =
+        fs::FileSystem::mount(std::sync::Arc::new(region), fs::MountOptions::default()).unwrap();
+    for (path, (uid, gid)) in [("/root-owned", (0, 0)), ("/nobody-known", unknown)] {
+        let what = fs::SetAttr {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..fs::SetAttr::default()
+        };
+        fs.setattr(fs.stat(path).unwrap().ino, &what).unwrap();
+    }
+    fs.unmount().unwrap();
+    let long = img.ok(&["ls", "-l", "/"]);
+    let columns = |name: &str| -> Vec<String> {
+        let line = long
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{long}"));
+        line.split_whitespace()
+            .skip(2)
+            .take(2)
+            .map(String::from)
+            .collect()
+    };
+    let root = [name_of("passwd", 0), name_of("group", 0)];
+    assert_eq!(root[0], "root");
+    assert_eq!(columns("root-owned"), root, "{long}");
+    assert_eq!(
+        columns("nobody-known"),
+        [unknown.0.to_string(), unknown.1.to_string()],
+        "{long}"
+    );
+}
+
+#[test]
+fn the_image_may_be_given_before_the_command() {
+    let img = Image::new("global");
+    let image = img.0.to_str().unwrap();
+    let other = format!("{image}-not-there");
+    let easyio = |args: &[&str], env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_easyio"));
+        cmd.args(args).env_remove("EASYIO_IMAGE");
+        if let Some(e) = env {
+            cmd.env("EASYIO_IMAGE", e);
+        }
+        let out = cmd.output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let made = easyio(&["--image", image, "mkfs", "--size", "16M"], None);
+    assert_eq!(made.0, Some(0), "{made:?}");
+    assert!(
+        made.1.starts_with(&format!("formatted {image}")),
+        "{made:?}"
+    );
+    assert_eq!(easyio(&["--image", image, "mkdir", "/d"], None).0, Some(0));
+    let listed = (Some(0), "d\n".to_string(), String::new());
+    assert_eq!(easyio(&["--image", image, "ls", "/"], None), listed);
+    assert_eq!(easyio(&["ls", "--image", image, "/"], None), listed);
+    assert_eq!(easyio(&[&format!("--image={image}"), "ls"], None), listed);
+    // The option given before the command wins over the environment; one given after
+    // the command wins over both.
+    assert_eq!(easyio(&["--image", image, "ls"], Some(&other)), listed);
+    let after = ["--image", &other, "ls", "--image", image];
+    assert_eq!(easyio(&after, Some(&other)), listed);
+    // Without an image, and before a command that takes none: usage errors.
+    let none = easyio(&["ls", "/"], None);
+    assert_eq!(none.0, Some(64), "{none:?}");
+    assert!(none.2.contains("--image"), "{none:?}");
+    let mount = easyio(&["--image", image, "mount", image, "/mnt"], None);
+    assert_eq!(mount.0, Some(64), "{mount:?}");
+    assert!(mount.2.contains("`mount` takes none"), "{mount:?}");
+    assert!(!std::path::Path::new(&other).exists());
 }

@@ -3,6 +3,7 @@
 //! DSA device model). Cargo unifies features across a build, so a single normal
 //! dependency that asked for `testing` would put every hook into the binary; tests ask
 //! for it through dev-dependencies only, which a production build does not resolve.
+//! Built without its default `bench` feature, `easyio` links no benchmark code.
 
 use std::process::Command;
 
@@ -57,4 +58,55 @@ fn the_default_build_of_easyio_enables_no_testing_feature() {
         "the production build of easyio enables `{TESTING}` (test hooks) in: {leaks:?}; \
          enable it from [dev-dependencies] only"
     );
+}
+
+/// What only the benchmarks link: the crate and the applications' libraries (JPEG, AES,
+/// regex, k-d tree, plots).
+const BENCHMARK_ONLY: [&str; 7] = [
+    "bench",
+    "jpeg-decoder",
+    "jpeg-encoder",
+    "aes",
+    "regex",
+    "kiddo",
+    "plotters",
+];
+
+/// The names of the packages `easyio` links, built with `features` (normal edges).
+fn linked(features: &[&str]) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let out = Command::new(cargo)
+        .args(["tree", "--locked", "--manifest-path", manifest])
+        .args(["-p", "easyio-cli", "-e", "normal", "--prefix", "none"])
+        .args(features)
+        .output()
+        .expect("running cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let names = stdout.lines().filter_map(|l| l.split_whitespace().next());
+    names.map(String::from).collect()
+}
+
+#[test]
+fn easyio_without_the_bench_feature_links_no_benchmark_library() {
+    let everyday = linked(&["--no-default-features"]);
+    assert!(everyday.iter().any(|p| p == "easyio-fuse"), "{everyday:?}");
+    let leaks: Vec<&str> = BENCHMARK_ONLY
+        .into_iter()
+        .filter(|b| everyday.iter().any(|p| p == b))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "easyio built with --no-default-features links {leaks:?}"
+    );
+    // The default build has them all: the names above are the ones cargo uses.
+    let full = linked(&[]);
+    for b in BENCHMARK_ONLY {
+        assert!(full.iter().any(|p| p == b), "{b} is not in {full:?}");
+    }
 }

@@ -20,6 +20,8 @@ pub mod model;
 pub mod ops;
 pub mod oracle;
 pub mod rng;
+#[cfg(feature = "runner")]
+pub mod runner;
 pub mod workload;
 
 pub use error::Error;

@@ -25,6 +25,34 @@ use std::time::{Duration, Instant};
 
 use crate::{Durability, Pmem};
 
+/// The emulation a command line chooses: none, or a preset model. The one list of the
+/// presets, which [`Model::preset`] searches by name (the `clap` feature lets a command
+/// line parse it, by these names, with these lines as help).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Preset {
+    /// The region as it is.
+    None,
+    /// Intel Optane's latencies and bandwidths.
+    Optane,
+    /// A CXL memory expander's.
+    Cxl,
+}
+
+impl Preset {
+    /// Every choice, in the order a command line lists them.
+    pub const ALL: [Preset; 3] = [Preset::None, Preset::Optane, Preset::Cxl];
+
+    /// The emulation model, if any.
+    pub fn model(self) -> Option<Model> {
+        match self {
+            Preset::None => None,
+            Preset::Optane => Some(Model::OPTANE),
+            Preset::Cxl => Some(Model::CXL),
+        }
+    }
+}
+
 /// Bytes a copy moves per reservation of the medium: the 4 KiB at which the memory
 /// controller interleaves Optane DIMMs (OdinFS §3.2).
 pub const CHUNK: usize = 4096;
@@ -134,13 +162,12 @@ impl Model {
         source: "approximate figures for a PCIe 5.0 x8 CXL expander",
     };
 
-    /// A preset by name (`optane`, `cxl`).
+    /// A preset by name (`optane`, `cxl`; see [`Preset`]).
     pub fn preset(name: &str) -> Option<Model> {
-        match name {
-            "optane" => Some(Model::OPTANE),
-            "cxl" => Some(Model::CXL),
-            _ => None,
-        }
+        Preset::ALL
+            .iter()
+            .filter_map(|p| p.model())
+            .find(|m| m.name == name)
     }
 
     /// How long one core's copy of `len` bytes takes on an otherwise idle medium, from

@@ -27,7 +27,8 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::requests;
-use crate::{report, signals};
+use crate::report;
+use command::signals;
 
 /// Files of the tree `tar` and `cp` copy, `git` commits and `rm` removes.
 pub const FILES: usize = 5_000;

@@ -1,12 +1,13 @@
-//! `easyio crashtest`: crash-consistency tests of the file system (EASYIO Table 2).
+//! `easyio crashtest`, the harness's command: its arguments, the runs they ask for
+//! (each workload in each mode), the recordings they save, and the table of outcomes
+//! (EASYIO Table 2). The binary parses the command line and calls [`run`].
 
 use clap::Args;
-use crash::{Config, Mode, Outcome, Workload};
+use command::output::Output;
+use command::{progress, report, signals, usage};
 use pmem::CrashChoice;
 
-use crate::args::usage;
-use bench::output::Output;
-use bench::{progress, report, signals};
+use crate::{Config, Mode, Outcome, Workload};
 
 /// Most crash points per workload, and random images per point, a run accepts.
 const MAX_POINTS: u64 = 1_000_000;
@@ -15,6 +16,7 @@ const MAX_RANDOM_STATES: u64 = 10_000;
 /// Failures printed in full per workload; the rest are counted.
 const SHOWN_FAILURES: usize = 5;
 
+/// The arguments of `easyio crashtest`.
 #[derive(Args)]
 pub struct CrashtestArgs {
     /// Workload: create_delete, generic_056, generic_090, generic_322, random, or all.
@@ -27,17 +29,17 @@ pub struct CrashtestArgs {
     /// Crash points per workload (1 to 1000000).
     #[arg(
         long,
-        default_value_t = crash::harness::DEFAULT_POINTS,
+        default_value_t = crate::harness::DEFAULT_POINTS,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_POINTS)
     )]
     points: usize,
     /// Seed of the workload, the crash points and the sampled images.
-    #[arg(long, default_value_t = crash::harness::DEFAULT_SEED)]
+    #[arg(long, default_value_t = crate::harness::DEFAULT_SEED)]
     seed: u64,
     /// Random images per crash point besides "none" and "all" (0 to 10000).
     #[arg(
         long,
-        default_value_t = crash::harness::DEFAULT_RANDOM_STATES,
+        default_value_t = crate::harness::DEFAULT_RANDOM_STATES,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_RANDOM_STATES)
     )]
     random_states: usize,
@@ -72,18 +74,21 @@ fn parse_modes(s: &str) -> Result<Modes, String> {
     if s == "all" {
         return Ok(Modes(Mode::ALL.to_vec()));
     }
-    <Mode as clap::ValueEnum>::from_str(s, false)
-        .map(|m| Modes(vec![m]))
-        .map_err(|_| {
+    match Mode::ALL.iter().find(|m| m.name() == s) {
+        Some(&m) => Ok(Modes(vec![m])),
+        None => {
             let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
-            format!("unknown mode {s:?}; modes: {}", names.join(", "))
-        })
+            Err(format!("unknown mode {s:?}; modes: {}", names.join(", ")))
+        }
+    }
 }
 
 fn parse_state(s: &str) -> Result<CrashChoice, String> {
     s.parse()
 }
 
+/// Runs every workload asked for in every mode asked for, prints the outcomes, and
+/// fails if a crash point failed.
 pub fn run(args: CrashtestArgs) -> anyhow::Result<()> {
     let workloads: Vec<Workload> = if args.workload == "all" {
         Workload::ALL.to_vec()
@@ -179,7 +184,7 @@ fn run_one(
             .map(|(out, on_failure)| (out.path().to_path_buf(), *on_failure)),
         ..Config::new(w, mode)
     };
-    let mut outcome = crash::run(&cfg).map_err(anyhow::Error::msg)?;
+    let mut outcome = crate::run(&cfg).map_err(anyhow::Error::msg)?;
     if let Some((out, _)) = trace {
         // Written by the harness (always, or on a failure): put it in place, and
         // name that place in the replay commands.

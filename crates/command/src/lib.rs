@@ -1,0 +1,19 @@
+//! What every command of the `easyio` binary shares, file commands and benchmarks
+//! alike: the stop flag a signal sets and the handlers that set it ([`signals`]),
+//! usage errors and size arguments ([`args`]), files written whole or not at all
+//! ([`output`]), progress on a terminal ([`progress`]), tables and JSON ([`report`]),
+//! and standard input a signal interrupts ([`stdin`]).
+//!
+//! It sits beside the file system, not above it: it imports no crate of the workspace,
+//! so the everyday commands (`mount`, `serve`, the file commands) use it without
+//! linking the benchmarks.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
+pub mod args;
+pub mod output;
+pub mod progress;
+pub mod report;
+pub mod signals;
+pub mod stdin;
