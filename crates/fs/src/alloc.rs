@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 
@@ -28,10 +27,6 @@ pub struct Extent {
     pub start: u64,
     pub len: u64,
 }
-
-/// Extents of one allocation, inline up to two: a write of up to 64 KiB usually gets
-/// one, and the write path allocates nothing on the heap for them.
-pub type Extents = SmallVec<[Extent; 2]>;
 
 /// Single blocks a shard keeps on a stack beside its extent map: a 4 KiB overwrite
 /// frees one block and allocates one, and the stack serves both without reshaping the
@@ -280,8 +275,8 @@ impl BlockAlloc {
     }
 
     /// Allocates `n` blocks as few extents as the free space allows; all or nothing.
-    pub fn alloc(&self, n: u64) -> Result<Extents> {
-        let mut got = Extents::new();
+    pub fn alloc(&self, n: u64) -> Result<Vec<Extent>> {
+        let mut got = Vec::new();
         let mut have = 0;
         while have < n {
             match self.take(n - have) {
@@ -610,25 +605,25 @@ mod tests {
         assert_eq!(a.snapshot(), vec![Extent { start: 0, len: 8 }]);
         let one = a.alloc(1).unwrap();
         assert_eq!(
-            one[..],
-            [Extent { start: 0, len: 1 }],
+            one,
+            vec![Extent { start: 0, len: 1 }],
             "last freed goes first"
         );
         a.free(one[0]);
         // A request for all eight spills the stack into the map: one extent.
-        assert_eq!(a.alloc(8).unwrap()[..], [Extent { start: 0, len: 8 }]);
+        assert_eq!(a.alloc(8).unwrap(), vec![Extent { start: 0, len: 8 }]);
         assert_eq!(a.free_blocks(), 0);
         assert!(matches!(a.alloc(1), Err(Error::NoSpace)));
         // Short extents come back whole, newest first.
         a.free(Extent { start: 0, len: 4 });
         a.free(Extent { start: 4, len: 4 });
-        assert_eq!(a.alloc(4).unwrap()[..], [Extent { start: 4, len: 4 }]);
-        assert_eq!(a.alloc(4).unwrap()[..], [Extent { start: 0, len: 4 }]);
+        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 4, len: 4 }]);
+        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 0, len: 4 }]);
         // A request no stacked extent matches spills the stacks and coalesces.
         a.free(Extent { start: 0, len: 2 });
         a.free(Extent { start: 2, len: 2 });
         a.free(Extent { start: 4, len: 1 });
-        assert_eq!(a.alloc(5).unwrap()[..], [Extent { start: 0, len: 5 }]);
+        assert_eq!(a.alloc(5).unwrap(), vec![Extent { start: 0, len: 5 }]);
     }
 
     #[test]

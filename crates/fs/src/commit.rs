@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::alloc::{Extent, Extents};
+use crate::alloc::Extent;
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
 use crate::layout::{put64, seal_log_word, LogWord, BLOCK_SIZE};
@@ -39,17 +39,13 @@ pub const CLEAN_MIN_PAGES: usize = 4;
 /// …and holds more than this many times the entries a compacted log would.
 pub const CLEAN_FACTOR: u64 = 2;
 
-/// The entries one operation stages in one inode's log, inline up to two (a write's
-/// one entry, a truncate's two): the write path allocates nothing for them.
-pub type Entries = SmallVec<[Entry; 2]>;
-
 /// Entries placed in an inode's log but not yet committed.
 pub struct Staged {
     pub ino: u64,
     pub new_tail: u64,
-    pub entries: Entries,
+    pub entries: Vec<Entry>,
     /// Data blocks written for these entries (given back if the commit never happens).
-    pub new_data: Extents,
+    pub new_data: Vec<Extent>,
 }
 
 impl FileSystem {
@@ -62,9 +58,9 @@ impl FileSystem {
         &self,
         ino: u64,
         st: &mut InodeState,
-        entries: impl Into<Entries>,
+        entries: Vec<Entry>,
     ) -> Result<Staged> {
-        let staged = self.stage_unfenced(ino, st, entries.into())?;
+        let staged = self.stage_unfenced(ino, st, entries)?;
         self.close_stage();
         Ok(staged)
     }
@@ -84,7 +80,7 @@ impl FileSystem {
         &self,
         ino: u64,
         st: &mut InodeState,
-        entries: Entries,
+        entries: Vec<Entry>,
     ) -> Result<Staged> {
         self.check_writable()?;
         let log = &mut st.log;
@@ -104,7 +100,7 @@ impl FileSystem {
             ino,
             new_tail,
             entries,
-            new_data: Extents::new(),
+            new_data: Vec::new(),
         })
     }
 
@@ -169,7 +165,7 @@ impl FileSystem {
 
     /// Commits staged entries of one inode with a single atomic tail store, then
     /// applies them to the DRAM state. Returns displaced data blocks.
-    pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Extents {
+    pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         self.entries_changing(&staged);
         let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
         let word = seal_log_word(staged.ino, LogWord::Tail, staged.new_tail);
@@ -183,9 +179,9 @@ impl FileSystem {
     }
 
     /// Applies committed entries to DRAM state.
-    pub(crate) fn apply_staged(st: &mut InodeState, staged: Staged) -> Extents {
+    pub(crate) fn apply_staged(st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         st.log.tail = staged.new_tail;
-        let mut displaced = Extents::new();
+        let mut displaced = Vec::new();
         for e in &staged.entries {
             st.apply(e, &mut displaced);
         }
@@ -213,12 +209,13 @@ impl FileSystem {
 
     /// Retires displaced data blocks: freed once no reader can still copy from them.
     /// Inside [`FileSystem::holding_retired`] on this thread, they are held instead.
-    pub(crate) fn retire(&self, displaced: impl IntoIterator<Item = Extent>) {
-        let mut displaced = displaced.into_iter();
-        HELD.with(|held| {
-            if let Some(held) = held.borrow_mut().as_mut() {
-                held.extend(&mut displaced);
+    pub(crate) fn retire(&self, displaced: Vec<Extent>) {
+        let displaced = HELD.with(|held| match held.borrow_mut().as_mut() {
+            Some(held) => {
+                held.extend(displaced);
+                Vec::new()
             }
+            None => displaced,
         });
         for ext in displaced {
             self.epoch.retire(ext, |e| self.blocks.free(e));
@@ -307,12 +304,6 @@ impl FileSystem {
 
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
     pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
-        self.alloc_extents(n).map(Extents::into_vec)
-    }
-
-    /// [`Self::alloc_blocks`] without a heap allocation for the usual one or two
-    /// extents (the write path's).
-    pub(crate) fn alloc_extents(&self, n: u64) -> Result<Extents> {
         self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),

@@ -10,8 +10,6 @@
 //! This file uses only `super::facade` for synchronisation, so a model checker can compile
 //! it against its own primitives (`tests/model_check.rs`).
 
-use smallvec::SmallVec;
-
 use super::facade::{AtomicU64, Mutex, Ordering};
 use crate::alloc::{cpu_slot, Extent, SHARDS};
 
@@ -120,19 +118,11 @@ impl Epoch {
             }
         }
         let now = self.global.load(Ordering::SeqCst);
-        // In place, inline: the retiring path collects every [`COLLECT_EVERY`] writes,
-        // and neither the list's buffer nor the ready extents cost an allocation.
-        let ready: SmallVec<[Extent; COLLECT_EVERY]> = {
+        let ready: Vec<Extent> = {
             let mut limbo = self.limbo.lock();
-            let mut ready = SmallVec::new();
-            limbo.retain(|&(e, x)| {
-                let done = e + 2 <= now;
-                if done {
-                    ready.push(x);
-                }
-                !done
-            });
-            ready
+            let (ready, keep) = limbo.drain(..).partition(|(e, _)| e + 2 <= now);
+            *limbo = keep;
+            ready.into_iter().map(|(_, x)| x).collect()
         };
         let n = ready.len();
         ready.into_iter().for_each(&mut free);

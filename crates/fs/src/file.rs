@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::alloc::Extent;
-use crate::commit::{Entries, Staged};
+use crate::commit::Staged;
 use crate::epoch::ReadGuard;
 use crate::error::{Error, Result};
 use crate::inode::{FileKind, Inode, InodeState};
@@ -387,7 +387,7 @@ impl FileSystem {
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(Error::FileTooBig)?;
         let (p0, p1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
-        let extents = self.alloc_extents(p1 - p0)?;
+        let extents = self.alloc_blocks(p1 - p0)?;
         // Inline for writes of up to 64 KiB: the write path allocates nothing it can
         // keep on the stack.
         let blocks: SmallVec<[u64; 16]> = extents
@@ -489,7 +489,7 @@ impl FileSystem {
         now: i64,
     ) -> Result<Staged> {
         let n = (data.len() as u64).div_ceil(BLOCK_SIZE);
-        let extents = self.alloc_extents(n)?;
+        let extents = self.alloc_blocks(n)?;
         let mut at = 0usize;
         for e in &extents {
             for b in e.start..e.start + e.len {
@@ -527,7 +527,7 @@ impl FileSystem {
         pending: Pending,
     ) -> Result<Staged> {
         let size = st.size.max(end);
-        let mut entries = Entries::new();
+        let mut entries = Vec::with_capacity(extents.len());
         let mut pg = p0;
         for e in extents {
             entries.push(Entry::Write {

@@ -276,7 +276,7 @@ impl InodeState {
 
     /// Applies one committed entry; returns the data blocks it displaced. This single
     /// function defines what an entry means, at run time and in recovery alike.
-    pub fn apply(&mut self, e: &Entry, displaced: &mut impl ExtentList) {
+    pub fn apply(&mut self, e: &Entry, displaced: &mut Vec<Extent>) {
         self.log.entries += 1;
         match e {
             Entry::Write {
@@ -351,20 +351,10 @@ impl InodeState {
                 self.mtime = *ctime;
                 self.ctime = *ctime;
             }
-            Entry::Xattr { .. } | Entry::Punch { .. } => self.apply_rare(e, displaced),
+            Entry::Xattr { .. } => self.apply_xattr(e, displaced),
+            Entry::Punch { .. } => self.apply_punch(e, displaced),
             Entry::Void => {}
         }
-    }
-
-    /// [`Self::apply`] for the kinds off the write path, which collect what they
-    /// displace in a list of their own.
-    fn apply_rare(&mut self, e: &Entry, displaced: &mut impl ExtentList) {
-        let mut gone = Vec::new();
-        match e {
-            Entry::Xattr { .. } => self.apply_xattr(e, &mut gone),
-            _ => self.apply_punch(e, &mut gone),
-        }
-        displaced.extend(gone);
     }
 
     /// Blocks the inode references besides its log — file data and the blocks of its
@@ -386,19 +376,13 @@ impl InodeState {
     }
 }
 
-/// A list of extents: a `Vec`, or an inline list where the write path keeps the
-/// blocks a commit displaces without allocating.
-pub trait ExtentList: std::ops::DerefMut<Target = [Extent]> + Extend<Extent> {}
-
-impl<L: std::ops::DerefMut<Target = [Extent]> + Extend<Extent>> ExtentList for L {}
-
 /// Appends block `b` to a list of extents, extending the last one when contiguous.
-pub fn push_block(list: &mut impl ExtentList, b: u64) {
+pub fn push_block(list: &mut Vec<Extent>, b: u64) {
     if let Some(last) = list.last_mut() {
         if last.start + last.len == b {
             last.len += 1;
             return;
         }
     }
-    list.extend([Extent { start: b, len: 1 }]);
+    list.push(Extent { start: b, len: 1 });
 }
