@@ -402,7 +402,7 @@ impl Pmem for TracePmem {
         g.put(off, src);
         let len = src.len() as u64;
         // As `persist::copy_nt_with`: whole aligned lines are non-temporal at any size.
-        let whole_lines = (off | len) % LINE == 0;
+        let whole_lines = (off | len).is_multiple_of(LINE);
         if src.len() < NT_MIN_BYTES && !whole_lines {
             g.trace.stores(off, src);
             g.trace.flushes(off, len);
