@@ -401,23 +401,6 @@ impl FileSystem {
         let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
-        // A mover that copies before returning needs no SN in the entries, so they are
-        // issued first: the entry line is fetched and written back while the data is
-        // copied, instead of queueing behind the data's stores as they drain; the one
-        // fence after the copy covers both.
-        let early = if self.mover.completes_on_return() {
-            match self.stage_write_entries(ino, st, p0, &extents, end, now, Pending::Done) {
-                Ok(staged) => Some(staged),
-                Err(e) => {
-                    for x in extents {
-                        self.blocks.free(x);
-                    }
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
         let pending = {
             let pieces = write_pieces(
                 &blocks,
@@ -447,21 +430,10 @@ impl FileSystem {
                 source: mover::Error::CopyFailed,
             });
         }
-        let staged = match early {
-            Some(staged) => {
-                // The entries say "copy done": a mover that broke its promise would
-                // have them committed over a copy still running (the panic waits for it
-                // before the buffers go: `running`).
-                assert_eq!(
-                    pending,
-                    Pending::Done,
-                    "{:?} left a copy pending",
-                    self.mode()
-                );
-                Ok(staged)
-            }
-            None => self.stage_write_entries(ino, st, p0, &extents, end, now, pending),
-        };
+        // After the data: the entry's line is written with a non-temporal store, so
+        // there is no line to fetch while the data streams out, and the one fence
+        // below covers both.
+        let staged = self.stage_write_entries(ino, st, p0, &extents, end, now, pending);
         self.close_stage();
         match staged {
             Ok(mut staged) => {

@@ -201,7 +201,8 @@ pub fn fence() {
 /// `kind` must be supported by the CPU (see [`available_copies`]); `src` must be
 /// readable and `dst` writable for `len` bytes, and the two must not overlap.
 pub unsafe fn copy_nt_with(kind: CopyKind, dst: *mut u8, src: *const u8, len: usize) {
-    if len < NT_MIN_BYTES {
+    let whole_lines = (dst as usize | len) & (CACHE_LINE - 1) == 0;
+    if len < NT_MIN_BYTES && !whole_lines {
         // SAFETY: ranges valid and disjoint per the caller.
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, len);

@@ -401,7 +401,9 @@ impl Pmem for TracePmem {
         let mut g = self.lock_as_me();
         g.put(off, src);
         let len = src.len() as u64;
-        if src.len() < NT_MIN_BYTES {
+        // As `persist::copy_nt_with`: whole aligned lines are non-temporal at any size.
+        let whole_lines = (off | len).is_multiple_of(LINE);
+        if src.len() < NT_MIN_BYTES && !whole_lines {
             g.trace.stores(off, src);
             g.trace.flushes(off, len);
             return;
