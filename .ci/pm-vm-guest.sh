@@ -20,7 +20,7 @@
 # program of dax.rs, FS_TESTS "name=exe ..." the fs test programs, CRASH_POINTS,
 # ACKS the file of acknowledged puts (check).
 set -eu
-export PATH=/bin:/usr/bin:/usr/sbin:/sbin
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 phase=$1
 E=$EASYIO
 DEV=/dev/dax0.0
@@ -40,7 +40,8 @@ if [ ! -e "$DEV" ]; then
     ndctl create-namespace -r region1 -m fsdax >/dev/null
     [ -e "$DEV" ] || fail "no $DEV after create-namespace"
     set -- /dev/pmem*
-    mke2fs -q -t ext4 -F "$1"
+    # by its path: busybox's shell would run its own mke2fs applet (no ext4)
+    /usr/sbin/mke2fs -q -t ext4 -F "$1"
 fi
 set -- /dev/pmem*
 [ $# = 1 ] && [ -b "$1" ] || fail "expected one fsdax block device, found: $*"
