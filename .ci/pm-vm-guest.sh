@@ -81,7 +81,7 @@ file_commands() {
     $E rm --image "$img" /big
     $E rm --image "$img" -r /d
     [ -z "$($E ls --image "$img" /)" ] || fail "rm $img: not empty"
-    $E fsck --image "$img" 2>&1 | tail -n 1 | grep -q 'no problems' || fail "fsck $img"
+    $E fsck --image "$img" >/tmp/fsck.log 2>&1 || { cat /tmp/fsck.log; fail "fsck $img"; }
     rm -f /tmp/big /tmp/big.back /tmp/small
     say "file commands on $img: ok"
 }
