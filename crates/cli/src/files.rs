@@ -461,6 +461,15 @@ struct GeometryInfo {
     channels: u64,
 }
 
+/// The short name of a mapping in `info --json`.
+fn mapping_name(m: pmem::Mapping) -> &'static str {
+    match m {
+        pmem::Mapping::DevDax => "devdax",
+        pmem::Mapping::MapSync => "MAP_SYNC",
+        pmem::Mapping::Shared => "shared",
+    }
+}
+
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     let region = open_region(&a.image)?;
     let mapping = region.mapping();
@@ -470,11 +479,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         image: a.image.image.display().to_string(),
         durability: fs.pmem().durability().describe(),
         durability_kind: format!("{:?}", fs.pmem().durability()),
-        mapping: match mapping {
-            pmem::Mapping::DevDax => "devdax",
-            pmem::Mapping::MapSync => "MAP_SYNC",
-            pmem::Mapping::Shared => "shared",
-        },
+        mapping: mapping_name(mapping),
         geometry: GeometryInfo {
             total_blocks: g.total_blocks,
             pool_start: g.pool_start,
