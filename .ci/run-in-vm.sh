@@ -28,6 +28,16 @@
 #               initramfs at the same absolute path (e.g. test fixtures)
 #   VM_APPEND   extra kernel command line arguments
 #   VM_KEEP     if 1, keep the work directory (initramfs, console log)
+#   VM_ACCEL    QEMU accelerator (default: tcg; kvm needs a writable /dev/kvm and
+#               gives the host CPU's features, not -cpu max's)
+#   VM_QEMU_ARGS extra QEMU arguments, split on white space (devices, -machine
+#               properties, ...)
+#   VM_MODULES  space-separated kernel module names, loaded in this order (each
+#               after the modules it depends on, from the kernel's modules.dep)
+#               before the program runs
+#   VM_BINS     space-separated extra executables copied, with their shared
+#               libraries, to the same absolute paths
+#   VM_PIDFILE  file QEMU writes its process id to (to kill it from outside)
 set -euo pipefail
 
 die() { echo "run-in-vm: $*" >&2; exit 126; }
@@ -59,18 +69,64 @@ copy_abs() {
 }
 
 # --- the program and its shared libraries -----------------------------------
-copy_abs "$exe"
-if ldd_out=$(ldd "$exe" 2>&1); then
-    # "libfoo.so => /path/libfoo.so (0x...)"  and  "/lib64/ld-linux-x86-64.so.2 (0x...)"
-    while read -r lib; do
-        [ -n "$lib" ] && copy_abs "$lib"
-    done < <(printf '%s\n' "$ldd_out" | awk '
-        $2 == "=>" && $3 ~ /^\// { print $3; next }
-        $1 ~ /^\// { print $1 }')
-    if printf '%s\n' "$ldd_out" | grep -q 'not found'; then
-        die "missing shared libraries: $(printf '%s\n' "$ldd_out" | grep 'not found' | tr '\n' ' ')"
-    fi
-fi  # else: static executable ("not a dynamic executable"), nothing to copy
+# copy an executable and the shared libraries it loads
+copy_with_libs() {
+    local exe=$1 ldd_out lib
+    copy_abs "$exe"
+    if ldd_out=$(ldd "$exe" 2>&1); then
+        # "libfoo.so => /path/libfoo.so (0x...)"  and  "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        while read -r lib; do
+            [ -n "$lib" ] && copy_abs "$lib"
+        done < <(printf '%s\n' "$ldd_out" | awk '
+            $2 == "=>" && $3 ~ /^\// { print $3; next }
+            $1 ~ /^\// { print $1 }')
+        if printf '%s\n' "$ldd_out" | grep -q 'not found'; then
+            die "missing shared libraries: $(printf '%s\n' "$ldd_out" | grep 'not found' | tr '\n' ' ')"
+        fi
+    fi  # else: static executable ("not a dynamic executable"), nothing to copy
+}
+copy_with_libs "$exe"
+
+for b in ${VM_BINS:-}; do
+    bin=$(command -v -- "$b" || true)
+    [ -n "$bin" ] || die "VM_BINS: not found: $b"
+    copy_with_libs "$(readlink -f -- "$bin")"
+done
+
+# --- kernel modules -------------------------------------------------------------
+# Each named module after its dependencies (modules.dep lists them), flat under
+# /lib/modules of the initramfs, decompressed; /etc/vm-modules is the load order.
+if [ -n "${VM_MODULES:-}" ]; then
+    kver=${VM_KVER:-$(basename -- "$kernel" | sed 's/^vmlinuz-//')}
+    moddir=/lib/modules/$kver
+    [ -r "$moddir/modules.dep" ] || die "no $moddir/modules.dep (set VM_KVER to the kernel's release)"
+    mkdir -p "$root/lib/modules"
+    : > "$root/etc/vm-modules"
+    declare -A mod_done=()
+    add_module() {
+        local want=${1//-/_} line path deps d base
+        [ -n "${mod_done[$want]:-}" ] && return 0
+        mod_done[$want]=1
+        line=$(awk -v w="$want" -F: '{ n = $1; sub(".*/", "", n); sub("[.]ko.*", "", n);
+            gsub("-", "_", n); if (n == w) { print; exit } }' "$moddir/modules.dep")
+        [ -n "$line" ] || die "VM_MODULES: no module $1 in $moddir/modules.dep"
+        path=${line%%:*}
+        deps=${line#*:}
+        for d in $deps; do
+            base=$(basename -- "$d"); base=${base%%.ko*}
+            add_module "$base"
+        done
+        case $path in
+            *.ko) cp -- "$moddir/$path" "$root/lib/modules/$want.ko" ;;
+            *.ko.xz) xz -dc -- "$moddir/$path" > "$root/lib/modules/$want.ko" ;;
+            *.ko.zst) zstd -qdc -- "$moddir/$path" > "$root/lib/modules/$want.ko" ;;
+            *.ko.gz) gzip -dc -- "$moddir/$path" > "$root/lib/modules/$want.ko" ;;
+            *) die "VM_MODULES: unknown module file $path" ;;
+        esac
+        echo "$want" >> "$root/etc/vm-modules"
+    }
+    for m in $VM_MODULES; do add_module "$m"; done
+fi
 
 for f in ${VM_FILES:-}; do
     f=$(readlink -f -- "$f")
@@ -80,7 +136,7 @@ done
 
 # --- busybox + /init ----------------------------------------------------------
 cp "$busybox" "$root/bin/busybox"
-for a in sh mount umount poweroff sync cat echo mkdir ls; do ln -s busybox "$root/bin/$a"; done
+for a in $("$busybox" --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
 
 # POSIX single-quote an argument
 q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
@@ -104,6 +160,11 @@ mount -t tmpfs -o mode=1777 tmpfs /.newtmp
 cp -a /tmp/. /.newtmp/ && rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null
 mount -o move /.newtmp /tmp && rmdir /.newtmp
 mount -t devpts devpts /dev/pts 2>/dev/null
+if [ -f /etc/vm-modules ]; then
+    for m in $(cat /etc/vm-modules); do
+        insmod "/lib/modules/$m.ko" || echo "VM-INIT: insmod $m failed"
+    done
+fi
 # program output reaches the host byte-for-byte (no LF -> CRLF); TERM is left
 # unset so libtest & co. print no colour codes
 busybox stty -onlcr 2>/dev/null
@@ -131,7 +192,7 @@ append="console=ttyS0 rdinit=/init quiet loglevel=3 panic=-1 oops=panic ${VM_APP
 set +e
 timeout -k 10 "${VM_TIMEOUT:-600}" \
     qemu-system-x86_64 \
-        -accel tcg \
+        -accel "${VM_ACCEL:-tcg}" \
         -cpu "${VM_CPU:-max}" \
         -m "${VM_MEM:-4G}" \
         -smp "${VM_SMP:-2}" \
@@ -141,6 +202,8 @@ timeout -k 10 "${VM_TIMEOUT:-600}" \
         -initrd "$work/initramfs.cpio.gz" \
         -append "$append" \
         -nic none \
+        ${VM_PIDFILE:+-pidfile "$VM_PIDFILE"} \
+        ${VM_QEMU_ARGS:-} \
         </dev/null 2>&1 | tee "$log"
 qrc=${PIPESTATUS[0]}
 set -e

@@ -185,12 +185,22 @@ pub struct MvArgs {
 /// Opens and mounts the image, telling the user on stderr when recovery had work to do
 /// or found damage that left the mount read-only.
 pub fn mount(arg: &ImageArg) -> anyhow::Result<(FileSystem, MountReport)> {
+    mount_region(arg, open_region(arg)?)
+}
+
+/// Opens the image's region as the command asks (read-only or not).
+fn open_region(arg: &ImageArg) -> anyhow::Result<Region> {
     let image = arg.path()?;
-    let region = if arg.read_only {
+    Ok(if arg.read_only {
         Region::open_read_only(image)?
     } else {
         Region::open(image)?
-    };
+    })
+}
+
+/// [`mount`] of a region already open.
+fn mount_region(arg: &ImageArg, region: Region) -> anyhow::Result<(FileSystem, MountReport)> {
+    let image = arg.path()?;
     let pm: Arc<dyn Pmem> = Arc::new(region);
     let opts = MountOptions {
         read_only: arg.read_only,
@@ -432,6 +442,10 @@ fn fsck_repair(a: FsckArgs) -> anyhow::Result<()> {
 struct Info {
     image: String,
     durability: &'static str,
+    /// What survives a power loss: `CpuFlush`, `PageCache` or `Dram`.
+    durability_kind: String,
+    /// How the region is mapped: `devdax`, `MAP_SYNC` or `shared`.
+    mapping: &'static str,
     geometry: GeometryInfo,
     usage: fs::Usage,
     mount: MountReport,
@@ -462,12 +476,25 @@ struct GeometryInfo {
     channels: u64,
 }
 
+/// The short name of a mapping in `info --json`.
+fn mapping_name(m: pmem::Mapping) -> &'static str {
+    match m {
+        pmem::Mapping::DevDax => "devdax",
+        pmem::Mapping::MapSync => "MAP_SYNC",
+        pmem::Mapping::Shared => "shared",
+    }
+}
+
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
-    let (fs, report) = mount(&a.image)?;
+    let region = open_region(&a.image)?;
+    let mapping = region.mapping();
+    let (fs, report) = mount_region(&a.image, region)?;
     let g = fs.geometry();
     let info = Info {
         image: a.image.path()?.display().to_string(),
         durability: fs.pmem().durability().describe(),
+        durability_kind: format!("{:?}", fs.pmem().durability()),
+        mapping: mapping_name(mapping),
         geometry: GeometryInfo {
             total_blocks: g.total_blocks,
             pool_start: g.pool_start,
@@ -489,7 +516,14 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     } else {
         let out = &mut std::io::stdout().lock();
         let u = info.usage;
-        writeln!(out, "image:      {} ({})", info.image, info.durability)?;
+        writeln!(
+            out,
+            "image:      {} ({}; {}: {})",
+            info.image,
+            info.durability,
+            info.durability_kind,
+            mapping.describe()
+        )?;
         writeln!(
             out,
             "blocks:     {} free of {} ({} MiB free)",

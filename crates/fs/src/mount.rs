@@ -29,9 +29,12 @@ use crate::{FileSystem, Mode, MountOptions};
 
 /// Writes an empty file system: superblock, cleared metadata, root directory.
 pub(crate) fn format(pm: &dyn Pmem, geo: &Geometry) -> Result<()> {
-    // Zero every metadata block (journals, inode table, mount state, records).
+    // Zero every metadata block: the superblock's two (a device or an old image keeps
+    // what was there before: the bytes after the superblock would differ between
+    // the two copies, and an old superblock must not mount an interrupted format),
+    // journals, inode table, mount state, records.
     let zero = vec![0u8; BLOCK_SIZE as usize];
-    for b in 2..geo.pool_start {
+    for b in 0..geo.pool_start {
         pm.write(b * BLOCK_SIZE, &zero);
         pm.flush(b * BLOCK_SIZE, BLOCK_SIZE);
     }

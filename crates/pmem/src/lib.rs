@@ -47,7 +47,9 @@ pub use crash::{CrashChoice, CrashCursor};
 pub use error::{Error, Result};
 pub use mem::MemPmem;
 pub use persist::{CopyKind, CpuFeatures, FlushKind, CACHE_LINE};
-pub use region::{remove, Durability, Region, RegionKind, HEADER_LEN, MIN_REGION, PAGE_SIZE};
+pub use region::{
+    remove, Durability, Mapping, Region, RegionKind, HEADER_LEN, MIN_REGION, PAGE_SIZE,
+};
 #[cfg(feature = "crash-sim")]
 pub use trace::{Trace, TracePmem};
 

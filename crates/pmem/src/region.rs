@@ -121,12 +121,38 @@ pub enum RegionKind {
     File,
 }
 
+/// How the region's memory is mapped, which decides what a fence makes durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// The whole of a device DAX device: loads and stores reach the persistent memory
+    /// itself, with no page cache and no file system in between.
+    DevDax,
+    /// A file on a DAX file system mapped with `MAP_SYNC`: stores reach the persistent
+    /// memory, and the file system keeps the metadata of every page written durable
+    /// before the write can fault in, so a cache write-back and fence is enough.
+    MapSync,
+    /// A shared mapping of a file in DRAM (tmpfs) or in a page cache.
+    Shared,
+}
+
+impl Mapping {
+    /// A short description fit for output to a person (`easyio info`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mapping::DevDax => "device DAX",
+            Mapping::MapSync => "DAX file mapped with MAP_SYNC",
+            Mapping::Shared => "shared file mapping",
+        }
+    }
+}
+
 /// A mapped region of slow memory, held exclusively by this open.
 pub struct Region {
     map: *mut u8,
     map_len: usize,
     path: PathBuf,
     kind: RegionKind,
+    mapping: Mapping,
     durability: Durability,
     remove_on_drop: bool,
     /// False when opened with [`Region::open_read_only`].
@@ -401,22 +427,22 @@ impl Region {
             len,
             source,
         };
-        let (map, durability) = match kind {
+        // A file is mapped with MAP_SYNC where its file system is DAX that can give it
+        // (read-only too: what the mapping then says about durability is what a
+        // writer's mapping of the same file gets); elsewhere the kernel refuses the
+        // flag (EOPNOTSUPP; older kernels say EINVAL) and the file is mapped shared.
+        let (map, mapping, durability) = match kind {
             RegionKind::DevDax => (
                 try_map(libc::MAP_SHARED).map_err(map_err)?,
+                Mapping::DevDax,
                 Durability::CpuFlush,
-            ),
-            RegionKind::File if access == Access::ReadOnly => (
-                try_map(libc::MAP_SHARED).map_err(map_err)?,
-                fs_durability(&file),
             ),
             RegionKind::File => {
                 match try_map(libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate) {
-                    Ok(p) => (p, Durability::CpuFlush),
-                    // Not a DAX file system: EOPNOTSUPP (older kernels say EINVAL).
+                    Ok(p) => (p, Mapping::MapSync, Durability::CpuFlush),
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
                         let p = try_map(libc::MAP_SHARED | populate).map_err(map_err)?;
-                        (p, fs_durability(&file))
+                        (p, Mapping::Shared, fs_durability(&file))
                     }
                     Err(e) => return Err(map_err(e)),
                 }
@@ -427,6 +453,7 @@ impl Region {
             map_len,
             path: path.into(),
             kind,
+            mapping,
             durability,
             remove_on_drop: false,
             writable: access == Access::ReadWrite,
@@ -564,14 +591,25 @@ impl Region {
         self.kind
     }
 
+    /// How the region is mapped: device DAX, `MAP_SYNC` or shared.
+    pub fn mapping(&self) -> Mapping {
+        self.mapping
+    }
+
     /// Total mapped bytes, header included.
     pub fn mapped_len(&self) -> u64 {
         self.map_len as u64
     }
 
     /// Writes every dirty page of the region back to storage now, whatever its
-    /// backing (fences already do this on [`Durability::PageCache`]).
+    /// backing (fences already do this on [`Durability::PageCache`]). A device DAX
+    /// device has no pages to write back (and no `fsync`: the kernel answers EINVAL):
+    /// there this is a fence.
     pub fn sync(&self) -> Result<()> {
+        if self.mapping == Mapping::DevDax {
+            persist::fence();
+            return Ok(());
+        }
         let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.dirty.store(false, Ordering::SeqCst);
         self.syncs.fetch_add(1, Ordering::Relaxed);
