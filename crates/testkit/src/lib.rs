@@ -19,6 +19,7 @@
 use std::fmt::Display;
 use std::io::Read;
 use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,95 @@ pub fn skip(why: impl Display) {
         "this test cannot run here, and under CI a skip is a failure: {why}"
     );
     eprintln!("skipped: {why}");
+}
+
+/// Whether `path` is missing, skipping the test ([`skip`]) if it is: `what` names it
+/// and how to get it.
+#[track_caller]
+pub fn missing(path: &str, what: &str) -> bool {
+    if std::path::Path::new(path).exists() {
+        return false;
+    }
+    skip(format_args!("no {path} here ({what})"));
+    true
+}
+
+/// Whether the kernel's FUSE device is missing, skipping the test ([`skip`]) if it is.
+#[track_caller]
+pub fn fuse_missing() -> bool {
+    missing(
+        "/dev/fuse",
+        "load the fuse module; fusermount3 is in Debian's fuse3",
+    )
+}
+
+/// Whether the test runs without root, skipping it ([`skip`]) if so: `needs` says
+/// what the test needs root for.
+#[track_caller]
+pub fn not_root(needs: &str) -> bool {
+    // SAFETY: geteuid(2) reads the caller's effective user id; no memory is touched.
+    if unsafe { libc::geteuid() } == 0 {
+        return false;
+    }
+    skip(format_args!("needs root ({needs})"));
+    true
+}
+
+/// A tmpfs of a given size mounted on a fresh directory, unmounted and removed on
+/// drop: a host file system that fills up. Mounting needs root.
+#[derive(Debug)]
+pub struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    /// Mounts a tmpfs of `size` (`mount -o size=`, as `8m`) on a directory named after
+    /// `tag`; `None`, the test skipped ([`skip`]), where it cannot be mounted.
+    #[track_caller]
+    pub fn mount(tag: &str, size: &str) -> Option<SmallTmpfs> {
+        let dir = std::env::temp_dir().join(format!("easyio-small-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output();
+        let why = match out {
+            Ok(o) if o.status.success() => return Some(SmallTmpfs(dir)),
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        };
+        let _ = std::fs::remove_dir(&dir);
+        skip(format_args!(
+            "cannot mount a small tmpfs ({why}); run as root to test a full host file system"
+        ));
+        None
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+
+    /// `name` on the file system.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Bytes in use on the file system (as `df` says).
+    pub fn used(&self) -> u64 {
+        let out = Command::new("df")
+            .args(["--output=used", "-B1"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines().nth(1).unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// `len` bytes that differ from `seed` to `seed` and from position to position, each
@@ -94,48 +184,55 @@ impl Running {
     }
 
     /// Waits for the child to exit within `limit`; past it, kills it and fails.
+    /// (Named so as not to hide [`Child::wait`], which waits without a limit.)
     #[track_caller]
-    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+    pub fn wait_for(&mut self, limit: Duration) -> ExitStatus {
         wait(&mut self.0, limit)
     }
 
-    /// Reads what the child prints (the streams left piped) while waiting for it to
-    /// exit within `limit`; past it, kills it and fails with what it printed so far.
-    /// A process it started that keeps its output open past the limit fails too.
+    /// Reads what the child prints while waiting for it to exit within `limit`
+    /// ([`output`]).
     #[track_caller]
     pub fn output(mut self, limit: Duration) -> Output {
-        let start = Instant::now();
-        let out = Drain::start(self.0.stdout.take());
-        let err = Drain::start(self.0.stderr.take());
-        let id = self.0.id();
-        let status = self
-            .0
-            .wait_timeout(limit)
-            .unwrap_or_else(|e| panic!("waiting for process {id}: {e}"));
-        let Some(status) = status else {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-            panic!(
-                "process {id} still running after {limit:?}: killed\nstdout:\n{}\nstderr:\n{}",
-                out.so_far(),
-                err.so_far()
-            );
-        };
-        let deadline = start + limit;
-        let (stdout, stderr) = match (out.finish(deadline), err.finish(deadline)) {
-            (Some(o), Some(e)) => (o, e),
-            _ => panic!(
-                "process {id} exited ({status}), but a process it started still holds its \
-                 output open after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                out.so_far(),
-                err.so_far()
-            ),
-        };
-        Output {
-            status,
-            stdout,
-            stderr,
-        }
+        output(&mut self.0, limit)
+    }
+}
+
+/// Reads what `child` prints (the streams left piped) while waiting for it to exit
+/// within `limit`; past it, kills it and fails with what it printed so far. A process
+/// it started that keeps its output open past the limit fails too.
+#[track_caller]
+pub fn output(child: &mut Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    let out = Drain::start(child.stdout.take());
+    let err = Drain::start(child.stderr.take());
+    let id = child.id();
+    let status = child
+        .wait_timeout(limit)
+        .unwrap_or_else(|e| panic!("waiting for process {id}: {e}"));
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "process {id} still running after {limit:?}: killed\nstdout:\n{}\nstderr:\n{}",
+            out.so_far(),
+            err.so_far()
+        );
+    };
+    let deadline = start + limit;
+    let (stdout, stderr) = match (out.finish(deadline), err.finish(deadline)) {
+        (Some(o), Some(e)) => (o, e),
+        _ => panic!(
+            "process {id} exited ({status}), but a process it started still holds its \
+             output open after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            out.so_far(),
+            err.so_far()
+        ),
+    };
+    Output {
+        status,
+        stdout,
+        stderr,
     }
 }
 
@@ -255,6 +352,38 @@ mod tests {
         assert_eq!(&pattern(1, 37)[..], &a[..37]);
         assert_ne!(pattern(2, 64), a[..64]);
         assert!(pattern(0, 0).is_empty());
+    }
+
+    #[test]
+    fn a_skip_fails_under_ci_only() {
+        // The variable is read by a child (this program again), not set in this one:
+        // the tests of this program run in threads that read the environment.
+        let exe = std::env::current_exe().unwrap();
+        let skipped = |ci: &str| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "--exact",
+                "tests::skip_of_a_missing_path",
+                "--ignored",
+                "--nocapture",
+            ]);
+            cmd.env("CI", ci);
+            run(&mut cmd, Duration::from_secs(60))
+        };
+        let out = skipped("");
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("skipped: no /no/such/path"));
+        let out = skipped("true");
+        assert!(!out.status.success(), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("under CI a skip is a failure"), "{said}");
+    }
+
+    #[test]
+    #[ignore = "run by a_skip_fails_under_ci_only, with and without CI"]
+    fn skip_of_a_missing_path() {
+        assert!(missing("/no/such/path", "a path that is never there"));
+        assert!(!missing("/", "the root directory"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use engine::{format_records, EngineConfig, AREA_BYTES};
 use pmem::Region;
-use rand::{Rng as _, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
 /// Region offset of the record area in every test region.
