@@ -8,7 +8,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 
 use common::*;
@@ -181,14 +181,7 @@ fn kill_9_of_a_writer_keeps_every_reported_write() {
     for round in 0..4 {
         // Killed on drop: a failing test leaves no child running.
         let mut child = testkit::Running(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--ignored",
-                    "--exact",
-                    "child_writer",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            testkit::child_half("child_writer")
                 .env(CHILD_ENV, &file.0)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

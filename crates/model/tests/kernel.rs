@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::process::Command;
 
 use model::{
     Access, Config, Fd, Kind, Model, OpenSpec, Stat, Target, Whence, FALLOC_KEEP_SIZE,
@@ -50,15 +49,8 @@ fn the_model_answers_as_linux_does() {
         return;
     }
     let dir = shm_dir();
-    let mut child = Command::new(std::env::current_exe().unwrap());
+    let mut child = testkit::child_half("chrooted");
     child
-        .args([
-            "--exact",
-            "chrooted",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
         .env(ROOT_ENV, &dir)
         // Under AddressSanitizer: the chrooted child has no /proc, which LeakSanitizer
         // reads at exit (it then fails the process). The parent still checks for leaks.

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use pmem::{Durability, Error, Pmem, Region, HEADER_LEN, PAGE_SIZE};
 
@@ -99,14 +99,7 @@ fn other_process_holder_is_named_and_released_on_kill() {
     drop(Region::create(&path, MIB).unwrap());
     // Killed on drop: a failing test leaves no child running.
     let mut child = testkit::Running(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_hold_region",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        testkit::child_half("child_hold_region")
             .env("EASYIO_TEST_HOLD", &path)
             .stdout(Stdio::piped())
             .spawn()

@@ -2,7 +2,6 @@
 //! silent corruption or a bare SIGSEGV. Checked in a child process (this test binary run
 //! again on the ignored test that overflows).
 
-use std::process::Command;
 use std::time::Duration;
 
 /// Set by the tests for their child halves (the ignored tests below), which refuse to
@@ -13,18 +12,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_uthread_stack_overflow_is_reported_and_fatal() {
-    let out = testkit::run(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "overflow_a_uthread_stack",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1"),
-        LIMIT,
-    );
+    let out = overflow("overflow_a_uthread_stack");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the child survived: {stderr}");
     assert!(
@@ -38,22 +26,16 @@ fn a_uthread_stack_overflow_is_reported_and_fatal() {
 
 #[test]
 fn an_ordinary_thread_stack_overflow_is_still_the_standard_librarys() {
-    let out = testkit::run(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "overflow_a_thread_stack",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1"),
-        LIMIT,
-    );
+    let out = overflow("overflow_a_thread_stack");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the child survived: {stderr}");
     assert!(!stderr.contains("uthread stack overflow"), "{stderr}");
     assert!(stderr.contains("has overflowed its stack"), "{stderr}");
+}
+
+/// The child half `name` run, with what it printed.
+fn overflow(name: &str) -> std::process::Output {
+    testkit::run(testkit::child_half(name).env(CHILD_ENV, "1"), LIMIT)
 }
 
 /// Recurses with a frame the optimiser cannot remove until the stack runs out.

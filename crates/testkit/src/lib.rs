@@ -5,10 +5,14 @@
 //!   standard output and error are read while it runs (a chatty child never blocks on a
 //!   full pipe); past the limit it is killed and the test fails naming the command and
 //!   what it printed so far; a test that panics leaves no child running.
+//!   [`child_half`]: this test program run again on the half of a test that needs a
+//!   process of its own.
 //! - [`pattern`]: the bytes a test writes, one function with one argument order.
-//! - [`skip`]: a test that cannot run here (no `/dev/fuse`, not root, a program
-//!   missing) says so and returns, except under CI (the variable `CI` set), where that
-//!   is a failure: a skipped test in CI never passes green.
+//! - [`skip`] (and [`missing`], [`fuse_missing`], [`not_root`]): a test that cannot
+//!   run here (no `/dev/fuse`, not root, a program missing) says so and returns, except
+//!   under CI (the variable `CI` set), where that is a failure: a skipped test in CI
+//!   never passes green.
+//! - [`SmallTmpfs`]: a host file system that fills up (mounting it needs root).
 //!
 //! What it must not do: depend on any easyio crate (every crate's tests use it, `pmem`'s
 //! included), or hold a test's logic: only the plumbing the tests repeat.
@@ -26,6 +30,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wait_timeout::ChildExt;
+
+/// This test program run again on its test `name` alone, ignored ones included, its
+/// output not captured: the child half of a test that needs a process of its own. The
+/// half is `#[ignore]` (with a reason naming its parent), so that a plain run does not
+/// run it by itself.
+pub fn child_half(name: &str) -> Command {
+    let exe = std::env::current_exe().expect("the path of this test program");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        name,
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    cmd
+}
 
 /// Whether the tests run under CI: the variable `CI` set to anything but empty, `0`
 /// or `false` (CI services set it to `true`; `.ci/run` sets it).
@@ -358,15 +379,8 @@ mod tests {
     fn a_skip_fails_under_ci_only() {
         // The variable is read by a child (this program again), not set in this one:
         // the tests of this program run in threads that read the environment.
-        let exe = std::env::current_exe().unwrap();
         let skipped = |ci: &str| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "--exact",
-                "tests::skip_of_a_missing_path",
-                "--ignored",
-                "--nocapture",
-            ]);
+            let mut cmd = child_half("tests::skip_of_a_missing_path");
             cmd.env("CI", ci);
             run(&mut cmd, Duration::from_secs(60))
         };
