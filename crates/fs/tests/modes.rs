@@ -164,10 +164,7 @@ fn explicit_async_api_overlaps_and_returns_buffers() {
     let fs = mount_mode(&pm, Mode::Async);
     let fd = fs.open("/f", rw_create(), 0o644).unwrap();
     let tokens: Vec<_> = (0..8u64)
-        .map(|i| {
-            fs.submit_pwrite(fd, pattern(i as u64, 65536), i * 65536)
-                .unwrap()
-        })
+        .map(|i| fs.submit_pwrite(fd, pattern(i, 65536), i * 65536).unwrap())
         .collect();
     for (i, t) in tokens.into_iter().enumerate() {
         let (n, buf) = t.wait().unwrap();
