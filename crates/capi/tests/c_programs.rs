@@ -6,10 +6,12 @@
 //! a tmpfs directory). Every run has a watchdog; everything made is removed on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use testkit::run_ok as ok;
 
 /// A program the tests need; a missing one fails naming its Debian package.
 fn need(program: &str, package: &str) {
@@ -38,70 +40,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A child killed on drop (a test that panics leaves nothing running).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs `cmd` to completion within `limit`, or kills it and fails. Its output is
-/// read while it runs, so a chatty child never blocks on a full pipe.
-fn run(cmd: &mut Command, limit: Duration) -> Output {
-    use std::io::Read;
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let mut child = Running(child);
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.0.stdout.take().unwrap()));
-    let err = drain(Box::new(child.0.stderr.take().unwrap()));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not finish in {limit:?}: killed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
-}
-
-/// Runs `cmd`, failing with its output unless it exits with 0; returns its stdout.
-fn ok(cmd: &mut Command, limit: Duration) -> String {
-    let what = format!("{cmd:?}");
-    let out = run(cmd, limit);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        out.status.success(),
-        "{what}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    stdout
 }
 
 /// Where this test's build put `libeasyio.so` and `libeasyio.a`: beside the test

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest the benchmark may run before the test kills it and fails.
 const LIMIT: Duration = Duration::from_secs(240);
@@ -26,36 +26,7 @@ impl Bench {
 
     /// Waits for the benchmark to end, killing it after [`LIMIT`].
     fn wait(&mut self) -> Output {
-        let (mut so, mut se) = (
-            self.child.stdout.take().unwrap(),
-            self.child.stderr.take().unwrap(),
-        );
-        let out = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut so, &mut v).unwrap();
-            v
-        });
-        let err = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut se, &mut v).unwrap();
-            v
-        });
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "bench fuse still running after {LIMIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Output {
-            status,
-            stdout: out.join().unwrap(),
-            stderr: err.join().unwrap(),
-        }
+        testkit::output(&mut self.child, LIMIT)
     }
 }
 
@@ -108,18 +79,6 @@ fn check_row(r: &serde_json::Value, file_bytes: u64) {
     }
 }
 
-fn fuse_missing() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return false;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no /dev/fuse: install fuse3 to run the FUSE benchmark's tests"
-    );
-    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
-    true
-}
-
 /// Runs `easyio bench fuse --duration 0.1 --size 4M --json ARGS`, requires that it
 /// succeeded and left nothing mounted or behind, and returns its report.
 fn bench_fuse(args: &[&str]) -> serde_json::Value {
@@ -153,7 +112,7 @@ fn bench_fuse(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let v = bench_fuse(&["--threads", "2"]);
@@ -192,7 +151,7 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
 
 #[test]
 fn real_programs_run_on_the_mount_and_on_tmpfs() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let v = bench_fuse(&["--workload", "programs"]);
@@ -222,7 +181,7 @@ fn real_programs_run_on_the_mount_and_on_tmpfs() {
 
 #[test]
 fn o_direct_reaches_the_server_and_moves_the_right_bytes() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let v = bench_fuse(&["--direct", "--workload", "randread,seqwrite,create"]);

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest the benchmark may run before the test kills it and fails.
 const LIMIT: Duration = Duration::from_secs(240);
@@ -20,36 +20,7 @@ struct Bench {
 
 impl Bench {
     fn wait(&mut self) -> Output {
-        let (mut so, mut se) = (
-            self.child.stdout.take().unwrap(),
-            self.child.stderr.take().unwrap(),
-        );
-        let out = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut so, &mut v).unwrap();
-            v
-        });
-        let err = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut se, &mut v).unwrap();
-            v
-        });
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "bench preload still running after {LIMIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Output {
-            status,
-            stdout: out.join().unwrap(),
-            stderr: err.join().unwrap(),
-        }
+        testkit::output(&mut self.child, LIMIT)
     }
 }
 

@@ -88,10 +88,10 @@ fn killed_puts_on_a_disk_image_keep_every_acknowledged_put() {
     std::fs::create_dir_all(&dir.0).unwrap();
     let kind = fs_type(&dir.0);
     if kind == TMPFS_MAGIC {
-        eprintln!(
-            "skip: {} is on tmpfs; this test needs a disk file system",
+        testkit::skip(format_args!(
+            "{} is on tmpfs; this test needs a disk file system",
             dir.0.display()
-        );
+        ));
         return;
     }
     let image = dir.0.join("image");

@@ -1,5 +1,6 @@
 //! An image on a host file system too small for it, as a user meets it: a real tmpfs
-//! mounted with `size=8m` (needs root; skipped with a message otherwise) and a 16 MiB
+//! mounted with `size=8m` (needs root; skipped with a message otherwise, failing
+//! when `CI` is set) and a 16 MiB
 //! image. `mkfs` fails with ENOSPC and a one-line message and leaves no file; a sparse
 //! copy of a 16 MiB image placed there is refused by `ls` and `put` the same way, before
 //! any page is touched. No command dies of a signal (SIGBUS).
@@ -7,44 +8,14 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use common::easyio;
+use testkit::SmallTmpfs;
 
-/// A tmpfs of 8 MiB mounted on a fresh directory, unmounted and removed on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(tag: &str) -> Option<SmallFs> {
-        let dir =
-            std::env::temp_dir().join(format!("easyio-cli-small-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-            .arg(&dir)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(SmallFs(dir)),
-            other => {
-                let why = match other {
-                    Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                    Err(e) => e.to_string(),
-                };
-                eprintln!("skipped: cannot mount a small tmpfs ({why}); run as root to test a full host file system");
-                let _ = std::fs::remove_dir(&dir);
-                None
-            }
-        }
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
+/// The size of the small file system.
+const SMALL: &str = "8m";
 
 /// Runs `easyio ARGS --image IMAGE`.
 fn run(image: &Path, args: &[&str]) -> Output {
@@ -69,10 +40,10 @@ fn no_space(out: &Output, image: &Path) -> String {
 
 #[test]
 fn mkfs_on_a_full_host_file_system_is_enospc_in_one_line_and_leaves_nothing() {
-    let Some(fs) = SmallFs::mount("mkfs") else {
+    let Some(fs) = SmallTmpfs::mount("mkfs", SMALL) else {
         return;
     };
-    let image = fs.0.join("image");
+    let image = fs.path("image");
     let err = no_space(&run(&image, &["mkfs", "--size", "16M"]), &image);
     assert!(err.contains("No space left"), "{err}");
     assert!(!image.exists(), "a failed mkfs left the image behind");
@@ -80,7 +51,7 @@ fn mkfs_on_a_full_host_file_system_is_enospc_in_one_line_and_leaves_nothing() {
 
 #[test]
 fn a_sparse_image_larger_than_its_file_system_is_refused_before_any_touch() {
-    let Some(fs) = SmallFs::mount("sparse") else {
+    let Some(fs) = SmallTmpfs::mount("sparse", SMALL) else {
         return;
     };
     let scratch = std::env::temp_dir().join(format!("easyio-cli-sparse-{}", std::process::id()));
@@ -88,7 +59,7 @@ fn a_sparse_image_larger_than_its_file_system_is_refused_before_any_touch() {
     let made = scratch.join("image");
     assert!(run(&made, &["mkfs", "--size", "16M"]).status.success());
     // A copy with holes: only the pages mkfs wrote take space on the small file system.
-    let image = fs.0.join("image");
+    let image = fs.path("image");
     let cp = Command::new("cp")
         .arg("--sparse=always")
         .arg(&made)

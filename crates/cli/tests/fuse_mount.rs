@@ -4,8 +4,9 @@
 //!
 //! Every server runs under a watchdog that kills it (and lazily unmounts) if a test
 //! hangs, and a `Drop` guard unmounts and kills it however the test ends. Every
-//! program runs under `timeout`. Without /dev/fuse the tests are skipped, saying so;
-//! a missing program fails the test naming the Debian package to install.
+//! program runs with a time limit. Without /dev/fuse the tests are skipped, saying so
+//! (and fail when `CI` is set); a missing program fails the test naming the Debian
+//! package to install.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -18,19 +19,7 @@ const EASYIO: &str = env!("CARGO_BIN_EXE_easyio");
 /// Longest a test's server may live before the watchdog kills it.
 const SERVER_LIMIT: Duration = Duration::from_secs(150);
 /// Longest one program may run.
-const PROGRAM_LIMIT_S: &str = "90";
-
-fn fuse_missing() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return false;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no /dev/fuse: install fuse3 to run the FUSE tests"
-    );
-    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
-    true
-}
+const PROGRAM_LIMIT: Duration = Duration::from_secs(90);
 
 /// Fails the test if `prog` is not installed, naming the package that has it.
 fn need(prog: &str, package: &str) {
@@ -69,14 +58,12 @@ impl Drop for Scratch {
     }
 }
 
-/// Runs a program under `timeout`; its output.
+/// Runs a program, killed (and the test failed) after [`PROGRAM_LIMIT`]; its output.
 fn run(prog: &str, args: &[&str], dir: &Path) -> Output {
-    let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "5", PROGRAM_LIMIT_S, prog])
-        .args(args)
-        .current_dir(dir);
-    cmd.output()
-        .unwrap_or_else(|e| panic!("running {prog}: {e}"))
+    testkit::run(
+        Command::new(prog).args(args).current_dir(dir),
+        PROGRAM_LIMIT,
+    )
 }
 
 /// Runs a shell script with `$1` = `arg`; its standard output, failing on failure.
@@ -178,17 +165,7 @@ impl Server {
 
 /// Waits for a child to exit, killing it (and failing) past `limit`.
 fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            panic!("process {} did not exit within {limit:?}", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testkit::wait(child, limit)
 }
 
 /// Kills server `pid` and lazily unmounts `mp` if the test is still running after
@@ -259,7 +236,7 @@ fn normalise_ls(out: &str) -> String {
 
 #[test]
 fn cp_tar_find_ls_du_sha256sum_as_on_tmpfs() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     for (p, pkg) in [
@@ -422,7 +399,7 @@ print("\n".join(out))
 
 #[test]
 fn python_script_as_on_tmpfs() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("python3", "python3");
@@ -455,7 +432,7 @@ fn python_script_as_on_tmpfs() {
 
 #[test]
 fn sqlite_and_git_as_on_tmpfs() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("sqlite3", "sqlite3");
@@ -512,7 +489,7 @@ os.close(own); os.close(log)
 
 #[test]
 fn two_processes_write_files_and_append_to_one_log_at_once() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("python3", "python3");
@@ -524,7 +501,11 @@ fn two_processes_write_files_and_append_to_one_log_at_once() {
     let mut kids: Vec<Child> = (0..2)
         .map(|me| {
             Command::new("timeout")
-                .args([PROGRAM_LIMIT_S, "python3", script.to_str().unwrap()])
+                .args([
+                    PROGRAM_LIMIT.as_secs().to_string().as_str(),
+                    "python3",
+                    script.to_str().unwrap(),
+                ])
                 .args([me.to_string(), N.to_string()])
                 .current_dir(&server.mp)
                 .spawn()
@@ -607,7 +588,7 @@ echo "trunc $(stat -c %a pub/trunc)"
 
 #[test]
 fn an_unprivileged_user_is_refused_what_the_mode_bits_refuse() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("setpriv", "util-linux");
@@ -660,7 +641,7 @@ fn an_unprivileged_user_is_refused_what_the_mode_bits_refuse() {
 
 #[test]
 fn sigkill_of_the_server_loses_no_acknowledged_write() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("python3", "python3");
@@ -672,7 +653,12 @@ fn sigkill_of_the_server_loses_no_acknowledged_write() {
         \x20   os.close(fd)\n\
         \x20   print(i, flush=True)\n";
     let mut w = Command::new("timeout")
-        .args([PROGRAM_LIMIT_S, "python3", "-c", writer])
+        .args([
+            PROGRAM_LIMIT.as_secs().to_string().as_str(),
+            "python3",
+            "-c",
+            writer,
+        ])
         .current_dir(&server.mp)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -762,7 +748,7 @@ fn one_line_error(out: &Output, code: i32, text: &str) {
 
 #[test]
 fn bad_input_then_clean_unmounts_by_every_door() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("fusermount3", "fuse3");
@@ -943,7 +929,11 @@ for name in names:
 /// Runs `script` with `args` in `dir` under `timeout`, in the background.
 fn python(script: &Path, args: &[String], dir: &Path) -> Child {
     Command::new("timeout")
-        .args([PROGRAM_LIMIT_S, "python3", script.to_str().unwrap()])
+        .args([
+            PROGRAM_LIMIT.as_secs().to_string().as_str(),
+            "python3",
+            script.to_str().unwrap(),
+        ])
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::piped())
@@ -974,7 +964,7 @@ fn uthread_counts(log: &str) -> Option<(u64, u64, u64, u64)> {
 
 #[test]
 fn async_mode_serves_concurrent_reads_and_writes_as_uthreads() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("python3", "python3");
@@ -1089,7 +1079,7 @@ fn sums(dir: &Path, names: &[&str]) -> Vec<String> {
 
 #[test]
 fn writeback_cache_data_is_durable_after_fsync_and_close() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("python3", "python3");
@@ -1101,7 +1091,7 @@ fn writeback_cache_data_is_durable_after_fsync_and_close() {
     // 1. fsync'd (file still open) and closed files survive a SIGKILL of the server.
     let mut w = Command::new("timeout")
         .args([
-            PROGRAM_LIMIT_S,
+            PROGRAM_LIMIT.as_secs().to_string().as_str(),
             "python3",
             script.to_str().unwrap(),
             "1",
@@ -1186,21 +1176,38 @@ fn writeback_cache_data_is_durable_after_fsync_and_close() {
 
 #[test]
 fn a_user_who_cannot_open_dev_fuse_is_told_why_in_one_line() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     need("setpriv", "util-linux");
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mode = std::fs::metadata("/dev/fuse").unwrap().mode();
-    if mode & 0o006 == 0o006 {
-        eprintln!(
-            "skipped: /dev/fuse is mode {:04o} here, so other users may mount (through \
-             fusermount3); the refusal this test checks cannot happen",
-            mode & 0o7777
-        );
-        return;
-    }
     let s = Scratch::new("nonroot");
+    // Where /dev/fuse is open to every user (mode 0666, as on many machines), the user
+    // runs in a mount namespace of its own whose /dev/fuse is a node of the same
+    // device that only root may open.
+    let mode = std::fs::metadata("/dev/fuse").unwrap().mode();
+    let mut wrap: Vec<String> = Vec::new();
+    if mode & 0o006 == 0o006 {
+        if testkit::not_root(&format!(
+            "/dev/fuse is mode {:04o}: a private one of mode 0600 is bound over it",
+            mode & 0o7777
+        )) {
+            return;
+        }
+        need("unshare", "util-linux");
+        let node = s.0.join("fuse");
+        let out = run(
+            "mknod",
+            &["-m", "600", node.to_str().unwrap(), "c", "10", "229"],
+            Path::new("/"),
+        );
+        assert!(out.status.success(), "mknod: {out:?}");
+        wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+            .map(String::from)
+            .into();
+        wrap.push(r#"mount --bind "$0" /dev/fuse && exec "$@""#.into());
+        wrap.push(node.to_str().unwrap().into());
+    }
     let image = mkfs(&s.0, "16M");
     let mp = s.0.join("mnt");
     std::fs::create_dir(&mp).unwrap();
@@ -1212,20 +1219,19 @@ fn a_user_who_cannot_open_dev_fuse_is_told_why_in_one_line() {
     // forked meanwhile (until that child's exec closes it): exec then fails with
     // ETXTBSY, which is this test's race, not the refusal it checks.
     let t0 = Instant::now();
+    let user = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        bin.to_str().unwrap(),
+        "mount",
+        image.to_str().unwrap(),
+        mp.to_str().unwrap(),
+    ];
+    let args: Vec<&str> = wrap.iter().map(String::as_str).chain(user).collect();
     let out = loop {
-        let out = run(
-            "setpriv",
-            &[
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                bin.to_str().unwrap(),
-                "mount",
-                image.to_str().unwrap(),
-                mp.to_str().unwrap(),
-            ],
-            Path::new("/"),
-        );
+        let out = run(args[0], &args[1..], Path::new("/"));
         let busy = String::from_utf8_lossy(&out.stderr).contains("Text file busy");
         if !busy || t0.elapsed() > Duration::from_secs(10) {
             break out;

@@ -78,17 +78,8 @@ fn has_open(pid: u32, path: &std::path::Path) -> bool {
 fn interrupt(mut child: Child, stdin: std::process::ChildStdin) -> String {
     // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > PROMPT {
-            let _ = child.kill();
-            panic!("put still waiting on standard input {PROMPT:?} after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    // Past PROMPT the put is killed and the test fails: it still waited on its input.
+    let status = testkit::wait(&mut child, PROMPT);
     drop(stdin);
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();

@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 
 const EASYIO: &str = env!("CARGO_BIN_EXE_easyio");
 
-fn fuse_missing() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return false;
-    }
-    // In CI a test that cannot run fails.
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "no /dev/fuse on this machine (load the fuse module)"
-    );
-    eprintln!("skipped: no /dev/fuse on this machine (load the fuse module to run it)");
-    true
-}
-
 fn easyio(args: &[&str]) -> Output {
     Command::new(EASYIO).args(args).output().unwrap()
 }
@@ -91,7 +78,7 @@ fn wait_gone(pid: u32) {
 
 #[test]
 fn a_busy_umount_names_the_holder_and_a_clean_end_removes_the_log() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let mut s = Scratch::new("busy");
@@ -121,7 +108,7 @@ fn a_busy_umount_names_the_holder_and_a_clean_end_removes_the_log() {
 
 #[test]
 fn a_failed_mount_keeps_its_log_and_says_where() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let s = Scratch::new("failed");
@@ -141,7 +128,7 @@ fn a_failed_mount_keeps_its_log_and_says_where() {
 
 #[test]
 fn a_stale_mount_point_says_how_to_clear_it() {
-    if fuse_missing() {
+    if testkit::fuse_missing() {
         return;
     }
     let mut s = Scratch::new("stale");

@@ -29,15 +29,8 @@ const BLOCK: usize = 4096;
 
 /// This program run again as `role` with `arg`, a client of the server on `socket`.
 fn client_process(role: &str, socket: &Path, arg: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "role_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-            "-q",
-        ])
+    testkit::child_half("role_entry")
+        .arg("-q")
         .env(ROLE, role)
         .env(SOCKET, socket)
         .env(ARG, arg)
@@ -47,14 +40,17 @@ fn client_process(role: &str, socket: &Path, arg: &str) -> Child {
         .unwrap()
 }
 
-/// Waits for a client process; its status and the lines it printed.
-fn finish(mut child: Child) -> (std::process::ExitStatus, Vec<String>, String) {
-    let st = wait_exit(&mut child);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    (st, out.lines().map(str::to_string).collect(), err)
+/// Waits for a client process (reading what it prints meanwhile); its status, the
+/// lines it printed and its standard error.
+fn finish(child: Child) -> (std::process::ExitStatus, Vec<String>, String) {
+    let out = testkit::Running(child).output(LIMIT);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines = text.lines().map(str::to_string).collect();
+    (
+        out.status,
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The contents a worker writes to its `k`-th file.
@@ -86,12 +82,11 @@ fn intact(b: &[u8], block: u64) -> Option<u64> {
     (crc32c::crc32c(&b[..BLOCK - 4]) == crc && b == stamped(seq, block).as_slice()).then_some(seq)
 }
 
-/// The entry of the client processes: does nothing in the test run itself.
+/// The entry of the client processes, which the tests start with the role to play.
 #[test]
+#[ignore = "a client process's half: run by the tests, in a role they set"]
 fn role_entry() {
-    let Ok(role) = std::env::var(ROLE) else {
-        return;
-    };
+    let role = std::env::var(ROLE).expect("a client process's half, run by the tests");
     let socket = PathBuf::from(std::env::var(SOCKET).unwrap());
     let arg = std::env::var(ARG).unwrap();
     let c = Client::connect(&socket).unwrap();
@@ -368,15 +363,8 @@ fn a_client_resolves_paths_itself_and_sees_each_change_of_another_process_at_onc
     let fd = c.open("/d/e/f", libc::O_CREAT | libc::O_WRONLY, 0o644);
     c.close(fd.unwrap()).unwrap();
     // The changer, another client process, takes its orders on its input.
-    let mut kid = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "role_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-            "-q",
-        ])
+    let mut kid = testkit::child_half("role_entry")
+        .arg("-q")
         .env(ROLE, "changer")
         .env(SOCKET, &server.socket)
         .env(ARG, "")
@@ -520,9 +508,7 @@ fn runnable_copy(dir: &Path) -> PathBuf {
 fn each_client_is_checked_as_the_user_the_socket_says() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid(2) has no arguments and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run a client as another user");
+    if testkit::not_root("to run a client as another user") {
         return;
     }
     let dir = Scratch::new("users");
@@ -556,6 +542,7 @@ fn each_client_is_checked_as_the_user_the_socket_says() {
     let kid = loop {
         match Command::new(&bin)
             .args([
+                "--ignored",
                 "--exact",
                 "role_entry",
                 "--nocapture",

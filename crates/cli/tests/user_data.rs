@@ -42,8 +42,8 @@ impl Scratch {
         };
         s.ok(&["mkfs", "--size", "16M"]);
         s.ok(&["mkdir", "/keep"]);
-        s.put("/keep/a", pattern(100_000, 3));
-        s.put("/b", pattern(5_000, 7));
+        s.put("/keep/a", text_lines(100_000, 3));
+        s.put("/b", text_lines(5_000, 7));
         s
     }
 
@@ -146,7 +146,7 @@ impl Drop for Scratch {
 }
 
 /// `len` bytes of text lines, different per `seed`.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+fn text_lines(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| {
             if i % 64 == 63 {
@@ -206,15 +206,15 @@ fn get_of_a_missing_file_leaves_the_target_alone() {
     );
     let names: Vec<_> = s.outside().into_keys().collect();
     assert_eq!(names, ["local.txt", "sub"]);
-    s.put("/c", pattern(10, 1));
+    s.put("/c", text_lines(10, 1));
     s.intact();
 }
 
 #[test]
 fn put_that_fills_the_image_keeps_the_old_content() {
     let mut s = Scratch::new("put-full");
-    s.put("/f", pattern(20_000, 5));
-    let big = s.local("big.bin", &pattern(32 << 20, 9));
+    s.put("/f", text_lines(20_000, 5));
+    let big = s.local("big.bin", &text_lines(32 << 20, 9));
     let err = s.fails(&["put", big.to_str().unwrap(), "/f"], libc::ENOSPC);
     assert!(err.contains("space"), "{err}");
     // A new file that does not fit is not left behind half-written either.
@@ -236,23 +236,13 @@ fn put_of_a_directory_changes_nothing() {
 
 /// Waits for a child, failing the test if it does not end within [`LIMIT`].
 fn wait_bounded(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if start.elapsed() > LIMIT {
-            child.kill().unwrap();
-            panic!("easyio still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    testkit::wait(child, LIMIT)
 }
 
 #[test]
 fn sigpipe_ends_cat_with_a_clean_unmount() {
     let mut s = Scratch::new("sigpipe");
-    s.put("/big", pattern(8 << 20, 2));
+    s.put("/big", text_lines(8 << 20, 2));
     let mut cat = s
         .cmd(&["cat", "/big"])
         .stdout(Stdio::piped())
@@ -332,7 +322,7 @@ fn feeding_put(s: &Scratch, dest: &str, after: usize, cap: usize) -> Feed {
     let (tx, rx) = std::sync::mpsc::channel();
     let (hold, held) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        let chunk = pattern(1 << 20, 4);
+        let chunk = text_lines(1 << 20, 4);
         let mut sent = 0;
         let mut told = false;
         while sent < cap && stdin.write_all(&chunk).is_ok() {
@@ -380,7 +370,7 @@ fn sigint_and_sigterm_end_a_put_through_a_clean_unmount() {
 #[test]
 fn a_second_sigint_exits_at_once_and_the_next_open_recovers() {
     let mut s = Scratch::new("sigint2");
-    s.put("/big", pattern(8 << 20, 2));
+    s.put("/big", text_lines(8 << 20, 2));
     // Its output goes to a pipe nobody reads: the write it blocks in is restarted after
     // the first SIGINT, which therefore cannot finish it.
     let mut cat = s
@@ -635,7 +625,7 @@ fn progress_shows_on_a_terminal_and_nowhere_else() {
     let crash = ["crashtest", "--workload", "generic_056", "--points", "8"];
     let qos = ["bench", "qos", "--seconds", "0.05", "--medium", "none"];
     let Some(text) = on_terminal(&s, &crash) else {
-        eprintln!("SKIP: script(1) is not installed");
+        testkit::skip("script(1) is not installed (Debian's bsdutils)");
         return;
     };
     assert!(text.contains("0/1 cpu generic_056"), "{text}");

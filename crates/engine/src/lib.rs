@@ -29,8 +29,10 @@
 //!
 //! # Place in the layers
 //!
-//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
-//! beside them; no crate imports one above it. `engine` imports only `pmem` and
+//! Layers, bottom up: `threads`; `pmem` and `rt` over it; `engine`; `mover`; `fs`;
+//! then the crash harness, the server, the doors, the benchmarks and the binary (the
+//! whole graph is in docs/ARCHITECTURE.md). No crate imports one above it.
+//! `engine` imports only `pmem` and
 //! `threads`. It must not know about files, logs, modes or uthreads, must not decide
 //! when a caller waits or which copies to offload (the movers do), and must not write a
 //! completion counter before the data it covers is durable.

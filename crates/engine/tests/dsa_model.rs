@@ -33,7 +33,7 @@ fn engine_on_model_with(region: &Arc<Region>, cfg: ModelConfig) -> (DeviceModel,
 fn memmove_both_ways_and_counter_published_by_the_device() {
     let region = region(8, 1);
     let (model, engine) = engine_on_model(&region);
-    let src = pattern(300_000, 1);
+    let src = pattern(1, 300_000);
     engine.write_sync(0, &src[5..], DATA + 3).unwrap();
     assert_eq!(read(&region, DATA + 3, src.len() - 5), src[5..]);
     assert_eq!(
@@ -61,7 +61,7 @@ fn statistics_include_a_batch_once_its_wait_returns() {
         ..ModelConfig::default()
     };
     let (_model, engine) = engine_on_model_with(&region, cfg);
-    let src = pattern(8192, 3);
+    let src = pattern(3, 8192);
     for i in 1..=3u64 {
         engine.write_sync(0, &src, DATA).unwrap();
         let stats = engine.stats(0).unwrap();
@@ -75,7 +75,7 @@ fn batch_of_copies_gets_one_sn_and_one_in_flight_at_a_time() {
     let region = region(8, 1);
     let (_model, engine) = engine_on_model(&region);
     let bufs: Vec<Vec<u8>> = (0..5)
-        .map(|i| pattern(10_000 + i * 999, i as u64))
+        .map(|i| pattern(i as u64, 10_000 + i * 999))
         .collect();
     let descs: Vec<Desc> = bufs
         .iter()
@@ -123,7 +123,7 @@ fn inaccessible_page() -> *mut u8 {
 fn page_fault_is_a_typed_error_and_the_counter_stays_behind() {
     let region = region(8, 1);
     let (_model, engine) = engine_on_model(&region);
-    let good = pattern(8192, 2);
+    let good = pattern(2, 8192);
     engine.write_sync(0, &good, DATA).unwrap();
     let page = inaccessible_page();
     // A good copy, then one from the inaccessible page.
@@ -173,7 +173,7 @@ fn write_fault_reports_the_destination_and_bytes_completed() {
     let region = region(8, 1);
     let (_model, engine) = engine_on_model(&region);
     let page = inaccessible_page();
-    let src = pattern(4096, 3);
+    let src = pattern(3, 4096);
     engine.write_sync(0, &src, DATA).unwrap();
     // SAFETY: the model writes through process_vm_writev; the page only faults.
     let sn = unsafe {
@@ -204,7 +204,7 @@ fn write_fault_reports_the_destination_and_bytes_completed() {
 fn invalid_flags_are_a_typed_error() {
     let region = region(8, 1);
     let (_model, engine) = engine_on_model(&region);
-    let src = pattern(4096, 4);
+    let src = pattern(4, 4096);
     engine
         .testing()
         .corrupt_next(0, Corruption::InvalidFlags)
@@ -230,7 +230,7 @@ fn invalid_flags_are_a_typed_error() {
 fn misaligned_completion_record_is_a_typed_error() {
     let region = region(8, 1);
     let (_model, engine) = engine_on_model(&region);
-    let src = pattern(4096, 5);
+    let src = pattern(5, 4096);
     engine
         .testing()
         .corrupt_next(0, Corruption::MisalignedCompletion)
@@ -265,7 +265,7 @@ fn a_software_error_is_reported_only_once_the_batch_is_over() {
             ..ModelConfig::default()
         },
     );
-    region.write(DATA, &pattern(LEN, 6));
+    region.write(DATA, &pattern(6, LEN));
     let mut dst = vec![0u8; MEMBERS * LEN];
     let descs: Vec<Desc> = dst.chunks_mut(LEN).map(|d| Desc::read(DATA, d)).collect();
     engine
@@ -303,9 +303,7 @@ fn a_software_error_is_reported_only_once_the_batch_is_over() {
 #[test]
 fn selecting_dsa_without_a_device_says_what_was_looked_for() {
     if std::path::Path::new(engine::dsa::SYSFS_DSA).exists() {
-        println!(
-            "skipped: this machine has an idxd driver; the no-device message is not reachable"
-        );
+        testkit::skip("this machine has an idxd driver; the no-device message is not reachable");
         return;
     }
     let region = region(1, 1);
@@ -344,7 +342,7 @@ fn a_model_reaches_a_traced_region_through_a_window_and_the_trace_sees_its_copie
     format_records(&*tp, AREA, 2).unwrap();
     let engine = Engine::dsa_model(tp.clone(), &config(2), ModelConfig::default()).unwrap();
     assert_eq!((engine.kind().name(), engine.channels()), ("dsa", 2));
-    let src = pattern(70_000, 9);
+    let src = pattern(9, 70_000);
     engine.write_sync(1, &src, DATA + 5).unwrap();
     let mut back = vec![0u8; src.len()];
     engine.read_sync(1, DATA + 5, &mut back).unwrap();

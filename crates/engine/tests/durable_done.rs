@@ -103,7 +103,7 @@ impl Pmem for HoldAfterCounterStore {
 
 #[test]
 fn an_sn_is_not_done_while_its_counter_is_stored_but_not_yet_written_back() {
-    let data = pattern(8192, 7);
+    let data = pattern(7, 8192);
     let held = Arc::new(HoldAfterCounterStore {
         inner: region(4, 1),
         hold: record::counter_off(AREA, 0),

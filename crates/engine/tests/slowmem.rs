@@ -48,8 +48,8 @@ fn a_copy_is_done_no_earlier_than_modelled_and_in_channel_order() {
     let pm = slow(region(8, 1));
     let engine = Engine::software(pm.clone(), &config(1)).unwrap();
     // 2 MiB at 1 GB/s: 2.097 ms of the model; then a copy of 64 bytes (64 ns of it).
-    let big = pattern(2 << 20, 1);
-    let small = pattern(64, 2);
+    let big = pattern(1, 2 << 20);
+    let small = pattern(2, 64);
     let modelled = Duration::from_nanos(big.len() as u64 + small.len() as u64);
     let t0 = Instant::now();
     // SAFETY: both buffers outlive the waits below.
@@ -102,7 +102,7 @@ fn polled_after_idle(nap: Option<Duration>) {
     for round in 0..20u64 {
         // Long enough idle for the worker to have napped and parked.
         std::thread::sleep(Duration::from_micros(200 + 50 * round));
-        let data = pattern(4096 * (1 + round as usize % 5), round);
+        let data = pattern(round, 4096 * (1 + round as usize % 5));
         let at = DATA + round * (64 << 10);
         // SAFETY: `data` outlives the poll below.
         let sn = unsafe { engine.submit(0, &[Desc::write(&data, at)]) }.unwrap();
@@ -124,7 +124,7 @@ fn a_napping_worker_serves_a_poller_within_a_nap_and_a_waiter_at_once() {
         ..config(1)
     };
     let engine = Engine::software(pm.clone(), &cfg).unwrap();
-    let data = pattern(4096, 3);
+    let data = pattern(3, 4096);
     // Let the worker fall into its naps first.
     std::thread::sleep(Duration::from_millis(50));
     let t0 = Instant::now();
@@ -148,7 +148,7 @@ fn queue_depth_counts_copies_until_they_are_visible() {
     let pm = slow(region(8, 1));
     let engine = Engine::software(pm.clone(), &config(1)).unwrap();
     // Forty copies of 64 KiB: 2.6 ms of the model, copied far faster.
-    let data = pattern(64 << 10, 5);
+    let data = pattern(5, 64 << 10);
     let mut sns = Vec::new();
     for i in 0..40u64 {
         // SAFETY: `data` outlives the waits below.
@@ -175,7 +175,7 @@ fn queue_depth_counts_copies_until_they_are_visible() {
 fn reads_are_stamped_like_writes() {
     let pm = slow(region(8, 1));
     let engine = Engine::software(pm.clone(), &config(1)).unwrap();
-    let data = pattern(1 << 20, 9);
+    let data = pattern(9, 1 << 20);
     pm.write_persist(DATA, &data);
     let mut out = vec![0u8; data.len()];
     let t0 = Instant::now();

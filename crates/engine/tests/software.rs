@@ -71,7 +71,7 @@ fn concurrent_submitters_every_byte_arrives_in_fifo_order() {
                         let align = rng.random_range(0..64) as usize;
                         let mut buf = vec![0u8; align + len];
                         buf[align..]
-                            .copy_from_slice(&pattern(len, (t << 32) | (i as u64) << 8 | k as u64));
+                            .copy_from_slice(&pattern((t << 32) | (i as u64) << 8 | k as u64, len));
                         cursor += rng.random_range(0..64);
                         plan.push((cursor, align, len));
                         cursor += len as u64;
@@ -225,7 +225,7 @@ fn counter_is_stored_only_after_its_copies_are_fenced() {
     let engine = Engine::software(rec.clone(), &config(CHANNELS)).unwrap();
     // (channel, counter) -> region offset of the copy that counter completes.
     let mut copies: HashMap<(u16, u64), u64> = HashMap::new();
-    let src = pattern(1 << 20, 5);
+    let src = pattern(5, 1 << 20);
     let mut rng = rng(11);
     let mut off = DATA;
     let mut sns = Vec::new();
@@ -325,10 +325,10 @@ fn counter_is_stored_only_after_its_copies_are_fenced() {
 fn frozen_channel_leaves_data_durable_and_counter_unpublished() {
     let region = region(8, 2);
     let engine = Engine::software(region.clone(), &config(2)).unwrap();
-    let a = pattern(10_000, 1);
+    let a = pattern(1, 10_000);
     engine.write_sync(0, &a, DATA).unwrap();
     engine.testing().freeze_before_publish(0).unwrap();
-    let b = pattern(70_000, 2);
+    let b = pattern(2, 70_000);
     // SAFETY: `b` outlives the engine, dropped explicitly below.
     let sn = unsafe { engine.submit(0, &[Desc::write(&b, DATA + 65536)]).unwrap() };
     assert_eq!(engine.testing().wait_frozen(0).unwrap(), sn.counter());
@@ -385,8 +385,8 @@ fn suspend_finishes_the_descriptor_in_hand_and_starts_no_other() {
         ..config(1)
     };
     let engine = Engine::software(region.clone(), &cfg).unwrap();
-    let big = pattern(16 << 20, 3);
-    let small = pattern(4096, 4);
+    let big = pattern(3, 16 << 20);
+    let small = pattern(4, 4096);
     let descs = [
         Desc::write(&big, DATA),
         Desc::write(&small, DATA + (16 << 20)),
@@ -425,7 +425,7 @@ fn a_full_ring_answers_busy_and_blocking_submit_waits() {
         ..config(1)
     };
     let engine = Arc::new(Engine::software(region.clone(), &cfg).unwrap());
-    let src = pattern(4096, 6);
+    let src = pattern(6, 4096);
     engine.suspend(0).unwrap();
     let mut sns = Vec::new();
     for i in 0..3 {
@@ -493,7 +493,7 @@ fn a_full_ring_answers_busy_and_blocking_submit_waits() {
 fn shutdown_completes_everything_in_flight() {
     let region = region(24, 2);
     let engine = Engine::software(region.clone(), &config(2)).unwrap();
-    let src = pattern(64 << 10, 7);
+    let src = pattern(7, 64 << 10);
     let mut sns = Vec::new();
     for i in 0..160u64 {
         // SAFETY: `src` outlives the engine's use of it: the shutdown below completes
@@ -519,7 +519,7 @@ fn shutdown_completes_everything_in_flight() {
 #[test]
 fn cpu_engine_completes_at_submit_and_counting_survives_remount() {
     let region = region(4, 2);
-    let src = pattern(100_000, 8);
+    let src = pattern(8, 100_000);
     {
         let engine = Engine::cpu(region.clone(), &config(2)).unwrap();
         for i in 0..3 {
@@ -623,7 +623,7 @@ fn worker_cpu_time_is_counted_by_role() {
     let region = region(9, 1);
     let before = cpu_time(Role::CopyEngine);
     let engine = Engine::software(region.clone(), &config(1)).unwrap();
-    let src = pattern(1 << 20, 7);
+    let src = pattern(7, 1 << 20);
     for i in 0..64u64 {
         engine
             .write_sync(0, &src, DATA + (i % 8) * (1 << 20))

@@ -11,12 +11,7 @@ use common::*;
 use fs::{Error, FileSystem, MountOptions, OpenFlags};
 use mover::fault::{self, Fault};
 use mover::Mode;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(17).wrapping_add(seed))
-        .collect()
-}
+use testkit::pattern;
 
 /// Delegation threads: each failure below kills one, and some must be left (with none
 /// left the caller copies by itself).

@@ -12,6 +12,7 @@ use fs::{
 };
 use pmem::crash::CrashCursor;
 use pmem::{MemPmem, Pmem, TracePmem};
+use testkit::pattern;
 
 const REGION: usize = 2 << 20;
 /// Seeded samples of the pending stores per crash point, besides none and all.
@@ -65,12 +66,6 @@ fn snapshot(fs: &FileSystem, path: &str) -> Snapshot {
         data,
         blocks: st.blocks,
     }
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect()
 }
 
 /// Runs `setup` then `op` on a tracing region, and checks every crash state `op`

@@ -59,7 +59,7 @@ const FACTS_V3: (u64, u64, u64) = (15, 94, 39);
 fn xattrs() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
         ("/xattrs.txt", "trusted.t", b"trusted value".to_vec()),
-        ("/xattrs.txt", "user.big", pattern(5, 5000)),
+        ("/xattrs.txt", "user.big", golden_fill(5, 5000)),
         ("/xattrs.txt", "user.color", b"blue".to_vec()),
         ("/xattrs.txt", "user.empty", Vec::new()),
         ("/docs", "user.dir", b"on a directory".to_vec()),
@@ -78,8 +78,9 @@ fn golden_path(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/format-v{version}.img.sz"))
 }
 
-/// `len` bytes that differ from block to block and from `seed` to `seed`.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
+/// `len` bytes that differ from block to block and from `seed` to `seed`: the contents
+/// of the checked-in images, so they stay as they are (not `testkit::pattern`).
+fn golden_fill(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -110,7 +111,7 @@ fn readme(version: u32) -> Vec<u8> {
 }
 
 fn punched() -> Vec<u8> {
-    let mut data = pattern(6, PUNCH_FROM);
+    let mut data = golden_fill(6, PUNCH_FROM);
     let (at, len) = PUNCH;
     data[at as usize..(at + len) as usize].fill(0);
     data
@@ -125,9 +126,9 @@ fn preallocated() -> Vec<u8> {
 
 /// Every node of the image of `version`, root first.
 fn expected(version: u32) -> Vec<Node> {
-    let mut big = pattern(1, BIG_BYTES);
+    let mut big = golden_fill(1, BIG_BYTES);
     let (at, n) = BIG_OVERWRITE;
-    big[at as usize..at as usize + n].copy_from_slice(&pattern(2, n));
+    big[at as usize..at as usize + n].copy_from_slice(&golden_fill(2, n));
     let mut sparse = vec![0u8; SPARSE_AT as usize];
     sparse.extend_from_slice(b"after the hole");
     let file = |path, data, perm, nlink| Node {
@@ -159,7 +160,7 @@ fn expected(version: u32) -> Vec<Node> {
         ),
         file(
             "/truncated.bin",
-            pattern(3, TRUNC_FROM)[..TRUNC_TO as usize].to_vec(),
+            golden_fill(3, TRUNC_FROM)[..TRUNC_TO as usize].to_vec(),
             0o644,
             1,
         ),
@@ -201,16 +202,16 @@ fn build(fs: &FileSystem) {
     fs.mkdir("/docs/sub", 0o700).unwrap();
     fs.mkdir("/empty-dir", 0o751).unwrap();
     put("/docs/readme.txt", &readme(version));
-    put("/docs/big.bin", &pattern(1, BIG_BYTES));
+    put("/docs/big.bin", &golden_fill(1, BIG_BYTES));
     let fd = fs.open("/docs/big.bin", OpenFlags::WRONLY, 0).unwrap();
     let (at, n) = BIG_OVERWRITE;
-    fs.pwrite(fd, &pattern(2, n), at).unwrap();
+    fs.pwrite(fd, &golden_fill(2, n), at).unwrap();
     fs.close(fd).unwrap();
     put("/docs/sub/deep.txt", b"deep\n");
     fs.link("/docs/readme.txt", "/hard-readme").unwrap();
     put("/old-name.txt", b"this file was called old-name.txt\n");
     fs.rename("/old-name.txt", "/renamed.txt").unwrap();
-    put("/truncated.bin", &pattern(3, TRUNC_FROM));
+    put("/truncated.bin", &golden_fill(3, TRUNC_FROM));
     fs.truncate("/truncated.bin", TRUNC_TO).unwrap();
     let fd = fs
         .open("/sparse.bin", OpenFlags::WRONLY | OpenFlags::CREAT, 0o644)
@@ -244,7 +245,7 @@ fn build_v3(fs: &FileSystem, put: &dyn Fn(&str, &[u8])) {
         fs.setxattr(path, name, &value, 0).unwrap();
     }
     fs.removexattr("/xattrs.txt", "user.removed").unwrap();
-    put("/punched.bin", &pattern(6, PUNCH_FROM));
+    put("/punched.bin", &golden_fill(6, PUNCH_FROM));
     let fd = fs.open("/punched.bin", OpenFlags::RDWR, 0).unwrap();
     let mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
     fs.fallocate(fd, mode, PUNCH.0, PUNCH.1).unwrap();
@@ -578,7 +579,7 @@ fn check_image(version: u32) {
     check_tree(&fs, version, &[]);
     // The image takes new writes: the allocator hands out free blocks only; and, once
     // upgraded, what the new version added.
-    let new = pattern(4, 2 * 4096 + 10);
+    let new = golden_fill(4, 2 * 4096 + 10);
     let fd = fs
         .open("/docs/new.bin", OpenFlags::RDWR | OpenFlags::CREAT, 0o644)
         .unwrap();

@@ -361,7 +361,9 @@ fn tmpfs_root(name: &str) -> Option<PathBuf> {
 /// Runs `ops` on both sides and compares every outcome.
 fn agree(name: &str, ops: &[Op]) {
     let Some(root) = tmpfs_root(name) else {
-        eprintln!("skip {name}: /dev/shm is not a tmpfs with user extended attributes");
+        testkit::skip(format_args!(
+            "{name}: /dev/shm is not a tmpfs with user extended attributes"
+        ));
         return;
     };
     let mut host = Host {

@@ -26,6 +26,7 @@ use fs::{Cred, Fd, FileKind, FileSystem, OpenFlags, Stat, Whence};
 use model::{Access, Body, Config, Id, Model, Target, PAGE, ROOT};
 use pmem::Pmem;
 use proptest::prelude::*;
+use testkit::pattern;
 
 const MAX_NAME: usize = model::NAME_MAX;
 /// The file system's largest file.
@@ -391,12 +392,6 @@ fn old_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------
 // Running a sequence against both
 // ---------------------------------------------------------------------------------
@@ -752,11 +747,11 @@ impl Harness {
             }
             Op::Close(f) => same!(errno(fs.close(Fd(*f))), m.close(*f)),
             Op::Write(f, l, seed) => {
-                let b = pattern(*l, *seed);
+                let b = pattern(u64::from(*seed), *l);
                 same!(errno(fs.write(Fd(*f), &b)), m.write(*f, &b))
             }
             Op::Pwrite(f, o, l, seed) => {
-                let b = pattern(*l, *seed);
+                let b = pattern(u64::from(*seed), *l);
                 same!(errno(fs.pwrite(Fd(*f), &b, *o)), m.pwrite(*f, &b, *o))
             }
             Op::Read(f, l) => {
@@ -884,7 +879,7 @@ impl Harness {
                 m.fallocate(*f, *mode as u32, *o as i64, *l as i64)
             ),
             Op::SetXattr(t, n, l, seed, flags) => {
-                let v = pattern(*l, *seed);
+                let v = pattern(u64::from(*seed), *l);
                 let got = errno(match t {
                     XTarget::Path(p) => call!(setxattr(p, n, &v, *flags)),
                     XTarget::Link(p) => call!(lsetxattr(p, n, &v, *flags)),

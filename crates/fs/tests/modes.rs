@@ -11,17 +11,12 @@ use std::sync::Arc;
 use common::*;
 use fs::{FileSystem, Mode, MountOptions, OpenFlags};
 use pmem::Pmem;
+use testkit::pattern;
 
 fn mount_mode(pm: &Arc<dyn Pmem>, mode: Mode) -> FileSystem {
     FileSystem::mount(pm.clone(), MountOptions::with_mode(mode))
         .unwrap()
         .0
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-        .collect()
 }
 
 #[test]
@@ -43,7 +38,7 @@ fn every_mode_reads_back_what_it_wrote() {
             .into_iter()
             .enumerate()
             {
-                let data = pattern(len, i as u8);
+                let data = pattern(i as u64, len);
                 fs.pwrite(fd, &data, off).unwrap();
                 let end = off as usize + len;
                 if model.len() < end {
@@ -169,15 +164,12 @@ fn explicit_async_api_overlaps_and_returns_buffers() {
     let fs = mount_mode(&pm, Mode::Async);
     let fd = fs.open("/f", rw_create(), 0o644).unwrap();
     let tokens: Vec<_> = (0..8u64)
-        .map(|i| {
-            fs.submit_pwrite(fd, pattern(65536, i as u8), i * 65536)
-                .unwrap()
-        })
+        .map(|i| fs.submit_pwrite(fd, pattern(i, 65536), i * 65536).unwrap())
         .collect();
     for (i, t) in tokens.into_iter().enumerate() {
         let (n, buf) = t.wait().unwrap();
         assert_eq!(n, 65536);
-        assert_eq!(buf, pattern(65536, i as u8));
+        assert_eq!(buf, pattern(i as u64, 65536));
     }
     let t = fs.submit_pread(fd, vec![0u8; 3 * 65536], 65536).unwrap();
     let got = t.wait().unwrap();
@@ -185,7 +177,7 @@ fn explicit_async_api_overlaps_and_returns_buffers() {
     for i in 0..3 {
         assert_eq!(
             got[i * 65536..(i + 1) * 65536],
-            pattern(65536, i as u8 + 1)[..]
+            pattern(i as u64 + 1, 65536)[..]
         );
     }
     // Reading past the end gives a short buffer; a write-only descriptor cannot read.
@@ -211,7 +203,7 @@ fn explicit_async_api_overlaps_and_returns_buffers() {
 #[test]
 fn crash_with_pending_copy_keeps_previous_contents() {
     let pm = fresh(32 * MIB);
-    let old = pattern(65536, 1);
+    let old = pattern(1, 65536);
     {
         let fs = mount_mode(&pm, Mode::Async);
         let fd = fs.open("/f", rw_create(), 0o644).unwrap();
@@ -230,7 +222,7 @@ fn crash_with_pending_copy_keeps_previous_contents() {
         for ch in 0..engine.channels() as u16 {
             engine.testing().freeze_before_publish(ch).unwrap();
         }
-        let token = fs.submit_pwrite(fd, pattern(65536, 2), 0).unwrap();
+        let token = fs.submit_pwrite(fd, pattern(2, 65536), 0).unwrap();
         let t0 = std::time::Instant::now();
         let frozen = || {
             (0..engine.channels() as u16).any(|c| engine.testing().frozen_at(c).unwrap().is_some())
@@ -268,10 +260,10 @@ fn lock_across_wait_variant_reads_and_writes() {
     };
     let fs = Arc::new(FileSystem::mount(pm.clone(), opts).unwrap().0);
     let fd = fs.open("/f", rw_create(), 0o644).unwrap();
-    fs.pwrite(fd, &pattern(65536, 3), 0).unwrap();
+    fs.pwrite(fd, &pattern(3, 65536), 0).unwrap();
     let mut b = vec![0u8; 65536];
     fs.pread(fd, &mut b, 0).unwrap();
-    assert_eq!(b, pattern(65536, 3));
+    assert_eq!(b, pattern(3, 65536));
     let rt = rt::Runtime::new(1).unwrap();
     let fs2 = fs.clone();
     rt.block_on(move || {
@@ -306,7 +298,7 @@ fn engine_modes_use_the_engine_the_run_asked_for() {
         let fs = mount_mode(&pm, mode);
         assert_eq!(fs.engine().unwrap().kind(), want, "{mode}");
         let fd = fs.open("/f", rw_create(), 0o644).unwrap();
-        let data = pattern(256 * 1024, 7);
+        let data = pattern(7, 256 * 1024);
         fs.pwrite(fd, &data, 0).unwrap();
         let mut back = vec![0u8; data.len()];
         fs.pread(fd, &mut back, 0).unwrap();

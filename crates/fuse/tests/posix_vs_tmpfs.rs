@@ -295,12 +295,7 @@ fn random_posix_calls_as_on_tmpfs_with_the_page_cache() {
 /// The random calls of every seed through a mount of a fresh image, with the file
 /// system's options `fs_opts` and the mount's `opts`, and through tmpfs.
 fn random_calls(tag: &str, fs_opts: MountOptions, opts: &Options) {
-    if !Path::new("/dev/fuse").exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "no /dev/fuse: install fuse3 to run the FUSE tests"
-        );
-        eprintln!("skipped: no /dev/fuse on this machine");
+    if testkit::fuse_missing() {
         return;
     }
     let base = Dir(PathBuf::from(format!(

@@ -34,12 +34,7 @@ impl Served {
 
     /// A mount of a fresh image in the file system mode and with the options given.
     fn with(name: &str, fs_opts: MountOptions, opts: &Options) -> Option<Served> {
-        if !Path::new("/dev/fuse").exists() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "no /dev/fuse: install fuse3 to run the FUSE tests"
-            );
-            eprintln!("skipped: no /dev/fuse on this machine");
+        if testkit::fuse_missing() {
             return None;
         }
         let region = Region::create_temp(64 << 20).unwrap();
@@ -248,7 +243,7 @@ fn lookups_are_given_back_at_forget() {
     );
     // The kernel forgets the inodes it no longer caches: make it drop them all.
     if std::fs::write("/proc/sys/vm/drop_caches", "2").is_err() {
-        eprintln!("skipped the forget half: /proc/sys/vm/drop_caches is not writable (not root)");
+        testkit::skip("the forget half: /proc/sys/vm/drop_caches is not writable (not root)");
         return;
     }
     let t0 = Instant::now();

@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::process::Command;
 
 use model::{
     Access, Config, Fd, Kind, Model, OpenSpec, Stat, Target, Whence, FALLOC_KEEP_SIZE,
@@ -31,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
+use testkit::pattern;
 
 const ROOT_ENV: &str = "EASYIO_MODEL_KERNEL_ROOT";
 const CASES_ENV: &str = "EASYIO_MODEL_KERNEL_CASES";
@@ -38,30 +38,24 @@ const SEED_ENV: &str = "EASYIO_MODEL_KERNEL_SEED";
 const DEFAULT_CASES: u64 = 200;
 const DEFAULT_SEED: u64 = 0x005E_ED0F_11A0;
 const MAX_CALLS: usize = 120;
+/// Longest the chrooted child may run before it is killed and the test fails.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(900);
 /// The umask of both sides: new inodes lose these bits.
 const UMASK: u32 = 0o022;
 
 #[test]
 fn the_model_answers_as_linux_does() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skip: comparing with the kernel needs root (chroot, mknod, chown)");
+    if testkit::not_root("comparing with the kernel: chroot, mknod, chown") {
         return;
     }
     let dir = shm_dir();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "chrooted",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = testkit::child_half("chrooted");
+    child
         .env(ROOT_ENV, &dir)
         // Under AddressSanitizer: the chrooted child has no /proc, which LeakSanitizer
         // reads at exit (it then fails the process). The parent still checks for leaks.
-        .env("ASAN_OPTIONS", child_asan_options())
-        .output()
-        .expect("running the chrooted child");
+        .env("ASAN_OPTIONS", child_asan_options());
+    let out = testkit::run(&mut child, CHILD_LIMIT);
     std::fs::remove_dir_all(&dir).ok();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -249,12 +243,6 @@ impl Attrs {
             rdev: s.st_rdev,
         }
     }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------
@@ -537,10 +525,10 @@ impl Pair {
             Call::Open(p, s) => m.open(p, s).map(|_| Out::NewFd),
             Call::Close(fd) => unit(m.close(*fd)),
             Call::Write(fd, l, seed) => m
-                .write(*fd, &pattern(*l, *seed))
+                .write(*fd, &pattern(u64::from(*seed), *l))
                 .map(|n| Out::Num(n as u64)),
             Call::Pwrite(fd, o, l, seed) => m
-                .pwrite(*fd, &pattern(*l, *seed), *o)
+                .pwrite(*fd, &pattern(u64::from(*seed), *l), *o)
                 .map(|n| Out::Num(n as u64)),
             Call::Read(fd, l) => m.read(*fd, *l).map(Out::Bytes),
             Call::Pread(fd, o, l) => m.pread(*fd, *o, *l).map(Out::Bytes),
@@ -565,7 +553,7 @@ impl Pair {
             Call::Chmod(on, mo) => unit(m.chmod(target_of(on), *mo)),
             Call::Chown(on, u, g) => unit(m.chown(target_of(on), *u, *g)),
             Call::Setxattr(on, n, l, seed, f) => {
-                unit(m.setxattr(target_of(on), n, &pattern(*l, *seed), *f))
+                unit(m.setxattr(target_of(on), n, &pattern(u64::from(*seed), *l), *f))
             }
             Call::Getxattr(on, n, size) => m
                 .getxattr(target_of(on), n, *size)
@@ -605,10 +593,14 @@ impl Pair {
                 drop(self.fds[*fd as usize].take());
                 Out::Unit
             }
-            Call::Write(fd, l, seed) => num(io::write(self.kfd(*fd), &pattern(*l, *seed))?),
-            Call::Pwrite(fd, o, l, seed) => {
-                num(io::pwrite(self.kfd(*fd), &pattern(*l, *seed), *o)?)
+            Call::Write(fd, l, seed) => {
+                num(io::write(self.kfd(*fd), &pattern(u64::from(*seed), *l))?)
             }
+            Call::Pwrite(fd, o, l, seed) => num(io::pwrite(
+                self.kfd(*fd),
+                &pattern(u64::from(*seed), *l),
+                *o,
+            )?),
             Call::Read(fd, l) => {
                 let mut b = vec![0u8; *l];
                 let n = io::read(self.kfd(*fd), &mut b[..])?;
@@ -711,7 +703,10 @@ impl Pair {
     fn kernel_xattr_call(&mut self, call: &Call) -> rustix::io::Result<Out> {
         Ok(match call {
             Call::Setxattr(on, n, l, seed, f) => {
-                let (v, flags) = (pattern(*l, *seed), rfs::XattrFlags::from_bits_retain(*f));
+                let (v, flags) = (
+                    pattern(u64::from(*seed), *l),
+                    rfs::XattrFlags::from_bits_retain(*f),
+                );
                 match on {
                     On::Path(p) => rfs::setxattr(p.as_str(), n.as_str(), &v, flags)?,
                     On::Link(p) => rfs::lsetxattr(p.as_str(), n.as_str(), &v, flags)?,

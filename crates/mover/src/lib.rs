@@ -16,8 +16,10 @@
 //!
 //! # Place in the layers
 //!
-//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
-//! beside them; no crate imports one above it. `mover` imports `engine`, `pmem`, `rt`
+//! Layers, bottom up: `threads`; `pmem` and `rt` over it; `engine`; `mover`; `fs`;
+//! then the crash harness, the server, the doors, the benchmarks and the binary (the
+//! whole graph is in docs/ARCHITECTURE.md). No crate imports one above it.
+//! `mover` imports `engine`, `pmem`, `rt`
 //! and `threads`, never `fs` or anything above: it must not know about inodes, logs,
 //! locks or the on-region format, and must not hand a caller's buffer back while an
 //! engine or a delegation thread may still copy into or out of it.

@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use mover::fault::{self, Fault};
 use mover::{Config, DelegateMover, Error, Mover, Pending, ReadPiece, WritePiece};
 use pmem::{Pmem, Region};
+use testkit::{pattern, POISON};
 
 const REGION: u64 = 8 << 20;
 const DATA: u64 = 1 << 20;
 const STRIPE: usize = 32 * 1024;
 /// Stripes per request: several per delegation thread.
 const STRIPES: usize = 8;
-/// Odd, so never a byte of [`pattern`].
-const POISON: u8 = 0xA5;
 const FAULTS: [Fault; 2] = [Fault::DelegatePanic, Fault::DelegateExit];
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -42,12 +41,6 @@ fn setup() -> (Arc<dyn Pmem>, DelegateMover) {
     };
     let m = DelegateMover::new(pm.clone(), &cfg);
     (pm, m)
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) & 0xFE)
-        .collect()
 }
 
 fn write(m: &DelegateMover, off: u64, src: &[u8]) -> Pending {

@@ -15,6 +15,7 @@ use mover::{
     AsyncMover, Class, Client, Config, DmaSyncMover, Mover, QosConfig, ReadPiece, WritePiece,
 };
 use pmem::{Pmem, Region};
+use testkit::{pattern, POISON};
 
 const REGION: u64 = 8 << 20;
 const RECORDS: u64 = 0;
@@ -28,8 +29,6 @@ const PIECE: usize = 8192;
 /// How long the suspended channels stay suspended: a mover that returns while its
 /// batches are queued returns well within this, and the test poisons at once.
 const HOLD: Duration = Duration::from_millis(200);
-/// Odd, so never a byte of [`pattern`].
-const POISON: u8 = 0xA5;
 
 /// Which engine mover, and as which client.
 #[derive(Clone, Copy, Debug)]
@@ -83,12 +82,6 @@ fn setup(kind: Kind) -> Setup {
     }
 }
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) & 0xFE)
-        .collect()
-}
-
 /// Suspends every channel, refuses submissions after `accepted`, and returns a thread
 /// that resumes them after [`HOLD`].
 fn hold(engine: &Arc<Engine>, accepted: u64) -> thread::JoinHandle<()> {
@@ -112,7 +105,7 @@ fn a_write_refused_part_way_leaves_no_copy_running() {
         for k in 1..=BATCHES as u64 {
             let s = setup(kind);
             let n = PER_BATCH * BATCHES;
-            let mut srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u8, PIECE)).collect();
+            let mut srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u64, PIECE)).collect();
             let expect = srcs.clone();
             let releaser = hold(&s.engine, k - 1);
             let result = {
@@ -210,7 +203,7 @@ fn a_request_refused_part_way_is_waited_out_without_switching_uthreads() {
         let flag = other_ran.clone();
         let other = rt::spawn(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
         let n = PER_BATCH * BATCHES;
-        let srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u8, PIECE)).collect();
+        let srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u64, PIECE)).collect();
         let releaser = hold(&s.engine, 1);
         let ran_during = {
             let pieces: Vec<WritePiece<'_>> = srcs

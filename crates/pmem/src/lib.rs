@@ -19,8 +19,10 @@
 //!
 //! # Place in the layers
 //!
-//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
-//! beside them; no crate imports one above it. `pmem` is the bottom: it imports no
+//! Layers, bottom up: `threads`; `pmem` and `rt` over it; `engine`; `mover`; `fs`;
+//! then the crash harness, the server, the doors, the benchmarks and the binary (the
+//! whole graph is in docs/ARCHITECTURE.md). No crate imports one above it.
+//! `pmem` is the bottom: it imports no
 //! easyio crate but `threads` (for the role of a traced thread). It must not know about
 //! files, inodes, logs, engines or modes, must not decide what is durable for its
 //! callers (it reports [`Durability`] and offers the primitives), and must not let

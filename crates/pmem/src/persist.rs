@@ -323,19 +323,15 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const MAX: usize = 4 << 20;
+    use testkit::pattern;
 
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-            .collect()
-    }
+    const MAX: usize = 4 << 20;
 
     /// Copies with `kind` between buffers offset by the given alignments and checks the
     /// result against `copy_from_slice`, including that no byte outside the
     /// destination range was touched.
     fn check_copy(kind: CopyKind, len: usize, src_align: usize, dst_align: usize) {
-        let src = pattern(len + src_align, 7);
+        let src = pattern(7, len + src_align);
         let mut dst = vec![0xA5u8; len + dst_align + 128];
         let mut expect = dst.clone();
         expect[dst_align..dst_align + len].copy_from_slice(&src[src_align..src_align + len]);
@@ -383,7 +379,7 @@ mod tests {
 
     #[test]
     fn copy_out_matches_memcpy() {
-        let src = pattern(70_000, 3);
+        let src = pattern(3, 70_000);
         let mut dst = vec![0u8; 70_000];
         // SAFETY: distinct vectors of 70 000 bytes.
         unsafe { copy_out(dst.as_mut_ptr().add(3), src.as_ptr().add(5), 69_990) };
@@ -392,7 +388,7 @@ mod tests {
 
     #[test]
     fn every_flush_instruction_runs_and_keeps_data() {
-        let mut buf = pattern(4096 + 64, 9);
+        let mut buf = pattern(9, 4096 + 64);
         let before = buf.clone();
         for kind in available_flushes() {
             // SAFETY: the range is inside `buf`; `kind` is one the CPU has.

@@ -1,65 +1,18 @@
 //! A region whose host file system is too small for it: a real tmpfs mounted with
-//! `size=8m` (which needs root; skipped with a message otherwise) and a 16 MiB region.
+//! `size=8m` (which needs root; skipped with a message otherwise,
+//! failing when `CI` is set) and a 16 MiB region.
 //! Creating it fails with ENOSPC and leaves no file behind; a sparse image that would
 //! not fit is refused at open; a region that fits is reserved whole at create, so every
 //! page of it can be written (no SIGBUS, which would kill this test process).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use pmem::{Error, Pmem, Region};
+use testkit::SmallTmpfs;
 
-const SMALL_FS: &str = "size=8m";
+/// The size of the small file system.
+const SMALL: &str = "8m";
 const BIG: u64 = 16 << 20;
-
-/// A tmpfs of 8 MiB mounted on a fresh directory, unmounted and removed on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(tag: &str) -> Option<SmallFs> {
-        let dir =
-            std::env::temp_dir().join(format!("easyio-small-fs-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", SMALL_FS, "tmpfs"])
-            .arg(&dir)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(SmallFs(dir)),
-            other => {
-                let why = match other {
-                    Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                    Err(e) => e.to_string(),
-                };
-                eprintln!("skipped: cannot mount a small tmpfs ({why}); run as root to test a full host file system");
-                let _ = std::fs::remove_dir(&dir);
-                None
-            }
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Bytes in use on the file system.
-    fn used(&self) -> u64 {
-        let out = Command::new("df")
-            .args(["--output=used", "-B1"])
-            .arg(&self.0)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.lines().nth(1).unwrap().trim().parse().unwrap()
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 fn errno(e: &Error) -> i32 {
     e.errno()
@@ -67,7 +20,7 @@ fn errno(e: &Error) -> i32 {
 
 #[test]
 fn creating_a_region_larger_than_its_file_system_is_enospc_and_leaves_nothing() {
-    let Some(fs) = SmallFs::mount("create") else {
+    let Some(fs) = SmallTmpfs::mount("create", SMALL) else {
         return;
     };
     let path = fs.path("image");
@@ -89,7 +42,7 @@ fn creating_a_region_larger_than_its_file_system_is_enospc_and_leaves_nothing() 
 
 #[test]
 fn a_sparse_image_too_large_for_its_file_system_is_refused_at_open() {
-    let Some(fs) = SmallFs::mount("open") else {
+    let Some(fs) = SmallTmpfs::mount("open", SMALL) else {
         return;
     };
     let path = fs.path("image");
@@ -106,7 +59,7 @@ fn a_sparse_image_too_large_for_its_file_system_is_refused_at_open() {
 
 #[test]
 fn a_region_that_fits_is_reserved_whole_so_every_page_can_be_written() {
-    let Some(fs) = SmallFs::mount("fits") else {
+    let Some(fs) = SmallTmpfs::mount("fits", SMALL) else {
         return;
     };
     let path = fs.path("image");

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use pmem::{Durability, Error, Pmem, Region, HEADER_LEN, PAGE_SIZE};
 
@@ -83,10 +83,10 @@ fn second_open_in_same_process_is_busy() {
 
 /// Child half of `other_process_holder_is_named_and_released_on_kill`.
 #[test]
+#[ignore = "child half of other_process_holder_is_named_and_released_on_kill: run by it"]
 fn child_hold_region() {
-    let Ok(path) = std::env::var("EASYIO_TEST_HOLD") else {
-        return;
-    };
+    let path = std::env::var("EASYIO_TEST_HOLD")
+        .expect("child half of other_process_holder_is_named_and_released_on_kill");
     let _r = Region::open(&path).unwrap();
     println!("held");
     std::thread::sleep(std::time::Duration::from_secs(60));
@@ -97,17 +97,14 @@ fn other_process_holder_is_named_and_released_on_kill() {
     let dir = Scratch::new("proc");
     let path = dir.path("r");
     drop(Region::create(&path, MIB).unwrap());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_hold_region",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("EASYIO_TEST_HOLD", &path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Killed on drop: a failing test leaves no child running.
+    let mut child = testkit::Running(
+        testkit::child_half("child_hold_region")
+            .env("EASYIO_TEST_HOLD", &path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(
         lines.any(|l| l.unwrap().contains("held")),
@@ -276,10 +273,10 @@ fn disk_dir(test: &str) -> Option<PathBuf> {
         .join(format!("easyio-disk-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     if is_tmpfs(&dir) {
-        eprintln!(
-            "skip {test}: {} is not on a disk file system",
+        testkit::skip(format_args!(
+            "{test}: {} is not on a disk file system",
             dir.display()
-        );
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         return None;
     }

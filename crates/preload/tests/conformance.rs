@@ -34,16 +34,7 @@ fn script() -> String {
 
 /// Whether this process may change its ids (the users' calls need it).
 fn root_or_skip() -> bool {
-    // SAFETY: geteuid only reads the process's credentials.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the shim's conformance test runs calls as other users: it needs root"
-    );
-    eprintln!("skip: the shim's conformance test needs root (setuid children)");
-    false
+    !testkit::not_root("the shim's conformance test runs calls as other users")
 }
 
 /// The output of one sequence, with the root written `{R}`.

@@ -95,14 +95,7 @@ sys.stdin.read()
     );
 
     drop(first.0.stdin.take());
-    let start = Instant::now();
-    while first.0.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the holder did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    first.wait_for(Duration::from_secs(60));
     assert_eq!(w.ok("cat", &["{R}/f"]), "held");
     fsck_clean(&w.img);
 }

@@ -102,8 +102,10 @@
 //!
 //! # Place in the layers
 //!
-//! Layers: cli → bench → crash → fs → mover → engine → pmem, with `rt` and `threads`
-//! beside them; no crate imports one above it. `rt` imports no easyio crate but
+//! Layers, bottom up: `threads`; `pmem` and `rt` over it; `engine`; `mover`; `fs`;
+//! then the crash harness, the server, the doors, the benchmarks and the binary (the
+//! whole graph is in docs/ARCHITECTURE.md). No crate imports one above it.
+//! `rt` imports no easyio crate but
 //! `threads` (its wait policies and worker registration): it knows nothing of regions,
 //! engines or files — a completion is only a condition it polls ([`Completion`]). It must
 //! not block a worker's kernel thread on behalf of a uthread, nor preempt one.

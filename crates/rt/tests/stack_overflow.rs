@@ -2,25 +2,17 @@
 //! silent corruption or a bare SIGSEGV. Checked in a child process (this test binary run
 //! again on the ignored test that overflows).
 
-use std::process::Command;
+use std::time::Duration;
 
-/// The ignored test below only overflows when this variable is set, so running ignored
-/// tests by hand does not abort the run.
+/// Set by the tests for their child halves (the ignored tests below), which refuse to
+/// run without it: run by hand they would abort the run.
 const CHILD_ENV: &str = "RT_STACK_OVERFLOW_CHILD";
+/// Longest a child half may take before it is killed and the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_uthread_stack_overflow_is_reported_and_fatal() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "overflow_a_uthread_stack",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
+    let out = overflow("overflow_a_uthread_stack");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the child survived: {stderr}");
     assert!(
@@ -34,21 +26,16 @@ fn a_uthread_stack_overflow_is_reported_and_fatal() {
 
 #[test]
 fn an_ordinary_thread_stack_overflow_is_still_the_standard_librarys() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "overflow_a_thread_stack",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
+    let out = overflow("overflow_a_thread_stack");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the child survived: {stderr}");
     assert!(!stderr.contains("uthread stack overflow"), "{stderr}");
     assert!(stderr.contains("has overflowed its stack"), "{stderr}");
+}
+
+/// The child half `name` run, with what it printed.
+fn overflow(name: &str) -> std::process::Output {
+    testkit::run(testkit::child_half(name).env(CHILD_ENV, "1"), LIMIT)
 }
 
 /// Recurses with a frame the optimiser cannot remove until the stack runs out.
@@ -63,9 +50,10 @@ fn recurse(depth: u64) -> u64 {
 #[test]
 #[ignore = "overflows a uthread stack; run in a child process by the test above"]
 fn overflow_a_uthread_stack() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os(CHILD_ENV).is_some(),
+        "a child half: run by the test above"
+    );
     let rt = rt::Runtime::builder()
         .workers(1)
         .stack_size(rt::MIN_STACK_SIZE)
@@ -78,9 +66,10 @@ fn overflow_a_uthread_stack() {
 #[test]
 #[ignore = "overflows a thread stack; run in a child process by the test above"]
 fn overflow_a_thread_stack() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os(CHILD_ENV).is_some(),
+        "a child half: run by the test above"
+    );
     // A runtime exists, so our handler is installed and must pass this fault on.
     let _rt = rt::Runtime::new(1).unwrap();
     let t = std::thread::Builder::new()

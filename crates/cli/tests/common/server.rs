@@ -126,15 +126,5 @@ pub fn signal(pid: u32, sig: i32) {
 }
 
 pub fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("process {} still running after {LIMIT:?}", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testkit::wait(child, LIMIT)
 }

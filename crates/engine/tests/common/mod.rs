@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use engine::{format_records, EngineConfig, AREA_BYTES};
 use pmem::Region;
-use rand::{Rng as _, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
 /// Region offset of the record area in every test region.
@@ -28,11 +28,7 @@ pub fn config(channels: usize) -> EngineConfig {
     }
 }
 
-/// Deterministic bytes that differ by seed and position.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = rng(seed);
-    (0..len).map(|_| rng.random::<u8>()).collect()
-}
+pub use testkit::pattern;
 
 /// Seeded random numbers for the tests.
 pub fn rng(seed: u64) -> Pcg64Mcg {

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long one program may run before it is killed and the test fails.
@@ -197,69 +197,18 @@ impl Drop for World {
     }
 }
 
-/// A child killed on drop (a test that panics leaves nothing running).
-pub struct Running(pub Child);
+#[allow(unused_imports)]
+pub use testkit::Running;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs `cmd` to completion within [`LIMIT`], or kills it and fails. Output is read
-/// while it runs, so a chatty child never blocks on a full pipe.
+/// Runs `cmd` to completion within [`LIMIT`] ([`testkit::run`]).
 pub fn run(cmd: &mut Command) -> Output {
-    use std::io::Read;
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let mut child = Running(child);
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.0.stdout.take().unwrap()));
-    let err = drain(Box::new(child.0.stderr.take().unwrap()));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "{what} did not finish in {LIMIT:?}: killed"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
+    testkit::run(cmd, LIMIT)
 }
 
-/// Runs `cmd`, failing with its output unless it exits with 0; returns its stdout.
+/// Runs `cmd` within [`LIMIT`], failing with its output unless it exits with 0;
+/// returns its stdout.
 pub fn ok(cmd: &mut Command) -> String {
-    let what = format!("{cmd:?}");
-    let out = run(cmd);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        out.status.success(),
-        "{what}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    stdout
+    testkit::run_ok(cmd, LIMIT)
 }
 
 /// The contents of `path` (from the image root) read with the file system itself,
