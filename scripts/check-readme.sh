@@ -95,7 +95,7 @@ EOF
 echo "check-readme: running, from the clone's top directory:" >&2
 sed 's/^/    /' "$work/readme.sh" >&2
 start=$SECONDS
-bash "$work/readme.sh" > "$work/out" 2>&1 || { cat "$work/out" >&2; fail "a README command failed (output above)"; }
+timeout 900 bash "$work/readme.sh" > "$work/out" 2>&1 || { cat "$work/out" >&2; fail "a README command failed (output above)"; }
 # What the examples promise: the mount's listing has the copied directory, the shim's
 # count of README lines, the C demo's success, a listing written through the server.
 grep -q '^took: ' "$work/out" || { cat "$work/out" >&2; fail "the demo did not finish"; }

@@ -843,22 +843,31 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
         Access::ReadWrite => FlockOperation::NonBlockingLockExclusive,
         Access::ReadOnly => FlockOperation::NonBlockingLockShared,
     };
-    let deadline = std::time::Instant::now() + LOCK_GRACE;
-    loop {
+    let start = std::time::Instant::now();
+    let mut deadline = start + LOCK_GRACE;
+    let holder = loop {
         match flock(file, how) {
             Ok(()) => return Ok(()),
             Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
-            Err(rustix::io::Errno::WOULDBLOCK) => break,
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                let holder = file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| lock_holder(m.dev(), m.ino()));
+                // A server the shim started on demand ends by itself once its last
+                // client is gone: the command that follows a shimmed one waits for it.
+                let auto = matches!(&holder, Some((_, comm)) if comm == AUTO_SERVER);
+                if !auto || deadline >= start + AUTO_SERVER_GRACE {
+                    break holder.map(|(name, _)| name);
+                }
+                deadline = start + AUTO_SERVER_GRACE;
+            }
             Err(e) => return Err(io_err(path, "flock", e.into())),
         }
-    }
-    let holder = file
-        .metadata()
-        .ok()
-        .and_then(|m| lock_holder(m.dev(), m.ino()))
-        .unwrap_or_else(|| "another open of this region".into());
+    };
+    let holder = holder.unwrap_or_else(|| "another open of this region".into());
     Err(Error::Busy {
         path: path.into(),
         holder,
@@ -868,6 +877,11 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
 /// How long a refused region lock is tried again before the open fails with
 /// [`Error::Busy`].
 const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long a region held by a server the shim started on demand is tried again: such a
+/// server ends by itself a moment after its last client (more under load).
+const AUTO_SERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+/// The name such a server gives its process (`comm`).
+const AUTO_SERVER: &str = "easyio-serve";
 
 /// Name of a temporary region: prefix, creator's pid, a number, suffix.
 const TEMP_PREFIX: &str = "easyio-";
@@ -903,8 +917,9 @@ fn reclaim_abandoned_temps(dir: &Path) {
     }
 }
 
-/// Finds the process holding a `flock` on (dev, ino) in `/proc/locks`.
-fn lock_holder(dev: u64, ino: u64) -> Option<String> {
+/// Finds the process holding a `flock` on (dev, ino) in `/proc/locks`: how to name it,
+/// and its `comm`.
+fn lock_holder(dev: u64, ino: u64) -> Option<(String, String)> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let want = format!("{major:02x}:{minor:02x}:{ino}");
@@ -919,7 +934,8 @@ fn lock_holder(dev: u64, ino: u64) -> Option<String> {
     } else {
         ""
     };
-    Some(format!("pid {pid} ({}{me})", comm.trim()))
+    let comm = comm.trim();
+    Some((format!("pid {pid} ({comm}{me})"), comm.to_string()))
 }
 
 /// Reserves the file's blocks now (`fallocate`) so that a full file system is a clear

@@ -122,6 +122,49 @@ fn other_process_holder_is_named_and_released_on_kill() {
 }
 
 #[test]
+#[ignore = "child half of a_server_the_shim_started_is_waited_for: run by it"]
+fn child_auto_server() {
+    let path = std::env::var("EASYIO_TEST_HOLD")
+        .expect("child half of a_server_the_shim_started_is_waited_for");
+    // The process's name (its main thread's), as the shim names the server it forks;
+    // this half runs on a thread of the test harness, so prctl would name only that.
+    std::fs::write("/proc/self/comm", "easyio-serve").unwrap();
+    let r = Region::open(&path).unwrap();
+    println!("held");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(r);
+}
+
+/// A server the shim starts on demand (its process named `easyio-serve`) lets the image
+/// go a moment after its last client: an open in that moment waits for it rather than
+/// failing as busy, so a command that follows a shimmed one finds the image.
+#[test]
+fn a_server_the_shim_started_is_waited_for() {
+    let dir = Scratch::new("auto");
+    let path = dir.path("r");
+    drop(Region::create(&path, MIB).unwrap());
+    let mut child = testkit::Running(
+        testkit::child_half("child_auto_server")
+            .env("EASYIO_TEST_HOLD", &path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("held")),
+        "child never held the region"
+    );
+    let start = std::time::Instant::now();
+    Region::open(&path).expect("the open waits for the server to let the image go");
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(500),
+        "opened while the server still held the image"
+    );
+    child.wait().unwrap();
+}
+
+#[test]
 fn missing_path_is_not_found() {
     let err = Region::open("/dev/shm/easyio-no-such-region").unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
