@@ -82,6 +82,24 @@ fn second_open_in_same_process_is_busy() {
 }
 
 /// Child half of `other_process_holder_is_named_and_released_on_kill`.
+/// Runs the child half `half` on the region at `path` and returns once it holds it
+/// (killed on drop: a failing test leaves no child running).
+fn held_by_child(half: &str, path: &Path) -> testkit::Running {
+    let mut child = testkit::Running(
+        testkit::child_half(half)
+            .env("EASYIO_TEST_HOLD", path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("held")),
+        "child never held the region"
+    );
+    child
+}
+
 #[test]
 #[ignore = "child half of other_process_holder_is_named_and_released_on_kill: run by it"]
 fn child_hold_region() {
@@ -97,19 +115,7 @@ fn other_process_holder_is_named_and_released_on_kill() {
     let dir = Scratch::new("proc");
     let path = dir.path("r");
     drop(Region::create(&path, MIB).unwrap());
-    // Killed on drop: a failing test leaves no child running.
-    let mut child = testkit::Running(
-        testkit::child_half("child_hold_region")
-            .env("EASYIO_TEST_HOLD", &path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.unwrap().contains("held")),
-        "child never held the region"
-    );
+    let mut child = held_by_child("child_hold_region", &path);
     let err = Region::open(&path).unwrap_err();
     assert!(
         err.to_string().contains(&format!("pid {}", child.id())),
@@ -143,18 +149,7 @@ fn a_server_the_shim_started_is_waited_for() {
     let dir = Scratch::new("auto");
     let path = dir.path("r");
     drop(Region::create(&path, MIB).unwrap());
-    let mut child = testkit::Running(
-        testkit::child_half("child_auto_server")
-            .env("EASYIO_TEST_HOLD", &path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.unwrap().contains("held")),
-        "child never held the region"
-    );
+    let mut child = held_by_child("child_auto_server", &path);
     let start = std::time::Instant::now();
     Region::open(&path).expect("the open waits for the server to let the image go");
     assert!(
