@@ -97,6 +97,8 @@ fn held_by_child(half: &str, path: &Path) -> testkit::Running {
         lines.any(|l| l.unwrap().contains("held")),
         "child never held the region"
     );
+    // The rest of its output is drained, so that it never writes to a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     child
 }
 
