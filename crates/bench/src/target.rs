@@ -408,13 +408,15 @@ pub fn engine_cpu_seconds() -> f64 {
 /// fit the machine's cores, so a nap costs only the wait it asks for; spin otherwise,
 /// since on a machine whose cores are all busy a nap lasts until the scheduler frees
 /// one (measured: DWOM with 2 workers on 2 cores, napping cut `async` to a fifth).
+/// Either way, on DRAM `async` then copies everything on the caller
+/// ([`mover::engine_costly`]).
 pub fn engine_nap(workers: usize, channels: usize) -> Option<std::time::Duration> {
     (!engine_shares_cores(workers, channels)).then_some(engine::DEFAULT_NAP)
 }
 
 /// Whether a software engine's `channels` threads must share the machine's cores with
-/// `workers` application threads ([`mover::Config::engine_shares_cores`]: reads then go
-/// by CPU).
+/// `workers` application threads ([`mover::Config::engine_shares_cores`]: where the
+/// engine copies no faster than a core, reads and writes then go by CPU).
 pub fn engine_shares_cores(workers: usize, channels: usize) -> bool {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     workers + channels > cores

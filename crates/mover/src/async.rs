@@ -13,15 +13,18 @@
 //!   ([`route_read`]): a reader in a uthread whose worker has no other uthread, running
 //!   or waiting (handing the copy over would leave its core idle until the engine is done, and
 //!   the engine copies no faster than the core would; the CPU's copy also leaves the
-//!   data in the cache of the core that is about to use it), and every read when the
-//!   engine's threads share the application's cores ([`Config::engine_shares_cores`]).
-//!   Neither applies on a medium where a core reads slower than the engine
+//!   data in the cache of the core that is about to use it), and every read when a
+//!   hand-off costs the caller more than the copy ([`engine_costly`]: the engine's
+//!   threads share the application's cores, or the software engine naps between looks
+//!   at its ring). Neither applies on a medium where a core reads slower than the engine
 //!   ([`Config::medium`]): there the engine's copy ends first, and a core stalled on
 //!   the medium computes nothing meanwhile either. There a read is also admitted
 //!   behind more queued copies, as long as it still ends before the core's copy would.
-//! - Writes go by CPU as well when the engine shares the application's cores and does
-//!   not write faster than a core ([`write_by_cpu`]): on DRAM with a software engine
-//!   the hand-off only adds to the same copy on the same cores.
+//! - Writes go by CPU as well when a hand-off is costly ([`engine_costly`]) and the
+//!   engine does not write faster than a core ([`write_by_cpu`]): on DRAM with a
+//!   software engine the hand-off only adds to the same copy, on the same cores or after
+//!   a nap of the engine's. So on DRAM with a napping or core-sharing software engine
+//!   `async` copies everything on the caller and costs only its uthread switches.
 //! - With a channel manager ([`crate::qos`]), copies go to their client's class of
 //!   channels; B copies are split and throttled, and B reads skip admission control
 //!   (shunting them to the CPU would escape the throttle).
@@ -44,7 +47,8 @@ pub struct AsyncMover {
     engine: Arc<Engine>,
     cpu_max: usize,
     read_queue_depth: u64,
-    engine_shares_cores: bool,
+    /// [`engine_costly`] of the configuration.
+    engine_costly: bool,
     medium: Option<pmem::slowmem::Model>,
     /// Per channel, the copies this mover queued there and their modelled engine time,
     /// oldest first; kept only on an emulated medium, for [`ReadCase::backlog`].
@@ -84,18 +88,32 @@ pub struct ReadCase {
     pub backlog: f64,
 }
 
+/// Whether a hand-off to the engine costs its caller more than the copy it saves, where
+/// the engine copies no faster than a core: the engine's threads share the
+/// application's cores ([`Config::engine_shares_cores`]), so its copy takes the same
+/// CPU from the application plus the hand-off; or it is a software engine whose idle
+/// worker naps between looks at its ring ([`Config::engine_nap`]), so a hand-off waits
+/// up to a nap (40 µs), the time of many DRAM copies (a 64 KiB one takes about 5 µs),
+/// and its copy lands read data in another core's cache. A device, or a software
+/// engine that spins on a core of its own, takes the copy at once and costs the
+/// caller nothing.
+pub fn engine_costly(cfg: &Config) -> bool {
+    let naps = cfg.engine_nap.is_some() && cfg.engine == engine::BackendKind::Software;
+    cfg.engine_shares_cores || naps
+}
+
 /// Who copies a read, for a mover copying up to `cpu_max` bytes by CPU, admitting reads
 /// below `read_queue_depth` (EASYIO Listing 2) or, where the engine is faster, while
-/// the read still ends before the core's copy would, and whose engine does or does not
-/// share the application's cores.
+/// the read still ends before the core's copy would, and whose hand-offs are or are not
+/// costly ([`engine_costly`]).
 pub fn route_read(
     case: ReadCase,
     cpu_max: usize,
     read_queue_depth: u64,
-    engine_shares_cores: bool,
+    engine_costly: bool,
 ) -> ReadRoute {
     let faster = case.engine_speedup > 1.0;
-    let engine_no_faster = !faster && (engine_shares_cores || case.caller_would_idle);
+    let engine_no_faster = !faster && (engine_costly || case.caller_would_idle);
     // Behind its backlog the engine ends the read after backlog + 1 of its copy times;
     // the core needs `engine_speedup` of them.
     let admitted = case.depth < read_queue_depth || case.backlog + 1.0 < case.engine_speedup;
@@ -107,15 +125,11 @@ pub fn route_read(
     }
 }
 
-/// Whether every piece of a write goes by CPU: the engine shares the application's
-/// cores and writes no faster than a core, and the client is not throttled (a
+/// Whether every piece of a write goes by CPU: a hand-off is costly ([`engine_costly`])
+/// and the engine writes no faster than a core, and the client is not throttled (a
 /// throttled client's copies must go through the engine).
-pub fn write_by_cpu(
-    engine_shares_cores: bool,
-    engine_writes_faster: bool,
-    throttled: bool,
-) -> bool {
-    engine_shares_cores && !engine_writes_faster && !throttled
+pub fn write_by_cpu(engine_costly: bool, engine_writes_faster: bool, throttled: bool) -> bool {
+    engine_costly && !engine_writes_faster && !throttled
 }
 
 impl AsyncMover {
@@ -134,7 +148,7 @@ impl AsyncMover {
         let faster = self
             .medium
             .is_some_and(|m| m.engine_speedup(bulk, true) > 1.0);
-        let cpu_all = write_by_cpu(self.engine_shares_cores, faster, throttled);
+        let cpu_all = write_by_cpu(self.engine_costly, faster, throttled);
         let mut descs = Vec::new();
         for p in pieces {
             if cpu_all || p.src.len() <= self.cpu_max {
@@ -181,7 +195,7 @@ impl AsyncMover {
             engine,
             cpu_max: cfg.cpu_max,
             read_queue_depth: cfg.read_queue_depth,
-            engine_shares_cores: cfg.engine_shares_cores,
+            engine_costly: engine_costly(cfg),
             medium: cfg.medium,
             backlog,
             qos,
@@ -317,7 +331,7 @@ impl Mover for AsyncMover {
             case,
             self.cpu_max,
             self.read_queue_depth,
-            self.engine_shares_cores,
+            self.engine_costly,
         );
         if route == ReadRoute::Cpu {
             cpu_read(&*self.pm, pieces);
@@ -363,7 +377,8 @@ impl Mover for AsyncMover {
 
 #[cfg(test)]
 mod tests {
-    use super::{route_read, write_by_cpu, ReadCase, ReadRoute};
+    use super::{engine_costly, route_read, write_by_cpu, ReadCase, ReadRoute};
+    use crate::Config;
 
     const BULK: ReadCase = ReadCase {
         bytes: 64 << 10,
@@ -374,8 +389,29 @@ mod tests {
         backlog: 0.0,
     };
 
-    fn route(case: ReadCase, shares: bool) -> ReadRoute {
-        route_read(case, 4096, 2, shares)
+    fn route(case: ReadCase, costly: bool) -> ReadRoute {
+        route_read(case, 4096, 2, costly)
+    }
+
+    #[test]
+    fn a_software_engine_that_naps_or_shares_the_cores_is_costly() {
+        let spins = Config::default();
+        assert!(!engine_costly(&spins), "a spinning engine on its own core");
+        let naps = Config {
+            engine_nap: Some(engine::DEFAULT_NAP),
+            ..Config::default()
+        };
+        assert!(engine_costly(&naps));
+        let device = Config {
+            engine: engine::BackendKind::Dsa,
+            ..naps.clone()
+        };
+        assert!(!engine_costly(&device), "a device does not nap");
+        let shares = Config {
+            engine_shares_cores: true,
+            ..Config::default()
+        };
+        assert!(engine_costly(&shares));
     }
 
     #[test]
@@ -412,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_without_a_core_of_its_own_gets_no_reads() {
+    fn a_costly_engine_gets_no_reads_where_it_is_no_faster() {
         assert_eq!(route(BULK, true), ReadRoute::Cpu);
     }
 
@@ -436,8 +472,8 @@ mod tests {
             engine_speedup: 6.7,
             ..BULK
         };
-        for shares in [false, true] {
-            assert_eq!(route(faster, shares), ReadRoute::Engine);
+        for costly in [false, true] {
+            assert_eq!(route(faster, costly), ReadRoute::Engine);
         }
         // Admitted behind queued copies while it still ends first: 5 + 1 < 6.7, however
         // many copies that backlog is made of.
@@ -466,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_go_by_cpu_only_to_an_engine_sharing_the_cores_and_no_faster() {
+    fn writes_go_by_cpu_only_where_the_engine_is_costly_and_no_faster() {
         assert!(write_by_cpu(true, false, false));
         assert!(!write_by_cpu(false, false, false));
         assert!(!write_by_cpu(true, true, false));

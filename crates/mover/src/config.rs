@@ -43,28 +43,31 @@ pub struct Config {
     /// between looks instead of spinning ([`engine::EngineConfig::nap`]): less CPU when
     /// callers poll between other work (uthreads), at up to a nap of latency for them;
     /// only for machines where the engine's threads have cores of their own. `None`
-    /// (default): they spin, then park.
+    /// (default): they spin, then park. In `async`, a napping software engine makes
+    /// hand-offs costly ([`crate::engine_costly`]): where it copies no faster than a
+    /// core (DRAM) it gets no copies.
     pub engine_nap: Option<std::time::Duration>,
     /// `async`: the copy engine's threads share the cores of the application's threads
-    /// (a software engine on a machine with no core to spare). A read then goes by CPU:
-    /// the engine's copy would take as much CPU from the application as the CPU copy,
-    /// plus the hand-off, and would land the data in another core's cache. Writes still
-    /// go to the engine (their caller need not wait for them). `false` (default): the
-    /// engine has cores of its own, or is a device.
+    /// (a software engine on a machine with no core to spare). Hand-offs are then costly
+    /// ([`crate::engine_costly`]): where the engine copies no faster than a core, reads
+    /// and writes go by CPU, since the engine's copy would take as much CPU from the
+    /// application as the CPU copy, plus the hand-off, and would land read data in
+    /// another core's cache. `false` (default): the engine has cores of its own, or is
+    /// a device.
     pub engine_shares_cores: bool,
     /// `async`: the emulated slow medium, if the region is one (`pmem::slowmem`). Its
     /// model says whether the engine copies faster than a core
     /// ([`pmem::slowmem::Model::engine_speedup`]): on emulated Optane a core reads at
     /// 3.96 GB/s and writes at 2.52 against the medium's 37.6 and 13.2, which the engine
     /// reaches (Fastmove Table 4, EASYIO §6.1). Where it does:
-    /// - a bulk read goes to the engine even when its caller would idle meanwhile or the
-    ///   engine shares the cores: the engine's copy ends first, and a core stalled on the
+    /// - a bulk read goes to the engine even when its caller would idle meanwhile or a
+    ///   hand-off is costly ([`crate::engine_costly`]): the engine's copy ends first, and a core stalled on the
     ///   medium computes nothing either;
     /// - admission control takes the faster path (Fastmove §4: the path of least time
     ///   cost): a read is admitted while, behind the modelled engine time of the copies
     ///   this mover has queued on the channel, it still ends before the core's own copy
     ///   would, and always below `read_queue_depth` (EASYIO Listing 2);
-    /// - writes go to the engine even when it shares the cores.
+    /// - writes go to the engine even when a hand-off is costly.
     ///
     /// `None` (default): DRAM, where a core copies as fast as the engine.
     #[serde(serialize_with = "medium_name")]

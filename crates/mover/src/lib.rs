@@ -49,7 +49,7 @@ pub use cpu::CpuMover;
 pub use delegate::DelegateMover;
 pub use dma_sync::DmaSyncMover;
 pub use qos::{ChannelManager, Class, Client, QosConfig};
-pub use r#async::{route_read, AsyncMover, ReadCase, ReadRoute};
+pub use r#async::{engine_costly, route_read, write_by_cpu, AsyncMover, ReadCase, ReadRoute};
 pub use semaphore::SemaphoreMover;
 
 use pmem::Pmem;

@@ -245,3 +245,46 @@ fn an_engine_sharing_the_cores_gets_no_reads() {
     let got = read_in_uthread(cfg);
     assert_eq!(got, (Pending::Done, Pending::Done, Pending::Done));
 }
+
+/// A bulk write through an `async` mover of `cfg`; returns what it got.
+fn bulk_write(cfg: &Config) -> Pending {
+    let pm = region();
+    let m = build(Mode::Async, pm.clone(), RECORDS, cfg).unwrap();
+    let big = vec![5u8; 256 * 1024];
+    // SAFETY: we wait below before `big` is dropped.
+    let p = unsafe {
+        m.start_write(&[WritePiece {
+            dst: DATA,
+            src: &big,
+        }])
+    };
+    m.wait(p).unwrap();
+    let mut back = vec![0u8; big.len()];
+    pm.read(DATA, &mut back);
+    assert!(back == big, "the write landed wrong");
+    p
+}
+
+#[test]
+fn a_napping_software_engine_on_dram_gets_no_copies() {
+    let cfg = Config {
+        engine_nap: Some(engine::DEFAULT_NAP),
+        ..Config::default()
+    };
+    let got = read_in_uthread(cfg.clone());
+    assert_eq!(got, (Pending::Done, Pending::Done, Pending::Done));
+    assert_eq!(bulk_write(&cfg), Pending::Done, "a bulk write goes by CPU");
+}
+
+#[test]
+fn a_napping_software_engine_on_a_slow_medium_gets_bulk_copies() {
+    let cfg = Config {
+        engine_nap: Some(engine::DEFAULT_NAP),
+        medium: Some(pmem::slowmem::Model::OPTANE),
+        ..Config::default()
+    };
+    let (with_other, _, alone) = read_in_uthread(cfg.clone());
+    assert!(matches!(with_other, Pending::Sn(_)), "got {with_other:?}");
+    assert!(matches!(alone, Pending::Sn(_)), "got {alone:?}");
+    assert!(matches!(bulk_write(&cfg), Pending::Sn(_)));
+}
