@@ -32,7 +32,7 @@ use pmem::{Pmem, Region};
 use serde::Serialize;
 
 pub use crate::applications::App;
-use crate::applications::{checksum, Dataset, Output, INPUTS, WEBSERVER_READS};
+use crate::applications::{checksum, Dataset, Output, Scratch, INPUTS, WEBSERVER_READS};
 use crate::args;
 use crate::plot;
 use crate::report::{self, Machine};
@@ -179,10 +179,12 @@ struct Moved {
     written: u64,
 }
 
-/// One client's buffers: an input of each file, and a fileserver file read back whole.
+/// One client's buffers: an input of each file, a fileserver file read back whole, and
+/// what it processes with.
 struct Buffers {
     inputs: Vec<Vec<u8>>,
     whole: Vec<u8>,
+    scratch: Scratch,
 }
 
 /// Runs tasks of `set`'s application on `t` as client `id` until `duration` after the
@@ -204,6 +206,7 @@ fn client(
     let mut bufs = Buffers {
         inputs: set.inputs.iter().map(|i| vec![0; i.data.len()]).collect(),
         whole: vec![0u8; set.inputs[0].data.len() + set.append.len()],
+        scratch: set.scratch(),
     };
     let log = (app == App::Webserver)
         .then(|| t.open("/log", false, true))
@@ -225,7 +228,7 @@ fn client(
                     log_appends.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {
-                    let out = compute_task(t, set, k, &out_path, &mut bufs.inputs, &mut moved)?;
+                    let out = compute_task(t, set, k, &out_path, &mut bufs, &mut moved)?;
                     last_out = out.or(last_out);
                 }
             }
@@ -308,14 +311,15 @@ fn compute_task(
     set: &Dataset,
     k: usize,
     out_path: &str,
-    bufs: &mut [Vec<u8>],
+    bufs: &mut Buffers,
     moved: &mut Moved,
 ) -> anyhow::Result<Option<(usize, u64)>> {
+    let input = &mut bufs.inputs[k];
     let h = t.open(&format!("/in/{k}"), false, false)?;
-    t.read_exact(&h, &mut bufs[k], 0)?;
+    t.read_exact(&h, input, 0)?;
     t.close(h)?;
-    moved.read += bufs[k].len() as u64;
-    let Output::Bytes(out) = set.process(k, &bufs[k])? else {
+    moved.read += input.len() as u64;
+    let Output::Bytes(out) = set.process(&bufs.scratch, k, input)? else {
         return Ok(None);
     };
     let h = t.open(out_path, true, false)?;
