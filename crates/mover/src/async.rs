@@ -93,10 +93,10 @@ pub struct ReadCase {
 /// application's cores ([`Config::engine_shares_cores`]), so its copy takes the same
 /// CPU from the application plus the hand-off; or it is a software engine whose idle
 /// worker naps between looks at its ring ([`Config::engine_nap`]), so a hand-off waits
-/// up to a nap (40 µs), the time of many DRAM copies (a 64 KiB one takes about 5 µs),
-/// and its copy lands read data in another core's cache. A device, or a software
-/// engine that spins on a core of its own, takes the copy at once and costs the
-/// caller nothing.
+/// up to a nap (40 µs) plus the wake-ups, the time of many DRAM copies (a 64 KiB one
+/// takes about 2 µs), and its copy lands read data in another core's cache. A device,
+/// or a software engine that spins on a core of its own, takes the copy at once and
+/// costs the caller nothing.
 pub fn engine_costly(cfg: &Config) -> bool {
     let naps = cfg.engine_nap.is_some() && cfg.engine == engine::BackendKind::Software;
     cfg.engine_shares_cores || naps
