@@ -45,10 +45,11 @@ pub struct Options {
     /// is then in the kernel's page cache only, sent to the server (and durable) at
     /// `fsync`, `close` or the kernel's writeback.
     pub writeback_cache: bool,
-    /// Lets the kernel keep file data in its page cache (reads of a cached page never
-    /// reach the server). Off by default, as on a DAX file system: reads and writes
-    /// go straight between the caller's buffer and the server, one copy fewer for a
-    /// write. The writeback cache implies it.
+    /// Lets the kernel keep file data in its page cache (the default): reads of a
+    /// cached page never reach the server, and every write still does before it
+    /// returns (write-through). Off (`easyio mount --direct-io`), as on a DAX file
+    /// system: reads and writes go straight between the caller's buffer and the
+    /// server, one copy fewer for a write. The writeback cache implies it.
     pub page_cache: bool,
 }
 
@@ -78,7 +79,7 @@ impl Default for Options {
             extra: Vec::new(),
             uthread_workers: 0,
             writeback_cache: false,
-            page_cache: false,
+            page_cache: true,
         }
     }
 }

@@ -147,21 +147,23 @@ pub struct Server {
     buffers: Arc<ReadBuffers>,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
-    /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
-    /// unless the options ask for it.
+    /// How opened files are served: through the kernel's page cache unless the options
+    /// ask for `FOPEN_DIRECT_IO`.
     open_flags: FopenFlags,
+    /// How the handle a `create` opens is served (see [`create_open_flags`]).
+    create_flags: FopenFlags,
     /// `FLUSH` requests received.
     flushes: Flushes,
 }
 
 /// How opened files are served (the flags of every `open` and `create` reply):
 ///
-/// - without the page cache (`FOPEN_DIRECT_IO`, the default), writes to one file
-///   from several handles in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders
-///   them itself);
-/// - with it, the pages kept from one open to the next (`FOPEN_KEEP_CACHE`): the
-///   kernel updates them on every write through the mount, and a change through
+/// - with the page cache (the default), the pages kept from one open to the next
+///   (`FOPEN_KEEP_CACHE`): the kernel updates them on every write through the mount
+///   (each write still reaches the server before it returns), and a change through
 ///   another door drops them (see `inval.rs`);
+/// - without it (`FOPEN_DIRECT_IO`), writes to one file from several handles in
+///   parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders them itself);
 /// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
 ///   write was durable when it was answered, so a flush has nothing to do but cost
 ///   `close` a round trip. With the writeback cache the kernel ignores the flag and
@@ -176,6 +178,18 @@ fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
         f |= FopenFlags::FOPEN_NOFLUSH;
     }
     f
+}
+
+/// How the handle a `create` opens is served: straight to the server
+/// (`FOPEN_DIRECT_IO`) unless the writeback cache is on. A new file is written through
+/// the handle that created it (`tar`, `cp`, a compiler's output), and through the page
+/// cache each such file would cost a request more, a `getxattr` of
+/// `security.capability` (the kernel's check before its first cached write to an
+/// inode), and a write that starts inside a page the kernel does not hold goes out as
+/// two requests. Its pages enter the kernel's cache at the first read through a handle
+/// that `open` gave.
+fn create_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
+    file_open_flags(page_cache && writeback_cache, writeback_cache)
 }
 
 /// How opened directories are listed: the kernel keeps the listing
@@ -199,7 +213,8 @@ fn fd(fh: FileHandle) -> Fd {
 }
 
 impl Server {
-    /// A server for `fs` whose handlers all run on the threads that read requests.
+    /// A server for `fs` whose handlers all run on the threads that read requests,
+    /// serving files through the kernel's page cache.
     pub fn new(fs: Arc<FileSystem>) -> Server {
         let lookups = LookupCounts::default();
         Server {
@@ -209,7 +224,8 @@ impl Server {
             buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
-            open_flags: file_open_flags(false, false),
+            open_flags: file_open_flags(true, false),
+            create_flags: create_open_flags(true, false),
             flushes: Flushes::default(),
         }
     }
@@ -226,6 +242,7 @@ impl Server {
             uthreads,
             writeback_cache: opts.writeback_cache(),
             open_flags: file_open_flags(opts.page_cache(), opts.writeback_cache()),
+            create_flags: create_open_flags(opts.page_cache(), opts.writeback_cache()),
             ..Server::new(fs)
         })
     }
@@ -959,7 +976,7 @@ impl Filesystem for Server {
                 self.lookups.add(&st, parent.0, n);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
                 let ttl = self.ttl(since, ENTRY_TTL);
-                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.open_flags);
+                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.create_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -1049,6 +1066,10 @@ mod tests {
         assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
         // With the writeback cache, `close` must still flush the dirty pages.
         assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
+        // A creating handle writes straight to the server, but for the writeback cache.
+        assert_eq!(create_open_flags(true, false), direct);
+        assert_eq!(create_open_flags(false, false), direct);
+        assert_eq!(create_open_flags(true, true), file_open_flags(true, true));
     }
 
     #[test]
