@@ -723,10 +723,22 @@ impl Filesystem for Server {
                 .fs
                 .fstat(fd(fh))
                 .is_ok_and(|st| privileged_mode(st.mode));
-        let inval = kills.then(|| self.inval.clone());
+        // An appending write through the page cache: the kernel placed it at the size it
+        // holds, the fs appends at the file's end. If another door grew the file since,
+        // the kernel's pages of the range are not what the file holds there.
+        let appending = flags.0 & libc::O_APPEND != 0;
+        let misplaced = appending
+            && !self.writeback_cache
+            && self.fs.fstat(fd(fh)).is_ok_and(|st| st.size != offset);
+        let inval = (kills || misplaced).then(|| self.inval.clone());
         let written = move |r: fs::Result<usize>, reply: ReplyWrite| {
             if let Some(inval) = inval {
-                inval.attrs_now(ino.0);
+                if kills {
+                    inval.attrs_now(ino.0);
+                }
+                if misplaced {
+                    inval.pages_later(ino.0);
+                }
             }
             match r {
                 Ok(n) => reply.written(n as u32),
@@ -734,7 +746,7 @@ impl Filesystem for Server {
             }
         };
         // An appending handle writes at the end, whatever the offset.
-        let at = (flags.0 & libc::O_APPEND == 0).then_some(offset);
+        let at = (!appending).then_some(offset);
         let len = data.len() as u64;
         let Some(u) = &self.uthreads else {
             let r = self

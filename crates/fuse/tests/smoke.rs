@@ -193,6 +193,40 @@ fn bytes_the_kernel_keeps_are_replaced_by_a_librarys_overwrite_at_once() {
     s.finish().unmount().unwrap();
 }
 
+#[test]
+fn an_append_through_the_mount_after_the_librarys_lands_after_it_in_every_view() {
+    // The kernel places an appending write at the size it holds, the file system at
+    // the file's end: when the library appended in between, the pages the kernel kept
+    // of what it wrote are dropped.
+    let Some(s) = Served::new("append") else {
+        return;
+    };
+    let fs = s.fs.clone().unwrap();
+    let p = s.dir.join("log");
+    std::fs::write(&p, b"one\n").unwrap();
+    let mut log = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    let mut want = b"one\n".to_vec();
+    for round in 0..10u8 {
+        assert!(std::fs::read(&p).unwrap() == want, "round {round}");
+        let f = fs
+            .open("/log", fs::OpenFlags::WRONLY | fs::OpenFlags::APPEND, 0)
+            .unwrap();
+        fs.write(f, b"library\n").unwrap();
+        fs.close(f).unwrap();
+        fs.settle_changes();
+        // Long enough to fill whole pages, which the kernel then keeps.
+        let line: Vec<u8> = (0..9000u32)
+            .map(|i| b'a' + (i % 23) as u8 + round)
+            .collect();
+        log.write_all(&line).unwrap();
+        want.extend_from_slice(b"library\n");
+        want.extend_from_slice(&line);
+        assert!(std::fs::read(&p).unwrap() == want, "round {round}");
+    }
+    drop((log, fs));
+    s.finish().unmount().unwrap();
+}
+
 /// `pread` of `f` at `off` into `buf`, the bytes read.
 fn read_at(f: &std::fs::File, buf: &mut [u8], off: u64) -> usize {
     use std::os::unix::fs::FileExt;
