@@ -147,6 +147,11 @@ pub struct Server {
     buffers: Arc<ReadBuffers>,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
+    /// Directories are opened and released without a request (`FUSE_NO_OPENDIR_SUPPORT`,
+    /// if the kernel offers it): the first `opendir` is answered `ENOSYS`, and the kernel
+    /// sends no more, nor any `releasedir`. A directory handle holds nothing here: the
+    /// kernel checked the opener's permission, and a listing goes by inode and cookie.
+    no_opendir: bool,
     /// How opened files are served: through the kernel's page cache unless the options
     /// ask for `FOPEN_DIRECT_IO`.
     open_flags: FopenFlags,
@@ -224,6 +229,7 @@ impl Server {
             buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
+            no_opendir: false,
             open_flags: file_open_flags(true, false),
             create_flags: create_open_flags(true, false),
             flushes: Flushes::default(),
@@ -429,6 +435,20 @@ impl Server {
         Ok(buf)
     }
 
+    /// The entries of directory `ino`, open as handle `fh`, after cookie `offset`: by
+    /// inode when directories are opened without a request (`fh` is then 0). A
+    /// directory removed through another door lists as empty, as a removed directory
+    /// does through a descriptor.
+    fn listing(&self, ino: u64, fh: FileHandle, offset: u64) -> fs::Result<Vec<fs::DirEntryAt>> {
+        if !self.no_opendir {
+            return self.fs.readdir_fd(fd(fh), offset);
+        }
+        match self.fs.readdir_ino(ino, offset) {
+            Err(e) if e.errno() == libc::ENOENT => Ok(Vec::new()),
+            r => r,
+        }
+    }
+
     /// The attributes of a readdirplus entry, and one lookup of it for the kernel.
     fn plus_entry(&self, dir: u64, name: &str) -> Option<Stat> {
         self.fs.lookup(dir, name).ok()
@@ -464,6 +484,9 @@ impl Filesystem for Server {
         {
             let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
         }
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
         if self.writeback_cache {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -807,6 +830,9 @@ impl Filesystem for Server {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         inval::handling();
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
         let cred = crate::cred::of(req, 0);
         let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
         match self.fs.as_user(&cred).open_ino(ino.0, flags) {
@@ -818,13 +844,13 @@ impl Filesystem for Server {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         inval::handling();
-        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+        let entries = match self.listing(ino.0, fh, offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -847,7 +873,7 @@ impl Filesystem for Server {
     ) {
         inval::handling();
         let since = self.inval.changes();
-        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+        let entries = match self.listing(ino.0, fh, offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -888,16 +914,22 @@ impl Filesystem for Server {
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _ds: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
         inval::handling();
-        Self::empty(self.fs.fsync(fd(fh)), reply);
+        let r = match self.no_opendir {
+            // Every change is durable when it returns: a descriptor only reports a
+            // failure of a disk under a page-cache region.
+            true => self
+                .fs
+                .open_ino(ino.0, FsFlags::RDONLY | FsFlags::DIRECTORY)
+                .and_then(|d| {
+                    let r = self.fs.fsync(d);
+                    let _ = self.fs.close(d);
+                    r
+                }),
+            false => self.fs.fsync(fd(fh)),
+        };
+        Self::empty(r, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
