@@ -1,6 +1,5 @@
 //! The request handlers: each one a call of the `fs` handle API as the caller.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,10 +13,13 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
 
-use crate::attr::{file_attr, file_type, negative, time};
+use crate::attr::{
+    create_open_flags, file_attr, file_open_flags, file_type, negative, time, DIR_OPEN_FLAGS,
+};
+use crate::buffers::ReadBuffers;
 use crate::inval::{self, Invalidator};
+pub use crate::lookups::LookupCounts;
 use crate::mount::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 use crate::uthreads::{HandlerStats, Uthreads};
 
@@ -29,100 +31,6 @@ const _: () = assert!(fs::ROOT_INO == 1);
 /// as `create`, `O_NONBLOCK`, `O_SYNC` and `O_DIRECT` change nothing here: every write
 /// is durable when it returns).
 const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
-
-/// The kernel's lookup count of each inode it holds: one for every entry a reply gave
-/// it, less what it gave back with `forget`; and the names (directory, name) it was
-/// given the inode under, which are invalidated with the inode (see the `inval` module).
-/// An inode leaves the table at zero.
-#[derive(Clone, Default)]
-pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
-
-/// What the kernel holds of one inode.
-#[derive(Default)]
-struct Held {
-    count: u64,
-    /// The names it was given under, kept for files only: invalidating a directory's
-    /// entry would also detach whatever is mounted below it.
-    names: Vec<(u64, Box<str>)>,
-}
-
-/// Names kept per inode at most. The names matter while the kernel is installing the
-/// inode from its first replies; an inode given under more names is held already.
-const NAMES_PER_INODE: usize = 8;
-
-impl LookupCounts {
-    /// One more lookup of `st`'s inode, given as `name` in directory `dir`; whether it
-    /// is the first (the kernel did not hold the inode).
-    fn add(&self, st: &Stat, dir: u64, name: &str) -> bool {
-        let mut map = self.0.lock();
-        let held = map.entry(st.ino).or_default();
-        held.count += 1;
-        let first = held.count == 1;
-        if st.kind == fs::FileKind::Dir {
-            return first;
-        }
-        let known = held.names.iter().any(|(d, n)| *d == dir && &**n == name);
-        if !known && held.names.len() < NAMES_PER_INODE {
-            held.names.push((dir, name.into()));
-        }
-        first
-    }
-
-    fn forget(&self, ino: u64, n: u64) {
-        let mut map = self.0.lock();
-        if let Some(held) = map.get_mut(&ino) {
-            held.count = held.count.saturating_sub(n);
-            if held.count == 0 {
-                map.remove(&ino);
-            }
-        }
-    }
-
-    /// The names the kernel was given inode `ino` under.
-    pub(crate) fn names(&self, ino: u64) -> Vec<(u64, String)> {
-        self.0.lock().get(&ino).map_or_else(Vec::new, |h| {
-            h.names.iter().map(|(d, n)| (*d, n.to_string())).collect()
-        })
-    }
-
-    /// Inodes the kernel holds at least one lookup of.
-    pub fn inodes(&self) -> usize {
-        self.0.lock().len()
-    }
-
-    /// The lookup count of `ino`.
-    pub fn count(&self, ino: u64) -> u64 {
-        self.0.lock().get(&ino).map_or(0, |h| h.count)
-    }
-}
-
-/// Buffers for read replies (and, in `async` mode, the copies of written data the
-/// uthreads take), reused: a fresh zeroed one per request cost a 1 MiB read an `mmap`,
-/// page faults over the whole buffer and a `munmap`.
-#[derive(Default)]
-struct ReadBuffers(Mutex<Vec<Vec<u8>>>);
-
-/// Read buffers kept for reuse at most (one per handler in flight is the most used).
-const READ_BUFFERS_KEPT: usize = 16;
-
-impl ReadBuffers {
-    /// A buffer of `len` bytes (its contents are whatever it held).
-    fn take(&self, len: usize) -> Vec<u8> {
-        let mut b = self.0.lock().pop().unwrap_or_default();
-        if b.len() < len {
-            b.resize(len, 0);
-        }
-        b.truncate(len);
-        b
-    }
-
-    fn give_back(&self, b: Vec<u8>) {
-        let mut kept = self.0.lock();
-        if kept.len() < READ_BUFFERS_KEPT {
-            kept.push(b);
-        }
-    }
-}
 
 /// How many `FLUSH` requests the kernel sent, for inspection while the mount runs: at
 /// most one, answered `ENOSYS` so that the kernel sends no more (see
@@ -160,48 +68,6 @@ pub struct Server {
     /// `FLUSH` requests received.
     flushes: Flushes,
 }
-
-/// How opened files are served (the flags of every `open` and `create` reply):
-///
-/// - with the page cache (the default), the pages kept from one open to the next
-///   (`FOPEN_KEEP_CACHE`): the kernel updates them on every write through the mount
-///   (each write still reaches the server before it returns), and a change through
-///   another door drops them (see `inval.rs`);
-/// - without it (`FOPEN_DIRECT_IO`), writes to one file from several handles in
-///   parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders them itself);
-/// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
-///   write was durable when it was answered, so a flush has nothing to do but cost
-///   `close` a round trip. With the writeback cache the kernel ignores the flag and
-///   writes the dirty pages back before its `FLUSH`.
-fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
-    let mut f = if page_cache {
-        FopenFlags::FOPEN_KEEP_CACHE
-    } else {
-        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
-    };
-    if !writeback_cache {
-        f |= FopenFlags::FOPEN_NOFLUSH;
-    }
-    f
-}
-
-/// How the handle a `create` opens is served: straight to the server
-/// (`FOPEN_DIRECT_IO`) unless the writeback cache is on. A new file is written through
-/// the handle that created it (`tar`, `cp`, a compiler's output), and through the page
-/// cache each such file would cost a request more, a `getxattr` of
-/// `security.capability` (the kernel's check before its first cached write to an
-/// inode), and a write that starts inside a page the kernel does not hold goes out as
-/// two requests. Its pages enter the kernel's cache at the first read through a handle
-/// that `open` gave.
-fn create_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
-    file_open_flags(page_cache && writeback_cache, writeback_cache)
-}
-
-/// How opened directories are listed: the kernel keeps the listing
-/// (`FOPEN_CACHE_DIR`), from one open to the next (`FOPEN_KEEP_CACHE`); it drops it
-/// itself when the directory changes through the mount, and a change through another
-/// door drops it with the directory's pages (see `inval.rs`).
-const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
 
 /// An `fs` error as the errno the kernel passes on.
 fn errno(e: &fs::Error) -> Errno {
@@ -1101,23 +967,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn open_flags_follow_the_caches() {
-        let direct = file_open_flags(false, false);
-        assert!(direct.contains(FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH));
-        assert!(!direct.contains(FopenFlags::FOPEN_KEEP_CACHE));
-        let cached = file_open_flags(true, false);
-        assert!(cached.contains(FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH));
-        assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
-        // With the writeback cache, `close` must still flush the dirty pages.
-        assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
-        // A creating handle writes straight to the server, but for the writeback cache.
-        assert_eq!(create_open_flags(true, false), direct);
-        assert_eq!(create_open_flags(false, false), direct);
-        assert_eq!(create_open_flags(true, true), file_open_flags(true, true));
-    }
-
-    #[test]
-    fn lookups_keep_names_of_files_and_say_which_is_first() {
+    fn a_directory_first_given_has_its_attributes_for_no_time() {
         let st = |ino, kind| Stat {
             ino,
             generation: 1,
@@ -1134,18 +984,6 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
         };
-        let l = LookupCounts::default();
-        assert!(l.add(&st(5, fs::FileKind::File), 1, "a"));
-        assert!(!l.add(&st(5, fs::FileKind::File), 1, "a"));
-        assert!(!l.add(&st(5, fs::FileKind::File), 2, "b"));
-        assert_eq!(l.names(5), [(1, "a".to_string()), (2, "b".to_string())]);
-        assert!(l.add(&st(6, fs::FileKind::Dir), 1, "d"));
-        assert!(
-            l.names(6).is_empty(),
-            "a directory's entry is never invalidated"
-        );
-        l.forget(5, 3);
-        assert_eq!((l.count(5), l.names(5).len()), (0, 0));
         let dir = st(6, fs::FileKind::Dir);
         let ttl = Duration::from_secs(10);
         assert_eq!(Server::entry_attr_ttl(&dir, true, ttl), Duration::ZERO);
