@@ -265,7 +265,7 @@ tmpfs's are not persistent. The mount keeps file pages in the kernel's page cach
 the kernel holds (the pre-fill wrote them through the mount) do not reach the server; \
 with --direct-io it serves files without it (as a DAX file system does) and every read \
 and write reaches the server (1st pass GiB/s: the first pass over the file). Entries and attributes are cached \
-by the kernel (10 s, invalidated on changes through other doors). \
+by the kernel (1 h, invalidated on changes through other doors). \
 CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \

@@ -17,13 +17,15 @@ use crate::uthreads::HandlerStats;
 /// kernel keeps what it learns through the mount coherent itself; a change through
 /// another door of this process is invalidated before that door answers (see
 /// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
-/// door saw — there is none: every change of the image goes through this process.
-pub const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// door saw — there is none: every change of the image goes through this process. So
+/// it is long: a shorter one only sent the lookups of a tree again once it ran out
+/// between two programs working on it (`rm -rf` after a build).
+pub const ENTRY_TTL: Duration = Duration::from_secs(3600);
 /// How long the kernel may use attributes without asking again, for the same reason
 /// as [`ENTRY_TTL`].
-pub const ATTR_TTL: Duration = Duration::from_secs(10);
+pub const ATTR_TTL: Duration = Duration::from_secs(3600);
 /// How long the kernel may answer ENOENT for a name it was told does not exist.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(3600);
 
 /// How to mount.
 #[derive(Clone, Debug)]
