@@ -353,6 +353,14 @@ impl Filesystem for Server {
         self.no_opendir = config
             .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
             .is_ok();
+        // A kernel that cannot map a file served without the page cache refuses a
+        // shared mapping of it (ENODEV): there, a creating handle keeps the cache too.
+        if !config
+            .capabilities()
+            .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+        {
+            self.create_flags = self.open_flags;
+        }
         if self.writeback_cache {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
