@@ -71,6 +71,9 @@ pub struct UmountArgs {
 
 /// `easyio mount`.
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
+    if a.page_cache {
+        eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
+    }
     let mountpoint = easyio_fuse::check_mountpoint(&a.mountpoint)?;
     easyio_fuse::check_fuse_device()?;
     if a.foreground {
@@ -115,9 +118,6 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
         writeback_cache: a.writeback_cache,
         page_cache: !a.direct_io,
     };
-    if a.page_cache {
-        eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
-    }
     ServeOptions {
         image: a.image,
         mountpoint,
