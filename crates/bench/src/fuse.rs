@@ -165,9 +165,13 @@ pub struct FuseArgs {
     /// server's, skipping the page cache.
     #[arg(long)]
     direct: bool,
-    /// Mount with `easyio mount --page-cache`: the kernel keeps file pages (from one
-    /// open to the next), so repeated reads stay in it.
+    /// Mount with `easyio mount --direct-io`: file data bypasses the kernel's page
+    /// cache, so every read and write through the mount reaches the server. Default:
+    /// the kernel keeps file pages (write-through), so repeated reads stay in it.
     #[arg(long)]
+    direct_io: bool,
+    /// Deprecated, the default now (the mount keeps file pages in the kernel).
+    #[arg(long, hide = true, conflicts_with = "direct_io")]
     page_cache: bool,
     #[arg(long)]
     json: bool,
@@ -235,7 +239,8 @@ struct Report {
     machine: Machine,
     mode: Mode,
     server_threads: usize,
-    /// The mount keeps file pages in the kernel's page cache (`--page-cache`).
+    /// The mount keeps file pages in the kernel's page cache (the default; false with
+    /// `--direct-io`).
     page_cache: bool,
     /// Files of the mount and of tmpfs opened with `O_DIRECT`.
     direct: bool,
@@ -255,11 +260,12 @@ in /dev/shm served by `easyio mount` (a child process); tmpfs = the same calls o
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
-tmpfs's are not persistent. Unless run with --page-cache, the mount serves files \
-without the kernel's page cache (as a DAX file system does): every read and write \
-through it reaches the server (1st pass GiB/s: the first pass over the file); with it, \
-pages stay in the kernel from one open to the next. Entries and attributes are cached \
-by the kernel (10 s, invalidated on changes through other doors). \
+tmpfs's are not persistent. The mount keeps file pages in the kernel's page cache \
+(write-through: every write reaches the server before it returns), so reads of pages \
+the kernel holds (the pre-fill wrote them through the mount) do not reach the server; \
+with --direct-io it serves files without it (as a DAX file system does) and every read \
+and write reaches the server (1st pass GiB/s: the first pass over the file). Entries and attributes are cached \
+by the kernel (1 h, invalidated on changes through other doors). \
 CPU-s/GiB = CPU of this process (getrusage) \
 plus, for easyio-fuse, of the server process (user + system of all its threads, \
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
@@ -733,12 +739,15 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
     if !Path::new("/dev/fuse").exists() {
         bail!("no /dev/fuse on this machine: load the fuse module (modprobe fuse)");
     }
+    if a.page_cache {
+        eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
+    }
     let server = server::Server::start(
         easyio_exe,
         image_bytes(a.size),
         a.mode,
         a.threads,
-        a.page_cache,
+        a.direct_io,
     )?;
     let mut results = measure_all(&a, &server)?;
     let programs = match a.workload.contains(&Workload::Programs) {
@@ -758,7 +767,7 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
         machine: Machine::this(),
         mode: a.mode,
         server_threads: a.threads,
-        page_cache: a.page_cache,
+        page_cache: !a.direct_io,
         direct: a.direct,
         duration_s: a.duration,
         file_bytes: a.size,
@@ -781,7 +790,7 @@ fn print_report(r: &Report) {
             "easyio bench fuse — programs; server: --mode {} --threads {}{}",
             r.mode.name(),
             r.server_threads,
-            if r.page_cache { " --page-cache" } else { "" }
+            if r.page_cache { "" } else { " --direct-io" }
         );
     } else {
         println!(
@@ -791,7 +800,7 @@ fn print_report(r: &Report) {
             if r.direct { "O_DIRECT" } else { "buffered" },
             r.mode.name(),
             r.server_threads,
-            if r.page_cache { " --page-cache" } else { "" }
+            if r.page_cache { "" } else { " --direct-io" }
         );
     }
     println!("machine: {}", r.machine.describe());

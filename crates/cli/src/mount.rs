@@ -40,10 +40,15 @@ pub struct MountArgs {
     /// returns is durable.
     #[arg(long)]
     writeback_cache: bool,
-    /// Let the kernel keep file data in its page cache: repeated reads of a page stay
-    /// in the kernel, every write makes one copy more. Off: reads and writes go
-    /// straight to the server, as on a DAX file system.
-    #[arg(long)]
+    /// Keep file data out of the kernel's page cache: every read and write goes
+    /// straight between the caller's buffer and the server, as on a DAX file system
+    /// (one copy fewer per write, a round trip per read). Default: the kernel keeps
+    /// file pages, reads of a kept page never reach the server, and a write() still
+    /// returns only once the server made it durable.
+    #[arg(long, conflicts_with = "writeback_cache")]
+    direct_io: bool,
+    /// Deprecated, the default now: the kernel keeps file data in its page cache.
+    #[arg(long, hide = true, conflicts_with = "direct_io")]
     page_cache: bool,
     /// Mount read-only: nothing is written to the image.
     #[arg(long)]
@@ -66,6 +71,9 @@ pub struct UmountArgs {
 
 /// `easyio mount`.
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
+    if a.page_cache {
+        eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
+    }
     let mountpoint = easyio_fuse::check_mountpoint(&a.mountpoint)?;
     easyio_fuse::check_fuse_device()?;
     if a.foreground {
@@ -108,7 +116,7 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
             .collect(),
         uthread_workers: if a.mode == Mode::Async { a.threads } else { 0 },
         writeback_cache: a.writeback_cache,
-        page_cache: a.page_cache,
+        page_cache: !a.direct_io,
     };
     ServeOptions {
         image: a.image,

@@ -1,10 +1,11 @@
 //! Attributes as the kernel wants them: `fs::Stat` to `fuser::FileAttr`, and the times
-//! of `setattr` back to `fs::Time`.
+//! of `setattr` back to `fs::Time`; and the flags of `open`, `create` and `opendir`
+//! replies, which say what of a file the kernel may cache.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fs::{FileKind, Stat, Time};
-use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo, TimeOrNow};
 
 /// The kernel's name of an inode kind.
 pub(crate) fn file_type(kind: FileKind) -> FileType {
@@ -83,9 +84,68 @@ pub(crate) fn negative() -> FileAttr {
     }
 }
 
+/// How opened files are served (the flags of every `open` and `create` reply):
+///
+/// - with the page cache (the default), the pages kept from one open to the next
+///   (`FOPEN_KEEP_CACHE`): the kernel updates them on every write through the mount
+///   (each write still reaches the server before it returns), and a change through
+///   another door drops them (see `inval.rs`);
+/// - without it (`FOPEN_DIRECT_IO`), writes to one file from several handles in
+///   parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders them itself);
+/// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
+///   write was durable when it was answered, so a flush has nothing to do but cost
+///   `close` a round trip. With the writeback cache the kernel ignores the flag and
+///   writes the dirty pages back before its `FLUSH`.
+pub(crate) fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
+    let mut f = if page_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+    };
+    if !writeback_cache {
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
+    f
+}
+
+/// How the handle a `create` opens is served: straight to the server
+/// (`FOPEN_DIRECT_IO`) unless the writeback cache is on. A new file is written through
+/// the handle that created it (`tar`, `cp`, a compiler's output), and through the page
+/// cache each such file would cost a request more, a `getxattr` of
+/// `security.capability` (the kernel's check before its first cached write to an
+/// inode), and a write that starts inside a page the kernel does not hold goes out as
+/// two requests. Its pages enter the kernel's cache at the first read through a handle
+/// that `open` gave.
+pub(crate) fn create_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
+    file_open_flags(page_cache && writeback_cache, writeback_cache)
+}
+
+/// How opened directories are listed: the kernel keeps the listing
+/// (`FOPEN_CACHE_DIR`), from one open to the next (`FOPEN_KEEP_CACHE`); it drops it
+/// itself when the directory changes through the mount, and a change through another
+/// door drops it with the directory's pages (see `inval.rs`).
+pub(crate) const DIR_OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_flags_follow_the_caches() {
+        let direct = file_open_flags(false, false);
+        assert!(direct.contains(FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!direct.contains(FopenFlags::FOPEN_KEEP_CACHE));
+        let cached = file_open_flags(true, false);
+        assert!(cached.contains(FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH));
+        assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
+        // With the writeback cache, `close` must still flush the dirty pages.
+        assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
+        // A creating handle writes straight to the server, but for the writeback cache.
+        assert_eq!(create_open_flags(true, false), direct);
+        assert_eq!(create_open_flags(false, false), direct);
+        assert_eq!(create_open_flags(true, true), file_open_flags(true, true));
+    }
 
     #[test]
     fn times_round_trip_through_system_time() {

@@ -138,6 +138,20 @@ impl Invalidator {
         }
     }
 
+    /// Drops the kernel's attributes and pages of inode `ino` soon, from the mount's
+    /// thread (a handler cannot: dropping pages may wait for the request it serves):
+    /// for a write the kernel placed where the file system did not put it.
+    pub(crate) fn pages_later(&self, ino: u64) {
+        let mut q = self.queue.lock();
+        if q.closed {
+            return;
+        }
+        q.inodes.insert(ino);
+        q.queued += 1;
+        drop(q);
+        self.wake.notify_all();
+    }
+
     /// Changes made through other doors so far: a reply built while this moved may
     /// describe what a change replaced.
     pub(crate) fn changes(&self) -> u64 {

@@ -26,10 +26,12 @@
 #![warn(clippy::too_many_lines)]
 
 mod attr;
+mod buffers;
 mod control;
 mod cred;
 mod daemon;
 mod inval;
+mod lookups;
 mod mount;
 mod server;
 mod uthreads;

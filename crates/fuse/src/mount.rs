@@ -17,13 +17,15 @@ use crate::uthreads::HandlerStats;
 /// kernel keeps what it learns through the mount coherent itself; a change through
 /// another door of this process is invalidated before that door answers (see
 /// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
-/// door saw — there is none: every change of the image goes through this process.
-pub const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// door saw — there is none: every change of the image goes through this process. So
+/// it is long: a shorter one only sent the lookups of a tree again once it ran out
+/// between two programs working on it (`rm -rf` after a build).
+pub const ENTRY_TTL: Duration = Duration::from_secs(3600);
 /// How long the kernel may use attributes without asking again, for the same reason
 /// as [`ENTRY_TTL`].
-pub const ATTR_TTL: Duration = Duration::from_secs(10);
+pub const ATTR_TTL: Duration = Duration::from_secs(3600);
 /// How long the kernel may answer ENOENT for a name it was told does not exist.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(3600);
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -45,10 +47,11 @@ pub struct Options {
     /// is then in the kernel's page cache only, sent to the server (and durable) at
     /// `fsync`, `close` or the kernel's writeback.
     pub writeback_cache: bool,
-    /// Lets the kernel keep file data in its page cache (reads of a cached page never
-    /// reach the server). Off by default, as on a DAX file system: reads and writes
-    /// go straight between the caller's buffer and the server, one copy fewer for a
-    /// write. The writeback cache implies it.
+    /// Lets the kernel keep file data in its page cache (the default): reads of a
+    /// cached page never reach the server, and every write still does before it
+    /// returns (write-through). Off (`easyio mount --direct-io`), as on a DAX file
+    /// system: reads and writes go straight between the caller's buffer and the
+    /// server, one copy fewer for a write. The writeback cache implies it.
     pub page_cache: bool,
 }
 
@@ -78,7 +81,7 @@ impl Default for Options {
             extra: Vec::new(),
             uthread_workers: 0,
             writeback_cache: false,
-            page_cache: false,
+            page_cache: true,
         }
     }
 }

@@ -1,6 +1,5 @@
 //! The request handlers: each one a call of the `fs` handle API as the caller.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,10 +13,13 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
 
-use crate::attr::{file_attr, file_type, negative, time};
+use crate::attr::{
+    create_open_flags, file_attr, file_open_flags, file_type, negative, time, DIR_OPEN_FLAGS,
+};
+use crate::buffers::ReadBuffers;
 use crate::inval::{self, Invalidator};
+pub use crate::lookups::LookupCounts;
 use crate::mount::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 use crate::uthreads::{HandlerStats, Uthreads};
 
@@ -29,100 +31,6 @@ const _: () = assert!(fs::ROOT_INO == 1);
 /// as `create`, `O_NONBLOCK`, `O_SYNC` and `O_DIRECT` change nothing here: every write
 /// is durable when it returns).
 const PASSED_FLAGS: i32 = libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND;
-
-/// The kernel's lookup count of each inode it holds: one for every entry a reply gave
-/// it, less what it gave back with `forget`; and the names (directory, name) it was
-/// given the inode under, which are invalidated with the inode (see the `inval` module).
-/// An inode leaves the table at zero.
-#[derive(Clone, Default)]
-pub struct LookupCounts(Arc<Mutex<HashMap<u64, Held>>>);
-
-/// What the kernel holds of one inode.
-#[derive(Default)]
-struct Held {
-    count: u64,
-    /// The names it was given under, kept for files only: invalidating a directory's
-    /// entry would also detach whatever is mounted below it.
-    names: Vec<(u64, Box<str>)>,
-}
-
-/// Names kept per inode at most. The names matter while the kernel is installing the
-/// inode from its first replies; an inode given under more names is held already.
-const NAMES_PER_INODE: usize = 8;
-
-impl LookupCounts {
-    /// One more lookup of `st`'s inode, given as `name` in directory `dir`; whether it
-    /// is the first (the kernel did not hold the inode).
-    fn add(&self, st: &Stat, dir: u64, name: &str) -> bool {
-        let mut map = self.0.lock();
-        let held = map.entry(st.ino).or_default();
-        held.count += 1;
-        let first = held.count == 1;
-        if st.kind == fs::FileKind::Dir {
-            return first;
-        }
-        let known = held.names.iter().any(|(d, n)| *d == dir && &**n == name);
-        if !known && held.names.len() < NAMES_PER_INODE {
-            held.names.push((dir, name.into()));
-        }
-        first
-    }
-
-    fn forget(&self, ino: u64, n: u64) {
-        let mut map = self.0.lock();
-        if let Some(held) = map.get_mut(&ino) {
-            held.count = held.count.saturating_sub(n);
-            if held.count == 0 {
-                map.remove(&ino);
-            }
-        }
-    }
-
-    /// The names the kernel was given inode `ino` under.
-    pub(crate) fn names(&self, ino: u64) -> Vec<(u64, String)> {
-        self.0.lock().get(&ino).map_or_else(Vec::new, |h| {
-            h.names.iter().map(|(d, n)| (*d, n.to_string())).collect()
-        })
-    }
-
-    /// Inodes the kernel holds at least one lookup of.
-    pub fn inodes(&self) -> usize {
-        self.0.lock().len()
-    }
-
-    /// The lookup count of `ino`.
-    pub fn count(&self, ino: u64) -> u64 {
-        self.0.lock().get(&ino).map_or(0, |h| h.count)
-    }
-}
-
-/// Buffers for read replies (and, in `async` mode, the copies of written data the
-/// uthreads take), reused: a fresh zeroed one per request cost a 1 MiB read an `mmap`,
-/// page faults over the whole buffer and a `munmap`.
-#[derive(Default)]
-struct ReadBuffers(Mutex<Vec<Vec<u8>>>);
-
-/// Read buffers kept for reuse at most (one per handler in flight is the most used).
-const READ_BUFFERS_KEPT: usize = 16;
-
-impl ReadBuffers {
-    /// A buffer of `len` bytes (its contents are whatever it held).
-    fn take(&self, len: usize) -> Vec<u8> {
-        let mut b = self.0.lock().pop().unwrap_or_default();
-        if b.len() < len {
-            b.resize(len, 0);
-        }
-        b.truncate(len);
-        b
-    }
-
-    fn give_back(&self, b: Vec<u8>) {
-        let mut kept = self.0.lock();
-        if kept.len() < READ_BUFFERS_KEPT {
-            kept.push(b);
-        }
-    }
-}
 
 /// How many `FLUSH` requests the kernel sent, for inspection while the mount runs: at
 /// most one, answered `ENOSYS` so that the kernel sends no more (see
@@ -147,42 +55,19 @@ pub struct Server {
     buffers: Arc<ReadBuffers>,
     uthreads: Option<Uthreads>,
     writeback_cache: bool,
-    /// How opened files are served: without the kernel's page cache (`FOPEN_DIRECT_IO`)
-    /// unless the options ask for it.
+    /// Directories are opened and released without a request (`FUSE_NO_OPENDIR_SUPPORT`,
+    /// if the kernel offers it): the first `opendir` is answered `ENOSYS`, and the kernel
+    /// sends no more, nor any `releasedir`. A directory handle holds nothing here: the
+    /// kernel checked the opener's permission, and a listing goes by inode and cookie.
+    no_opendir: bool,
+    /// How opened files are served: through the kernel's page cache unless the options
+    /// ask for `FOPEN_DIRECT_IO`.
     open_flags: FopenFlags,
+    /// How the handle a `create` opens is served (see [`create_open_flags`]).
+    create_flags: FopenFlags,
     /// `FLUSH` requests received.
     flushes: Flushes,
 }
-
-/// How opened files are served (the flags of every `open` and `create` reply):
-///
-/// - without the page cache (`FOPEN_DIRECT_IO`, the default), writes to one file
-///   from several handles in parallel (`FOPEN_PARALLEL_DIRECT_WRITES`: the fs orders
-///   them itself);
-/// - with it, the pages kept from one open to the next (`FOPEN_KEEP_CACHE`): the
-///   kernel updates them on every write through the mount, and a change through
-///   another door drops them (see `inval.rs`);
-/// - no `FLUSH` at `close` unless the writeback cache is on (`FOPEN_NOFLUSH`): every
-///   write was durable when it was answered, so a flush has nothing to do but cost
-///   `close` a round trip. With the writeback cache the kernel ignores the flag and
-///   writes the dirty pages back before its `FLUSH`.
-fn file_open_flags(page_cache: bool, writeback_cache: bool) -> FopenFlags {
-    let mut f = if page_cache {
-        FopenFlags::FOPEN_KEEP_CACHE
-    } else {
-        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
-    };
-    if !writeback_cache {
-        f |= FopenFlags::FOPEN_NOFLUSH;
-    }
-    f
-}
-
-/// How opened directories are listed: the kernel keeps the listing
-/// (`FOPEN_CACHE_DIR`), from one open to the next (`FOPEN_KEEP_CACHE`); it drops it
-/// itself when the directory changes through the mount, and a change through another
-/// door drops it with the directory's pages (see `inval.rs`).
-const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
 
 /// An `fs` error as the errno the kernel passes on.
 fn errno(e: &fs::Error) -> Errno {
@@ -199,7 +84,8 @@ fn fd(fh: FileHandle) -> Fd {
 }
 
 impl Server {
-    /// A server for `fs` whose handlers all run on the threads that read requests.
+    /// A server for `fs` whose handlers all run on the threads that read requests,
+    /// serving files through the kernel's page cache.
     pub fn new(fs: Arc<FileSystem>) -> Server {
         let lookups = LookupCounts::default();
         Server {
@@ -209,7 +95,9 @@ impl Server {
             buffers: Arc::default(),
             uthreads: None,
             writeback_cache: false,
-            open_flags: file_open_flags(false, false),
+            no_opendir: false,
+            open_flags: file_open_flags(true, false),
+            create_flags: create_open_flags(true, false),
             flushes: Flushes::default(),
         }
     }
@@ -226,6 +114,7 @@ impl Server {
             uthreads,
             writeback_cache: opts.writeback_cache(),
             open_flags: file_open_flags(opts.page_cache(), opts.writeback_cache()),
+            create_flags: create_open_flags(opts.page_cache(), opts.writeback_cache()),
             ..Server::new(fs)
         })
     }
@@ -412,6 +301,20 @@ impl Server {
         Ok(buf)
     }
 
+    /// The entries of directory `ino`, open as handle `fh`, after cookie `offset`: by
+    /// inode when directories are opened without a request (`fh` is then 0). A
+    /// directory removed through another door lists as empty, as a removed directory
+    /// does through a descriptor.
+    fn listing(&self, ino: u64, fh: FileHandle, offset: u64) -> fs::Result<Vec<fs::DirEntryAt>> {
+        if !self.no_opendir {
+            return self.fs.readdir_fd(fd(fh), offset);
+        }
+        match self.fs.readdir_ino(ino, offset) {
+            Err(e) if e.errno() == libc::ENOENT => Ok(Vec::new()),
+            r => r,
+        }
+    }
+
     /// The attributes of a readdirplus entry, and one lookup of it for the kernel.
     fn plus_entry(&self, dir: u64, name: &str) -> Option<Stat> {
         self.fs.lookup(dir, name).ok()
@@ -446,6 +349,17 @@ impl Filesystem for Server {
             .is_err()
         {
             let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        }
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
+        // A kernel that cannot map a file served without the page cache refuses a
+        // shared mapping of it (ENODEV): there, a creating handle keeps the cache too.
+        if !config
+            .capabilities()
+            .contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+        {
+            self.create_flags = self.open_flags;
         }
         if self.writeback_cache {
             config
@@ -706,10 +620,22 @@ impl Filesystem for Server {
                 .fs
                 .fstat(fd(fh))
                 .is_ok_and(|st| privileged_mode(st.mode));
-        let inval = kills.then(|| self.inval.clone());
+        // An appending write through the page cache: the kernel placed it at the size it
+        // holds, the fs appends at the file's end. If another door grew the file since,
+        // the kernel's pages of the range are not what the file holds there.
+        let appending = flags.0 & libc::O_APPEND != 0;
+        let misplaced = appending
+            && !self.writeback_cache
+            && self.fs.fstat(fd(fh)).is_ok_and(|st| st.size != offset);
+        let inval = (kills || misplaced).then(|| self.inval.clone());
         let written = move |r: fs::Result<usize>, reply: ReplyWrite| {
             if let Some(inval) = inval {
-                inval.attrs_now(ino.0);
+                if kills {
+                    inval.attrs_now(ino.0);
+                }
+                if misplaced {
+                    inval.pages_later(ino.0);
+                }
             }
             match r {
                 Ok(n) => reply.written(n as u32),
@@ -717,7 +643,7 @@ impl Filesystem for Server {
             }
         };
         // An appending handle writes at the end, whatever the offset.
-        let at = (flags.0 & libc::O_APPEND == 0).then_some(offset);
+        let at = (!appending).then_some(offset);
         let len = data.len() as u64;
         let Some(u) = &self.uthreads else {
             let r = self
@@ -778,6 +704,9 @@ impl Filesystem for Server {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         inval::handling();
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
         let cred = crate::cred::of(req, 0);
         let flags = FsFlags::RDONLY | FsFlags::DIRECTORY;
         match self.fs.as_user(&cred).open_ino(ino.0, flags) {
@@ -789,13 +718,13 @@ impl Filesystem for Server {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         inval::handling();
-        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+        let entries = match self.listing(ino.0, fh, offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -818,7 +747,7 @@ impl Filesystem for Server {
     ) {
         inval::handling();
         let since = self.inval.changes();
-        let entries = match self.fs.readdir_fd(fd(fh), offset) {
+        let entries = match self.listing(ino.0, fh, offset) {
             Ok(v) => v,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -859,16 +788,22 @@ impl Filesystem for Server {
         Self::empty(self.fs.close(fd(fh)), reply);
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _ds: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
         inval::handling();
-        Self::empty(self.fs.fsync(fd(fh)), reply);
+        let r = match self.no_opendir {
+            // Every change is durable when it returns: a descriptor only reports a
+            // failure of a disk under a page-cache region.
+            true => self
+                .fs
+                .open_ino(ino.0, FsFlags::RDONLY | FsFlags::DIRECTORY)
+                .and_then(|d| {
+                    let r = self.fs.fsync(d);
+                    let _ = self.fs.close(d);
+                    r
+                }),
+            false => self.fs.fsync(fd(fh)),
+        };
+        Self::empty(r, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -959,7 +894,7 @@ impl Filesystem for Server {
                 self.lookups.add(&st, parent.0, n);
                 let (a, g) = (file_attr(&st), Generation(st.generation));
                 let ttl = self.ttl(since, ENTRY_TTL);
-                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.open_flags);
+                reply.created(&ttl, &a, g, FileHandle(fd.0 as u64), self.create_flags);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -1040,19 +975,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn open_flags_follow_the_caches() {
-        let direct = file_open_flags(false, false);
-        assert!(direct.contains(FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH));
-        assert!(!direct.contains(FopenFlags::FOPEN_KEEP_CACHE));
-        let cached = file_open_flags(true, false);
-        assert!(cached.contains(FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH));
-        assert!(!cached.contains(FopenFlags::FOPEN_DIRECT_IO));
-        // With the writeback cache, `close` must still flush the dirty pages.
-        assert!(!file_open_flags(true, true).contains(FopenFlags::FOPEN_NOFLUSH));
-    }
-
-    #[test]
-    fn lookups_keep_names_of_files_and_say_which_is_first() {
+    fn a_directory_first_given_has_its_attributes_for_no_time() {
         let st = |ino, kind| Stat {
             ino,
             generation: 1,
@@ -1069,18 +992,6 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
         };
-        let l = LookupCounts::default();
-        assert!(l.add(&st(5, fs::FileKind::File), 1, "a"));
-        assert!(!l.add(&st(5, fs::FileKind::File), 1, "a"));
-        assert!(!l.add(&st(5, fs::FileKind::File), 2, "b"));
-        assert_eq!(l.names(5), [(1, "a".to_string()), (2, "b".to_string())]);
-        assert!(l.add(&st(6, fs::FileKind::Dir), 1, "d"));
-        assert!(
-            l.names(6).is_empty(),
-            "a directory's entry is never invalidated"
-        );
-        l.forget(5, 3);
-        assert_eq!((l.count(5), l.names(5).len()), (0, 0));
         let dir = st(6, fs::FileKind::Dir);
         let ttl = Duration::from_secs(10);
         assert_eq!(Server::entry_attr_ttl(&dir, true, ttl), Duration::ZERO);

@@ -284,12 +284,12 @@ fn random_posix_calls_as_on_tmpfs_with_the_writeback_cache() {
 }
 
 #[test]
-fn random_posix_calls_as_on_tmpfs_with_the_page_cache() {
+fn random_posix_calls_as_on_tmpfs_without_the_page_cache() {
     let opts = Options {
-        page_cache: true,
+        page_cache: false,
         ..Options::default()
     };
-    random_calls("page-cache", MountOptions::default(), &opts);
+    random_calls("direct-io", MountOptions::default(), &opts);
 }
 
 /// The random calls of every seed through a mount of a fresh image, with the file

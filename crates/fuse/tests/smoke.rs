@@ -145,12 +145,151 @@ fn changes_through_the_library_are_seen_through_the_mount_at_once() {
 }
 
 #[test]
-fn changes_through_the_library_drop_the_kernels_kept_pages() {
+fn changes_through_the_library_are_seen_without_the_page_cache() {
     let opts = Options {
-        page_cache: true,
+        page_cache: false,
         ..Options::default()
     };
-    library_changes_seen("inval-pages", &opts);
+    library_changes_seen("inval-direct", &opts);
+}
+
+/// 64 KiB of `fill`, but for `b"through"` at 8 KiB.
+fn pages(fill: u8) -> Vec<u8> {
+    let mut v = vec![fill; 64 << 10];
+    v[8192..8199].copy_from_slice(b"through");
+    v
+}
+
+#[test]
+fn bytes_the_kernel_keeps_are_replaced_by_a_librarys_overwrite_at_once() {
+    // A file read through the mount, so its pages are in the kernel's cache, then
+    // overwritten in place through the library (same size, same times to the second:
+    // nothing but the pages tells), and read again through the mount at once: through
+    // a handle opened before the change and through a new one.
+    let Some(s) = Served::new("pages") else {
+        return;
+    };
+    let fs = s.fs.clone().unwrap();
+    let p = s.dir.join("kept");
+    std::fs::write(&p, pages(b'a')).unwrap();
+    let held = std::fs::File::open(&p).unwrap();
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(&p).unwrap(), pages(b'a'));
+    }
+    for round in 0..20u8 {
+        let fill = b'b' + round;
+        let f = fs.open("/kept", fs::OpenFlags::WRONLY, 0).unwrap();
+        assert_eq!(fs.pwrite(f, &pages(fill), 0).unwrap(), 64 << 10);
+        fs.close(f).unwrap();
+        fs.settle_changes();
+        let mut got = vec![0; 64 << 10];
+        assert_eq!(read_at(&held, &mut got, 0), 64 << 10);
+        assert!(got == pages(fill), "round {round}: the held handle's read");
+        assert_eq!(std::fs::read(&p).unwrap(), pages(fill), "round {round}");
+        // Cached again for the next round.
+        assert_eq!(std::fs::read(&p).unwrap(), pages(fill));
+    }
+    drop((held, fs));
+    s.finish().unmount().unwrap();
+}
+
+#[test]
+fn an_append_through_the_mount_after_the_librarys_lands_after_it_in_every_view() {
+    // The kernel places an appending write at the size it holds, the file system at
+    // the file's end: when the library appended in between, the pages the kernel kept
+    // of what it wrote are dropped.
+    let Some(s) = Served::new("append") else {
+        return;
+    };
+    let fs = s.fs.clone().unwrap();
+    let p = s.dir.join("log");
+    std::fs::write(&p, b"one\n").unwrap();
+    let mut log = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    let mut want = b"one\n".to_vec();
+    for round in 0..10u8 {
+        assert!(std::fs::read(&p).unwrap() == want, "round {round}");
+        let f = fs
+            .open("/log", fs::OpenFlags::WRONLY | fs::OpenFlags::APPEND, 0)
+            .unwrap();
+        fs.write(f, b"library\n").unwrap();
+        fs.close(f).unwrap();
+        fs.settle_changes();
+        // Long enough to fill whole pages, which the kernel then keeps.
+        let line: Vec<u8> = (0..9000u32)
+            .map(|i| b'a' + (i % 23) as u8 + round)
+            .collect();
+        log.write_all(&line).unwrap();
+        want.extend_from_slice(b"library\n");
+        want.extend_from_slice(&line);
+        assert!(std::fs::read(&p).unwrap() == want, "round {round}");
+    }
+    drop((log, fs));
+    s.finish().unmount().unwrap();
+}
+
+/// `pread` of `f` at `off` into `buf`, the bytes read.
+fn read_at(f: &std::fs::File, buf: &mut [u8], off: u64) -> usize {
+    use std::os::unix::fs::FileExt;
+    f.read_at(buf, off).unwrap()
+}
+
+#[test]
+fn a_shared_writable_mapping_of_a_file_on_the_mount_writes_to_the_image() {
+    use std::os::fd::AsRawFd;
+    let Some(s) = Served::new("mmap") else {
+        return;
+    };
+    let fs = s.fs.clone().unwrap();
+    // A handle `open` gave (served through the page cache) and one `create` gave
+    // (served straight to the server).
+    std::fs::write(s.dir.join("opened"), vec![0u8; 16384]).unwrap();
+    for (name, create) in [("opened", false), ("created", true)] {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create)
+            .open(s.dir.join(name))
+            .unwrap();
+        file.set_len(16384).unwrap();
+        let lib = format!("/{name}");
+        let len = 16384;
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file, unmapped below
+        // and used only in between.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        // SAFETY: `at` maps `len` bytes, readable and writable, until the munmap below.
+        let map = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) };
+        map[4096..4101].copy_from_slice(b"mmap!");
+        // SAFETY: the mapping made above.
+        assert_eq!(unsafe { libc::msync(at, len, libc::MS_SYNC) }, 0);
+        let mut got = [0u8; 5];
+        let f = fs.open(&lib, fs::OpenFlags::RDONLY, 0).unwrap();
+        assert_eq!(fs.pread(f, &mut got, 4096).unwrap(), 5);
+        fs.close(f).unwrap();
+        assert_eq!(&got, b"mmap!", "{name}: the mapping's store in the image");
+        // A change through the library reaches the mapping at once.
+        let f = fs.open(&lib, fs::OpenFlags::WRONLY, 0).unwrap();
+        fs.pwrite(f, b"lib", 8192).unwrap();
+        fs.close(f).unwrap();
+        fs.settle_changes();
+        let seen = map[8192..8195].to_vec();
+        map[8192..8195].fill(0);
+        // SAFETY: the mapping made above, not used after this. (Unmapped before the
+        // check: a mapping left behind would keep the mount from ending.)
+        assert_eq!(unsafe { libc::munmap(at, len) }, 0);
+        assert_eq!(seen, b"lib", "{name}: the library's write in the mapping");
+    }
+    drop(fs);
+    s.finish().unmount().unwrap();
 }
 
 /// Changes through the library, each seen through a mount with `opts` at once after

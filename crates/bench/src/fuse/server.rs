@@ -41,13 +41,13 @@ fn format_image(image: &Path, size: u64) -> anyhow::Result<()> {
 impl Server {
     /// Formats a fresh image of `size` bytes and mounts it with the `easyio` binary
     /// `exe` (`easyio mount --foreground --mode MODE --threads THREADS`, and
-    /// `--page-cache` if `page_cache`); returns once the mount is up.
+    /// `--direct-io` if `direct_io`); returns once the mount is up.
     pub fn start(
         exe: &Path,
         size: u64,
         mode: Mode,
         threads: usize,
-        page_cache: bool,
+        direct_io: bool,
     ) -> anyhow::Result<Server> {
         let tag = format!("easyio-bench-fuse-{}", std::process::id());
         let image = PathBuf::from(format!("/dev/shm/{tag}.img"));
@@ -63,7 +63,7 @@ impl Server {
             .args([&image, &mountpoint])
             .args(["--foreground", "--mode", mode.name(), "--threads"])
             .arg(threads.to_string())
-            .args(page_cache.then_some("--page-cache"))
+            .args(direct_io.then_some("--direct-io"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)
