@@ -43,7 +43,7 @@ pub use daemon::{
 };
 pub use inval::{InvalStats, Invalidator};
 pub use mount::{
-    default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
+    default_threads, parse_options, unmount, Background, Mount, Options, ATTR_TTL, ENTRY_TTL,
     MAX_DEFAULT_THREADS, NEGATIVE_TTL,
 };
 pub use server::{Flushes, LookupCounts, Server};

@@ -1,5 +1,6 @@
 //! Mounting: the options, the session that serves requests until the file system is
-//! unmounted, and unmounting.
+//! unmounted (on the caller's thread or, [`Background`], on one of its own), and
+//! unmounting.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -227,6 +228,38 @@ impl Mount {
             Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
             other => other,
         }
+    }
+}
+
+/// A mount served on a thread of its own ([`Mount::spawn`]), beside what else the
+/// process serves (`easyio serve --mount`).
+pub struct Background {
+    mountpoint: PathBuf,
+    thread: std::thread::JoinHandle<io::Result<()>>,
+}
+
+impl Mount {
+    /// Serves requests on a thread of its own, named `easyio-fuse`, until
+    /// [`Background::stop`] or another unmount.
+    pub fn spawn(self) -> io::Result<Background> {
+        let mountpoint = self.mountpoint.clone();
+        let thread = std::thread::Builder::new()
+            .name("easyio-fuse".into())
+            .spawn(move || self.run())?;
+        Ok(Background { mountpoint, thread })
+    }
+}
+
+impl Background {
+    /// Unmounts lazily (the mount point is free at once; the session ends once the
+    /// last file open on it is closed) and waits for the session to end.
+    pub fn stop(self) -> io::Result<()> {
+        if !self.thread.is_finished() {
+            unmount(&self.mountpoint, true)?;
+        }
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE thread panicked")))
     }
 }
 
