@@ -1,10 +1,22 @@
-//! Attributes as the kernel wants them: `fs::Stat` to `fuser::FileAttr`, and the times
-//! of `setattr` back to `fs::Time`.
+//! Attributes as the kernel wants them: `fs::Stat` to `fuser::FileAttr`, the times of
+//! `setattr` back to `fs::Time`, and how long the kernel may keep what it is told.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fs::{FileKind, Stat, Time};
 use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+
+/// How long the kernel may use an entry (a name to inode) without asking again. The
+/// kernel keeps what it learns through the mount coherent itself; a change through
+/// another door of this process is invalidated before that door answers (see
+/// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
+/// door saw — there is none: every change of the image goes through this process.
+pub const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// How long the kernel may use attributes without asking again, for the same reason
+/// as [`ENTRY_TTL`].
+pub const ATTR_TTL: Duration = Duration::from_secs(10);
+/// How long the kernel may answer ENOENT for a name it was told does not exist.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 
 /// The kernel's name of an inode kind.
 pub(crate) fn file_type(kind: FileKind) -> FileType {

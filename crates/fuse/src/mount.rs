@@ -1,109 +1,19 @@
-//! Mounting: the options, the session that serves requests until the file system is
+//! Mounting: the session that serves requests until the file system is
 //! unmounted (on the caller's thread or, [`Background`], on one of its own), and
 //! unmounting.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use fs::FileSystem;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::inval::Invalidator;
-use crate::server::{Flushes, LookupCounts, Server};
+use crate::lookups::LookupCounts;
+use crate::options::{Options, WRITEBACK_CACHE};
+use crate::server::{Flushes, Server};
 use crate::uthreads::HandlerStats;
-
-/// How long the kernel may use an entry (a name to inode) without asking again. The
-/// kernel keeps what it learns through the mount coherent itself; a change through
-/// another door of this process is invalidated before that door answers (see
-/// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
-/// door saw — there is none: every change of the image goes through this process.
-pub const ENTRY_TTL: Duration = Duration::from_secs(10);
-/// How long the kernel may use attributes without asking again, for the same reason
-/// as [`ENTRY_TTL`].
-pub const ATTR_TTL: Duration = Duration::from_secs(10);
-/// How long the kernel may answer ENOENT for a name it was told does not exist.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(10);
-
-/// How to mount.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Threads serving requests (at least 1; default [`default_threads`]).
-    pub threads: usize,
-    /// Mount read-only (`ro`): the kernel refuses every change.
-    pub read_only: bool,
-    /// Options passed through (`-o`): `allow_other`, `allow_root`, `ro`, `nosuid`,
-    /// `nodev`, `noexec`, `noatime`, `sync`, `dirsync`, `fsname=`, `subtype=`, and any
-    /// other the kernel takes as is. `default_permissions` is always on.
-    /// `writeback_cache` is the same as [`Options::writeback_cache`].
-    pub extra: Vec<String>,
-    /// Workers of a uthread runtime that serves reads, writes and fsyncs (for the
-    /// `async` mode, where a handler waiting for its copy then yields to the next
-    /// request); 0: every request is handled on the thread that read it.
-    pub uthread_workers: usize,
-    /// Lets the kernel cache writes (FUSE's writeback cache): a `write()` that returns
-    /// is then in the kernel's page cache only, sent to the server (and durable) at
-    /// `fsync`, `close` or the kernel's writeback.
-    pub writeback_cache: bool,
-    /// Lets the kernel keep file data in its page cache (reads of a cached page never
-    /// reach the server). Off by default, as on a DAX file system: reads and writes
-    /// go straight between the caller's buffer and the server, one copy fewer for a
-    /// write. The writeback cache implies it.
-    pub page_cache: bool,
-}
-
-impl Options {
-    /// Whether file data goes through the kernel's page cache: by
-    /// [`Options::page_cache`], or because the writeback cache needs it.
-    pub fn page_cache(&self) -> bool {
-        self.page_cache || self.writeback_cache()
-    }
-
-    /// Whether the kernel's writeback cache is on: by [`Options::writeback_cache`] or
-    /// by `-o writeback_cache`.
-    pub fn writeback_cache(&self) -> bool {
-        self.writeback_cache || self.extra.iter().any(|o| o == WRITEBACK_CACHE)
-    }
-}
-
-/// The `-o` option that turns the writeback cache on (an option of the server, not of
-/// the kernel's mount).
-const WRITEBACK_CACHE: &str = "writeback_cache";
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            threads: default_threads(),
-            read_only: false,
-            extra: Vec::new(),
-            uthread_workers: 0,
-            writeback_cache: false,
-            page_cache: false,
-        }
-    }
-}
-
-/// Most threads [`default_threads`] gives.
-pub const MAX_DEFAULT_THREADS: usize = 8;
-
-/// Threads serving requests unless told: one per core the process may run on, at most
-/// [`MAX_DEFAULT_THREADS`]. Each request wakes one sleeping thread; threads beyond the
-/// cores serve nothing more in parallel and add wake-ups and switches (on 2 cores, 2
-/// threads ran `easyio bench fuse --workload programs` about 1.3× faster than 4).
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_DEFAULT_THREADS)
-}
-
-/// Splits a `-o` argument (`a,b=c`) into options.
-pub fn parse_options(s: &str) -> Vec<String> {
-    s.split(',')
-        .filter(|o| !o.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 /// The `fuser` configuration of `opts`: `default_permissions`, `fsname=easyio`,
 /// `subtype=easyio` unless `opts` names others, and the passed-through options.
@@ -298,6 +208,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::parse_options;
 
     #[test]
     fn options_are_split_and_mapped() {
