@@ -66,7 +66,7 @@ pub struct EngineConfig {
     pub spin: Duration,
     /// `Some`: an idle software worker naps this long between looks at its ring instead
     /// of spinning, unless a caller waits with nothing else to run
-    /// ([`Engine::hurry`]); submitters do not wake a napping worker. It saves the
+    /// ([`crate::Engine::hurry`]); submitters do not wake a napping worker. It saves the
     /// worker's CPU when callers poll between other work, at up to a nap of their
     /// latency. Use it only when the workers have cores of their own: on a machine
     /// whose cores are all busy, a nap ends only when the scheduler frees one, which
