@@ -328,8 +328,8 @@ fn staged_write_us(c: &Client, ops: u64) -> anyhow::Result<f64> {
     let buf = std::cell::RefCell::new(c.staging_buffer(IO)?);
     let us = median_us_after(
         ops,
-        |i| refill(&mut buf.borrow_mut()[..IO], i),
-        |i| ensure_len(c.pwrite(fd, &buf.borrow()[..IO], offsets[i as usize])?),
+        |i| buf.borrow_mut().fill(0..IO, i as u8),
+        |i| ensure_len(buf.borrow().pwrite(fd, 0..IO, offsets[i as usize])?),
     )?;
     drop(buf);
     c.close(fd)?;
@@ -377,7 +377,14 @@ fn overlap(image: &Path, exe: &Path, ops: u64) -> anyhow::Result<Overlap> {
     let fd = fs.open("/latency.dat", OpenFlags::RDWR, 0)?;
     let mut data = vec![0u8; OVERLAP_IO];
     let mut o = Overlap {
-        here_written: overlapped(ops, &mut data, |d, off| Ok(fs.pwrite(fd, d, off)?))?,
+        here_written: {
+            let data = std::cell::RefCell::new(&mut data);
+            overlapped(
+                ops,
+                |i| refill(&mut data.borrow_mut(), i),
+                |off| Ok(fs.pwrite(fd, &data.borrow(), off)?),
+            )?
+        },
         ..Overlap::default()
     };
     let owned = std::cell::RefCell::new(Some(data));
@@ -399,17 +406,18 @@ fn overlap(image: &Path, exe: &Path, ops: u64) -> anyhow::Result<Overlap> {
     let measured = (|| {
         let c = Client::connect(&server.socket)?;
         let fd = c.open("/latency.dat", libc::O_RDWR, 0)?;
-        let mut buf = c.staging_buffer(OVERLAP_IO)?;
-        o.client_written = overlapped(ops, &mut buf[..OVERLAP_IO], |d, off| {
-            Ok(c.pwrite(fd, d, off)?)
-        })?;
-        let buf = std::cell::RefCell::new(buf);
+        let buf = std::cell::RefCell::new(c.staging_buffer(OVERLAP_IO)?);
+        o.client_written = overlapped(
+            ops,
+            |i| buf.borrow_mut().fill(0..OVERLAP_IO, i as u8),
+            |off| Ok(buf.borrow().pwrite(fd, 0..OVERLAP_IO, off)?),
+        )?;
         o.client_submitted = median_us_after(
             ops,
-            |i| refill(&mut buf.borrow_mut()[..OVERLAP_IO], i),
+            |i| buf.borrow_mut().fill(0..OVERLAP_IO, i as u8),
             |i| {
                 let b = buf.borrow();
-                let sub = c.submit_pwrite(fd, &b[..OVERLAP_IO], at(i))?;
+                let sub = b.submit_pwrite(fd, 0..OVERLAP_IO, at(i))?;
                 work();
                 ensure(sub.wait()?, OVERLAP_IO)
             },
@@ -423,22 +431,18 @@ fn overlap(image: &Path, exe: &Path, ops: u64) -> anyhow::Result<Overlap> {
     Ok(o)
 }
 
-/// Median µs of a write by `write` of new bytes in `data`, then the work.
+/// Median µs of a write by `write` (at the offset it is given) of the new bytes
+/// `refill` made for it, then the work.
 fn overlapped(
     ops: u64,
-    data: &mut [u8],
-    write: impl Fn(&[u8], u64) -> anyhow::Result<usize>,
+    refill: impl FnMut(u64),
+    write: impl Fn(u64) -> anyhow::Result<usize>,
 ) -> anyhow::Result<f64> {
-    let data = std::cell::RefCell::new(data);
-    median_us_after(
-        ops,
-        |i| refill(&mut data.borrow_mut(), i),
-        |i| {
-            ensure(write(&data.borrow(), at(i))?, OVERLAP_IO)?;
-            work();
-            Ok(())
-        },
-    )
+    median_us_after(ops, refill, |i| {
+        ensure(write(at(i))?, OVERLAP_IO)?;
+        work();
+        Ok(())
+    })
 }
 
 /// Where the `i`th write of the overlap measurement lands (64 KiB-aligned, all over

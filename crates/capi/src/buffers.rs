@@ -4,29 +4,10 @@
 //! image mounted here, plain page-aligned memory.
 
 use std::alloc::Layout;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
-use parking_lot::Mutex;
-
 use crate::error::{call, Failure};
-use crate::files::mount_of;
-use crate::mount::{easyio_fs, Target};
-
-/// The buffers given out on an image mounted here, by address; what is left is
-/// freed with the mount.
-#[derive(Default)]
-pub(crate) struct Buffers(Mutex<HashMap<usize, Layout>>);
-
-impl Drop for Buffers {
-    fn drop(&mut self) {
-        for (at, layout) in self.0.get_mut().drain() {
-            // SAFETY: allocated by `easyio_buffer_alloc` with this layout, and not
-            // freed since (freeing removes it from the map).
-            unsafe { std::alloc::dealloc(at as *mut u8, layout) };
-        }
-    }
-}
+use crate::mount::{easyio_fs, mount_of, Target};
 
 /// A failure of the server's connection, with its errno.
 fn served(e: easyio_serve::Error) -> Failure {

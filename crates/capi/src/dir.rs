@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 
 use crate::args::{out, string};
 use crate::error::{call, CResult, Failure};
-use crate::files::mount_of;
 use crate::handles::Registry;
+use crate::mount::mount_of;
 use crate::mount::{as_caller, easyio_fs, Mount};
 use crate::names::{EASYIO_DIRENT_NAME_SIZE, EASYIO_NAME_MAX};
 

@@ -9,12 +9,7 @@ use fs::{OpenFlags, Stat, Time, Whence};
 
 use crate::args::{bytes, bytes_mut, count, dirfd, offset, out, slice, string, EASYIO_AT_ROOT};
 use crate::error::{call, CResult, Failure};
-use crate::mount::{as_caller, easyio_fs, Mount, MOUNTS};
-
-/// The mount of a handle, for one call.
-pub(crate) fn mount_of(fs: *mut easyio_fs) -> CResult<std::sync::Arc<Mount>> {
-    MOUNTS.get(fs)
-}
+use crate::mount::{as_caller, easyio_fs, mount_of, Mount};
 
 /// A call that answers 0 or -1.
 fn status(fs: *mut easyio_fs, body: impl FnOnce(&Mount) -> CResult<()>) -> c_int {

@@ -39,6 +39,7 @@ mod files;
 mod handles;
 mod mount;
 mod names;
+mod requests;
 mod uthread;
 mod xattr;
 

@@ -14,6 +14,7 @@ use pmem::{Pmem, Region};
 use crate::args::{opt_string, slice, string};
 use crate::error::{call, CResult, Failure};
 use crate::handles::{into_sole, Registry};
+use crate::requests::InFlight;
 
 /// A mounted image (opaque).
 pub struct easyio_fs {
@@ -46,16 +47,36 @@ pub struct easyio_mount_options {
 pub(crate) struct Mount {
     /// Declared before `fs`: requests (which borrow it) are dropped, waiting for their
     /// copies, before it.
-    pub requests: Mutex<HashMap<u64, crate::aio::InFlight>>,
+    pub requests: Mutex<HashMap<u64, InFlight>>,
     pub next_request: AtomicU64,
     pub fs: Target,
     /// `None`: the trusted context (no permission checks).
     pub cred: RwLock<Option<Arc<Cred>>>,
     /// I/O buffers given out on an image mounted here (`easyio_buffer_alloc`).
-    pub buffers: crate::buffers::Buffers,
+    pub buffers: Buffers,
 }
 
 pub(crate) static MOUNTS: Registry<Mount> = Registry::new("easyio_fs");
+
+/// The mount of a handle, for one call.
+pub(crate) fn mount_of(fs: *mut easyio_fs) -> CResult<Arc<Mount>> {
+    MOUNTS.get(fs)
+}
+
+/// The buffers given out on an image mounted here, by address; what is left is
+/// freed with the mount.
+#[derive(Default)]
+pub(crate) struct Buffers(pub Mutex<HashMap<usize, std::alloc::Layout>>);
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        for (at, layout) in self.0.get_mut().drain() {
+            // SAFETY: allocated by `easyio_buffer_alloc` with this layout, and not
+            // freed since (freeing removes it from the map).
+            unsafe { std::alloc::dealloc(at as *mut u8, layout) };
+        }
+    }
+}
 
 /// Who answers a mount's calls.
 pub(crate) enum Target {

@@ -9,8 +9,9 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::args::{bytes, bytes_mut, string};
 use crate::error::CResult;
-use crate::files::{mount_of, xsized, xstatus};
+use crate::files::{xsized, xstatus};
 use crate::mount::easyio_fs;
+use crate::mount::mount_of;
 
 /// What an attribute call names: a path (following a final link or not) or a
 /// descriptor.

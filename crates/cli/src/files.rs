@@ -17,10 +17,9 @@ use fs::{FileKind, FileSystem, FormatOptions, MountOptions, MountReport, OpenFla
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
-use crate::dates;
-use crate::owners::Owners;
 use command::output::{self, Output};
-use command::{args, progress, report, signals, usage};
+use command::owners::Owners;
+use command::{args, dates, progress, report, signals, usage};
 
 /// Chunk size for copying files in and out.
 const COPY_CHUNK: usize = 1 << 20;
@@ -476,15 +475,6 @@ struct GeometryInfo {
     channels: u64,
 }
 
-/// The short name of a mapping in `info --json`.
-fn mapping_name(m: pmem::Mapping) -> &'static str {
-    match m {
-        pmem::Mapping::DevDax => "devdax",
-        pmem::Mapping::MapSync => "MAP_SYNC",
-        pmem::Mapping::Shared => "shared",
-    }
-}
-
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     let region = open_region(&a.image)?;
     let mapping = region.mapping();
@@ -494,7 +484,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         image: a.image.path()?.display().to_string(),
         durability: fs.pmem().durability().describe(),
         durability_kind: format!("{:?}", fs.pmem().durability()),
-        mapping: mapping_name(mapping),
+        mapping: mapping.name(),
         geometry: GeometryInfo {
             total_blocks: g.total_blocks,
             pool_start: g.pool_start,

@@ -5,12 +5,10 @@
 
 #![warn(clippy::too_many_lines)]
 
-mod dates;
 mod engines;
 mod files;
 mod generate;
 mod mount;
-mod owners;
 mod serve;
 
 #[cfg(feature = "bench")]

@@ -2,13 +2,12 @@
 //! (`easyio-serve`) and, with `--mount`, through FUSE from the same process
 //! (`easyio-fuse`), until SIGINT or SIGTERM; then unmounts the image.
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use anyhow::Context;
 use clap::Args;
+use easyio_fuse::Background;
 use fs::{FileSystem, Mode};
 use pmem::slowmem::Preset;
 
@@ -57,7 +56,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let server =
         easyio_serve::Server::bind(fs.clone(), &a.image, &a.socket, a.allow_other, direct)?;
     let fuse = match &mount {
-        Some(dir) => Some(FuseSide::start(fs.clone(), dir, a.mode)?),
+        Some(dir) => Some(mount_beside(fs.clone(), dir, a.mode)?),
         None => None,
     };
     drop(fs);
@@ -76,7 +75,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     );
     let stop = || matches!(signals::received(), Some(libc::SIGINT | libc::SIGTERM));
     let fs = server.run(stop);
-    let fuse_ended = fuse.map(FuseSide::stop);
+    let fuse_ended = fuse.map(Background::stop);
     let fs = fs?;
     if let Some(Err(e)) = fuse_ended {
         eprintln!("easyio: serving FUSE requests: {e}");
@@ -87,41 +86,15 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The FUSE mount a server serves beside its socket.
-struct FuseSide {
-    dir: PathBuf,
-    thread: JoinHandle<io::Result<()>>,
-}
-
-impl FuseSide {
-    /// Mounts `fs` on `dir` and serves it on a thread of its own.
-    fn start(fs: Arc<FileSystem>, dir: &Path, mode: Mode) -> anyhow::Result<FuseSide> {
-        let threads = easyio_fuse::default_threads();
-        let opts = easyio_fuse::Options {
-            threads,
-            uthread_workers: if mode == Mode::Async { threads } else { 0 },
-            ..easyio_fuse::Options::default()
-        };
-        let m = easyio_fuse::Mount::new(fs, dir, &opts)
-            .with_context(|| format!("mounting on {}", dir.display()))?;
-        let thread = std::thread::Builder::new()
-            .name("easyio-fuse".into())
-            .spawn(move || m.run())
-            .context("starting the FUSE thread")?;
-        Ok(FuseSide {
-            dir: dir.to_path_buf(),
-            thread,
-        })
-    }
-
-    /// Unmounts lazily (the mount point is free at once; the session ends once the
-    /// last file open on it is closed) and waits for the session to end.
-    fn stop(self) -> io::Result<()> {
-        if !self.thread.is_finished() {
-            easyio_fuse::unmount(&self.dir, true)?;
-        }
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the FUSE thread panicked")))
-    }
+/// Mounts `fs` on `dir` and serves it on a thread of its own.
+fn mount_beside(fs: Arc<FileSystem>, dir: &Path, mode: Mode) -> anyhow::Result<Background> {
+    let threads = easyio_fuse::default_threads();
+    let opts = easyio_fuse::Options {
+        threads,
+        uthread_workers: if mode == Mode::Async { threads } else { 0 },
+        ..easyio_fuse::Options::default()
+    };
+    let m = easyio_fuse::Mount::new(fs, dir, &opts)
+        .with_context(|| format!("mounting on {}", dir.display()))?;
+    m.spawn().context("starting the FUSE thread")
 }

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -31,19 +30,6 @@ impl Drop for Bench {
         let _ =
             std::fs::remove_dir_all(format!("/dev/shm/easyio-bench-preload-{}", self.child.id()));
     }
-}
-
-/// The shim this test's build made (a dev-dependency): beside the test binary.
-fn shim() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap();
-    for d in [dir.to_path_buf(), dir.parent().unwrap().to_path_buf()] {
-        let p = d.join("libeasyio_preload.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libeasyio_preload.so not built beside {}", dir.display());
 }
 
 fn require_fio() {
@@ -99,7 +85,7 @@ fn fio_runs_through_the_shim_beside_tmpfs() {
             "--json",
         ])
         .arg("--shim")
-        .arg(shim())
+        .arg(testkit::preload_shim())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -149,7 +135,7 @@ fn fio_runs_through_the_shim_beside_tmpfs() {
 fn missing_fio_is_one_line_naming_the_package() {
     let out = common::easyio()
         .args(["bench", "preload", "--fio", "/nonexistent/fio", "--shim"])
-        .arg(shim())
+        .arg(testkit::preload_shim())
         .output()
         .unwrap();
     assert!(!out.status.success());

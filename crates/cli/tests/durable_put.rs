@@ -40,36 +40,6 @@ fn fs_type(path: &Path) -> i64 {
     }
 }
 
-/// Pages of `path` dirty or under write-back in the page cache (`cachestat`, Linux
-/// 6.5); `None` where the kernel lacks it.
-fn unwritten_pages(path: &Path) -> Option<u64> {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct CacheStat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    const SYS_CACHESTAT: libc::c_long = 451;
-    let f = std::fs::File::open(path).unwrap();
-    let range = Range { off: 0, len: 0 };
-    let mut cs = CacheStat::default();
-    // SAFETY: cachestat reads `range` and writes `cs`, both live and of the kernel's
-    // layout; len 0 means "to the end of the file".
-    let rc = unsafe {
-        use std::os::fd::AsRawFd;
-        libc::syscall(SYS_CACHESTAT, f.as_raw_fd(), &range, &mut cs, 0)
-    };
-    (rc == 0).then_some(cs.nr_dirty + cs.nr_writeback)
-}
-
 fn ok(args: &[&std::ffi::OsStr]) -> Vec<u8> {
     let out = easyio().args(args).output().unwrap();
     assert!(
@@ -150,7 +120,7 @@ fn killed_puts_on_a_disk_image_keep_every_acknowledged_put() {
         let out = child.wait_with_output().unwrap();
         if out.status.success() {
             acked.push((dest, which));
-            if let Some(n) = unwritten_pages(&image) {
+            if let Some(n) = testkit::unwritten_pages(&image) {
                 assert_eq!(
                     n, 0,
                     "after a put reported success, {n} page(s) of the image were only in \

@@ -11,8 +11,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const EASYIO: &str = env!("CARGO_BIN_EXE_easyio");
@@ -101,7 +100,7 @@ struct Server {
     child: Child,
     mp: PathBuf,
     log: PathBuf,
-    stop_watchdog: Arc<AtomicBool>,
+    watchdog: testkit::Watchdog,
     /// What the server printed when the mount was up.
     line: String,
 }
@@ -127,14 +126,13 @@ impl Server {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let stop_watchdog = Arc::new(AtomicBool::new(false));
-        watchdog(child.id(), mp.to_path_buf(), stop_watchdog.clone());
+        let watchdog = watchdog(child.id(), mp.to_path_buf());
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
         let s = Server {
             child,
             mp: mp.to_path_buf(),
             log,
-            stop_watchdog,
+            watchdog,
             line: line.clone(),
         };
         assert!(
@@ -170,26 +168,18 @@ fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 
 /// Kills server `pid` and lazily unmounts `mp` if the test is still running after
 /// [`SERVER_LIMIT`]: calls blocked on the mount then fail and the test ends.
-fn watchdog(pid: u32, mp: PathBuf, stop: Arc<AtomicBool>) {
-    std::thread::spawn(move || {
-        let t0 = Instant::now();
-        while !stop.load(Ordering::SeqCst) {
-            if t0.elapsed() > SERVER_LIMIT {
-                eprintln!("watchdog: killing server {pid} after {SERVER_LIMIT:?}");
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .output();
-                let _ = Command::new("umount").arg("-l").arg(&mp).output();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
+fn watchdog(pid: u32, mp: PathBuf) -> testkit::Watchdog {
+    testkit::Watchdog::arm(SERVER_LIMIT, format!("killing server {pid}"), move || {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .output();
+        let _ = Command::new("umount").arg("-l").arg(&mp).output();
+    })
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.stop_watchdog.store(true, Ordering::SeqCst);
+        self.watchdog.disarm();
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = Command::new("umount").arg("-l").arg(&self.mp).output();
             let _ = self.child.kill();

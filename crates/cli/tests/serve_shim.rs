@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use common::server::{Scratch, Server, LIMIT};
@@ -14,17 +14,6 @@ use common::server::{Scratch, Server, LIMIT};
 /// Where the shim serves the image in these tests (the kernel has no such path).
 fn mount() -> String {
     format!("/easyio-served-{}", std::process::id())
-}
-
-/// The shim, built beside the tests (the `preload` dev-dependency builds it).
-fn shim() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap();
-    [dir, dir.parent().unwrap()]
-        .iter()
-        .map(|d| d.join("libeasyio_preload.so"))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("libeasyio_preload.so not built beside {}", dir.display()))
 }
 
 /// A program the test needs; a missing one fails naming its Debian package.
@@ -50,7 +39,7 @@ fn sh(script: &str, root: &str, server: Option<&Server>) -> Output {
         .env("TZ", "UTC")
         .stdin(Stdio::null());
     if let Some(s) = server {
-        c.env("LD_PRELOAD", shim())
+        c.env("LD_PRELOAD", testkit::preload_shim())
             .env("EASYIO_SERVER", &s.socket)
             .env("EASYIO_MOUNT", mount());
     }
@@ -266,7 +255,7 @@ fn a_lock_holds_against_another_process_across_its_exec_until_it_is_killed() {
         let mut c = Command::new("python3");
         c.args(["-c", code])
             .env("R", mount())
-            .env("LD_PRELOAD", shim())
+            .env("LD_PRELOAD", testkit::preload_shim())
             .env("EASYIO_SERVER", &server.socket)
             .env("EASYIO_MOUNT", mount())
             .stdin(Stdio::null())

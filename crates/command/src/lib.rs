@@ -2,7 +2,8 @@
 //! alike: the stop flag a signal sets and the handlers that set it ([`signals`]),
 //! usage errors and size arguments ([`args`]), files written whole or not at all
 //! ([`output`]), progress on a terminal ([`progress`]), tables and JSON ([`report`]),
-//! and standard input a signal interrupts ([`stdin`]).
+//! standard input a signal interrupts ([`stdin`]), and times and owners as `ls -l` and
+//! `stat(1)` print them ([`dates`], [`owners`]).
 //!
 //! It sits beside the file system, not above it: it imports no crate of the workspace,
 //! so the everyday commands (`mount`, `serve`, the file commands) use it without
@@ -12,7 +13,9 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod args;
+pub mod dates;
 pub mod output;
+pub mod owners;
 pub mod progress;
 pub mod report;
 pub mod signals;

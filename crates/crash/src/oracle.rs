@@ -21,7 +21,7 @@ use pmem::{MemPmem, Pmem};
 
 use crate::error::ReadBackError;
 use crate::model::{Node, Snapshot, Xattrs};
-use crate::Mode;
+use fs::Mode;
 
 /// Name of the file the oracle writes after recovery (outside every workload's names).
 pub const PROBE: &str = "/.crash-probe";

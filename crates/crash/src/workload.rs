@@ -86,7 +86,7 @@ impl Workload {
     /// a third of the writes are bulk (16 to 64 KiB), since only larger copies go to
     /// the engine (above 4 KiB in `async`, from 16 KiB in `dma-sync`) and only those
     /// above one 32 KiB stripe are split across delegation threads.
-    pub fn generate_for(self, seed: u64, mode: crate::Mode) -> Vec<Op> {
+    pub fn generate_for(self, seed: u64, mode: fs::Mode) -> Vec<Op> {
         self.generate_with(seed, mode.copies_off_thread())
     }
 
@@ -576,19 +576,15 @@ mod tests {
         assert_ne!(Workload::Random.generate(1), Workload::Random.generate(2));
         assert_eq!(
             Workload::Generic090.generate(3),
-            Workload::Generic090.generate_for(3, crate::Mode::Cpu),
+            Workload::Generic090.generate_for(3, fs::Mode::Cpu),
             "cpu runs keep their workloads"
         );
         assert_eq!(
-            Workload::Generic090.generate_for(3, crate::Mode::Semaphore),
-            Workload::Generic090.generate_for(3, crate::Mode::Cpu),
+            Workload::Generic090.generate_for(3, fs::Mode::Semaphore),
+            Workload::Generic090.generate_for(3, fs::Mode::Cpu),
             "semaphore copies as cpu does"
         );
-        for mode in [
-            crate::Mode::Delegate,
-            crate::Mode::DmaSync,
-            crate::Mode::Async,
-        ] {
+        for mode in [fs::Mode::Delegate, fs::Mode::DmaSync, fs::Mode::Async] {
             let bulk = Workload::Generic090.generate_for(3, mode);
             assert!(
                 bulk.iter().any(|op| matches!(

@@ -41,6 +41,7 @@
 #![warn(clippy::too_many_lines)]
 
 mod channel;
+mod config;
 mod desc;
 pub mod dsa;
 mod engine;
@@ -56,12 +57,11 @@ mod software;
 mod wake;
 
 pub use channel::ChannelStats;
+pub use config::{BackendKind, EngineConfig, DEFAULT_NAP, DEFAULT_RING_CAPACITY, DEFAULT_SPIN};
 pub use desc::{Desc, Direction};
+pub use engine::Engine;
 #[cfg(feature = "testing")]
 pub use engine::Testing;
-pub use engine::{
-    BackendKind, Engine, EngineConfig, DEFAULT_NAP, DEFAULT_RING_CAPACITY, DEFAULT_SPIN,
-};
 pub use error::{Error, Result};
 pub use record::{
     format_records, read_counters, record_is_done, rewrite_record_headers, AREA_BYTES,

@@ -36,9 +36,9 @@ use crate::Sn;
 
 /// Bytes of one channel's completion record (one cache line).
 pub const RECORD_BYTES: u64 = 64;
-/// Most channels an engine can have; an area of `MAX_CHANNELS * RECORD_BYTES` bytes
-/// holds the records of any engine.
-pub const MAX_CHANNELS: usize = 64;
+/// Most channels an engine can have (defined with the SN, which names one); an area
+/// of `MAX_CHANNELS * RECORD_BYTES` bytes holds the records of any engine.
+pub use crate::sn::MAX_CHANNELS;
 /// Bytes to reserve for a record area that fits any engine.
 pub const AREA_BYTES: u64 = MAX_CHANNELS as u64 * RECORD_BYTES;
 /// Version of the record format written by this code.

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::MAX_CHANNELS;
-
+/// Most channels an engine can have: an SN names one of them.
+pub const MAX_CHANNELS: usize = 64;
 /// Bits of a raw SN that hold the counter; the channel sits in the 16 bits above.
 pub const COUNTER_BITS: u32 = 48;
 /// Largest counter value an SN can carry: 2.8e14 descriptors, nine years of a channel

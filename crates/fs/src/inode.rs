@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::index::PageIndex;
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
 use crate::log::{attr, Entry, LogState};
+use crate::xattr_set::SetRef;
 
 /// Valid word of an inode in use.
 pub const VALID: u64 = 0x444F_4E49_4F49_4145; // "EAIOINOD"
@@ -245,7 +246,7 @@ pub struct InodeState {
     /// or write of this inode waits for before touching data.
     pub last_write: mover::Pending,
     /// Where the inode's extended attributes are stored (`None`: it has none).
-    pub xattr: Option<crate::xattr::SetRef>,
+    pub xattr: Option<SetRef>,
 }
 
 impl InodeState {
@@ -354,6 +355,24 @@ impl InodeState {
             Entry::Xattr { .. } => self.apply_xattr(e, displaced),
             Entry::Punch { .. } => self.apply_punch(e, displaced),
             Entry::Void => {}
+        }
+    }
+
+    /// Applies an xattr entry: the set it names replaces the inode's set, whose blocks
+    /// are displaced.
+    fn apply_xattr(&mut self, e: &Entry, displaced: &mut Vec<Extent>) {
+        if let Entry::Xattr {
+            extents,
+            bytes,
+            crc,
+            ctime,
+        } = e
+        {
+            let set = SetRef::of_entry(extents, *bytes, *crc);
+            if let Some(old) = std::mem::replace(&mut self.xattr, set) {
+                displaced.extend(old.extents);
+            }
+            self.ctime = *ctime;
         }
     }
 

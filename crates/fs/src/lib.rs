@@ -47,6 +47,7 @@ mod session_xattr;
 mod space;
 mod watch;
 pub mod xattr;
+mod xattr_set;
 
 use std::collections::HashMap;
 use std::sync::Arc;

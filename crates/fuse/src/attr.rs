@@ -1,11 +1,26 @@
-//! Attributes as the kernel wants them: `fs::Stat` to `fuser::FileAttr`, and the times
-//! of `setattr` back to `fs::Time`; and the flags of `open`, `create` and `opendir`
-//! replies, which say what of a file the kernel may cache.
+//! Attributes as the kernel wants them: `fs::Stat` to `fuser::FileAttr`, the times of
+//! `setattr` back to `fs::Time`, how long the kernel may keep what it is told, and the
+//! flags of `open`, `create` and `opendir` replies, which say what of a file the kernel
+//! may cache.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fs::{FileKind, Stat, Time};
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, TimeOrNow};
+
+/// How long the kernel may use an entry (a name to inode) without asking again. The
+/// kernel keeps what it learns through the mount coherent itself; a change through
+/// another door of this process is invalidated before that door answers (see
+/// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
+/// door saw — there is none: every change of the image goes through this process. So
+/// it is long: a shorter one only sent the lookups of a tree again once it ran out
+/// between two programs working on it (`rm -rf` after a build).
+pub const ENTRY_TTL: Duration = Duration::from_secs(3600);
+/// How long the kernel may use attributes without asking again, for the same reason
+/// as [`ENTRY_TTL`].
+pub const ATTR_TTL: Duration = Duration::from_secs(3600);
+/// How long the kernel may answer ENOENT for a name it was told does not exist.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(3600);
 
 /// The kernel's name of an inode kind.
 pub(crate) fn file_type(kind: FileKind) -> FileType {

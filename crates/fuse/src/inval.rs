@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
 
-use crate::server::LookupCounts;
+use crate::lookups::LookupCounts;
 
 thread_local! {
     /// Whether this thread serves FUSE requests (a reader of `/dev/fuse` or a worker of

@@ -33,9 +33,11 @@ mod daemon;
 mod inval;
 mod lookups;
 mod mount;
+mod options;
 mod server;
 mod uthreads;
 
+pub use attr::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
 pub use control::{
     check_fuse_device, check_mountpoint, mount_of, read_state, state_file, umount, write_state,
     Error, Result, SERVER_EXIT_WAIT,
@@ -44,9 +46,8 @@ pub use daemon::{
     detach, label, open_image, serve, transport, DetachOptions, Detached, ServeOptions,
 };
 pub use inval::{InvalStats, Invalidator};
-pub use mount::{
-    default_threads, parse_options, unmount, Mount, Options, ATTR_TTL, ENTRY_TTL,
-    MAX_DEFAULT_THREADS, NEGATIVE_TTL,
-};
-pub use server::{Flushes, LookupCounts, Server};
+pub use lookups::LookupCounts;
+pub use mount::{unmount, Background, Mount};
+pub use options::{default_threads, parse_options, Options, MAX_DEFAULT_THREADS};
+pub use server::{Flushes, Server};
 pub use uthreads::HandlerStats;

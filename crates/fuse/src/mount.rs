@@ -1,111 +1,19 @@
-//! Mounting: the options, the session that serves requests until the file system is
-//! unmounted, and unmounting.
+//! Mounting: the session that serves requests until the file system is
+//! unmounted (on the caller's thread or, [`Background`], on one of its own), and
+//! unmounting.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use fs::FileSystem;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::inval::Invalidator;
-use crate::server::{Flushes, LookupCounts, Server};
+use crate::lookups::LookupCounts;
+use crate::options::{Options, WRITEBACK_CACHE};
+use crate::server::{Flushes, Server};
 use crate::uthreads::HandlerStats;
-
-/// How long the kernel may use an entry (a name to inode) without asking again. The
-/// kernel keeps what it learns through the mount coherent itself; a change through
-/// another door of this process is invalidated before that door answers (see
-/// `inval.rs`), so the timeout only bounds how long an entry outlives a change no
-/// door saw — there is none: every change of the image goes through this process. So
-/// it is long: a shorter one only sent the lookups of a tree again once it ran out
-/// between two programs working on it (`rm -rf` after a build).
-pub const ENTRY_TTL: Duration = Duration::from_secs(3600);
-/// How long the kernel may use attributes without asking again, for the same reason
-/// as [`ENTRY_TTL`].
-pub const ATTR_TTL: Duration = Duration::from_secs(3600);
-/// How long the kernel may answer ENOENT for a name it was told does not exist.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(3600);
-
-/// How to mount.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Threads serving requests (at least 1; default [`default_threads`]).
-    pub threads: usize,
-    /// Mount read-only (`ro`): the kernel refuses every change.
-    pub read_only: bool,
-    /// Options passed through (`-o`): `allow_other`, `allow_root`, `ro`, `nosuid`,
-    /// `nodev`, `noexec`, `noatime`, `sync`, `dirsync`, `fsname=`, `subtype=`, and any
-    /// other the kernel takes as is. `default_permissions` is always on.
-    /// `writeback_cache` is the same as [`Options::writeback_cache`].
-    pub extra: Vec<String>,
-    /// Workers of a uthread runtime that serves reads, writes and fsyncs (for the
-    /// `async` mode, where a handler waiting for its copy then yields to the next
-    /// request); 0: every request is handled on the thread that read it.
-    pub uthread_workers: usize,
-    /// Lets the kernel cache writes (FUSE's writeback cache): a `write()` that returns
-    /// is then in the kernel's page cache only, sent to the server (and durable) at
-    /// `fsync`, `close` or the kernel's writeback.
-    pub writeback_cache: bool,
-    /// Lets the kernel keep file data in its page cache (the default): reads of a
-    /// cached page never reach the server, and every write still does before it
-    /// returns (write-through). Off (`easyio mount --direct-io`), as on a DAX file
-    /// system: reads and writes go straight between the caller's buffer and the
-    /// server, one copy fewer for a write. The writeback cache implies it.
-    pub page_cache: bool,
-}
-
-impl Options {
-    /// Whether file data goes through the kernel's page cache: by
-    /// [`Options::page_cache`], or because the writeback cache needs it.
-    pub fn page_cache(&self) -> bool {
-        self.page_cache || self.writeback_cache()
-    }
-
-    /// Whether the kernel's writeback cache is on: by [`Options::writeback_cache`] or
-    /// by `-o writeback_cache`.
-    pub fn writeback_cache(&self) -> bool {
-        self.writeback_cache || self.extra.iter().any(|o| o == WRITEBACK_CACHE)
-    }
-}
-
-/// The `-o` option that turns the writeback cache on (an option of the server, not of
-/// the kernel's mount).
-const WRITEBACK_CACHE: &str = "writeback_cache";
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            threads: default_threads(),
-            read_only: false,
-            extra: Vec::new(),
-            uthread_workers: 0,
-            writeback_cache: false,
-            page_cache: true,
-        }
-    }
-}
-
-/// Most threads [`default_threads`] gives.
-pub const MAX_DEFAULT_THREADS: usize = 8;
-
-/// Threads serving requests unless told: one per core the process may run on, at most
-/// [`MAX_DEFAULT_THREADS`]. Each request wakes one sleeping thread; threads beyond the
-/// cores serve nothing more in parallel and add wake-ups and switches (on 2 cores, 2
-/// threads ran `easyio bench fuse --workload programs` about 1.3× faster than 4).
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_DEFAULT_THREADS)
-}
-
-/// Splits a `-o` argument (`a,b=c`) into options.
-pub fn parse_options(s: &str) -> Vec<String> {
-    s.split(',')
-        .filter(|o| !o.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 /// The `fuser` configuration of `opts`: `default_permissions`, `fsname=easyio`,
 /// `subtype=easyio` unless `opts` names others, and the passed-through options.
@@ -233,6 +141,38 @@ impl Mount {
     }
 }
 
+/// A mount served on a thread of its own ([`Mount::spawn`]), beside what else the
+/// process serves (`easyio serve --mount`).
+pub struct Background {
+    mountpoint: PathBuf,
+    thread: std::thread::JoinHandle<io::Result<()>>,
+}
+
+impl Mount {
+    /// Serves requests on a thread of its own, named `easyio-fuse`, until
+    /// [`Background::stop`] or another unmount.
+    pub fn spawn(self) -> io::Result<Background> {
+        let mountpoint = self.mountpoint.clone();
+        let thread = std::thread::Builder::new()
+            .name("easyio-fuse".into())
+            .spawn(move || self.run())?;
+        Ok(Background { mountpoint, thread })
+    }
+}
+
+impl Background {
+    /// Unmounts lazily (the mount point is free at once; the session ends once the
+    /// last file open on it is closed) and waits for the session to end.
+    pub fn stop(self) -> io::Result<()> {
+        if !self.thread.is_finished() {
+            unmount(&self.mountpoint, true)?;
+        }
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE thread panicked")))
+    }
+}
+
 /// Unmounts the FUSE file system at `mountpoint`: `umount2(2)` (lazily if `lazy`: the
 /// name goes at once, the server ends when the last file open on it is closed), or,
 /// refused that (not root), `fusermount3 -u [-z]`.
@@ -268,6 +208,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::parse_options;
 
     #[test]
     fn options_are_split_and_mapped() {

@@ -15,12 +15,13 @@ use fuser::{
 };
 
 use crate::attr::{
-    create_open_flags, file_attr, file_open_flags, file_type, negative, time, DIR_OPEN_FLAGS,
+    create_open_flags, file_attr, file_open_flags, file_type, negative, time, ATTR_TTL,
+    DIR_OPEN_FLAGS, ENTRY_TTL, NEGATIVE_TTL,
 };
 use crate::buffers::ReadBuffers;
 use crate::inval::{self, Invalidator};
-pub use crate::lookups::LookupCounts;
-use crate::mount::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
+use crate::lookups::LookupCounts;
+use crate::options::Options;
 use crate::uthreads::{HandlerStats, Uthreads};
 
 // FUSE names the root inode 1, and inode numbers are passed through unchanged.
@@ -105,7 +106,7 @@ impl Server {
     /// A server for `fs` as `opts` say: reads, writes and fsyncs as uthreads of a
     /// runtime of [`Options::uthread_workers`](crate::Options::uthread_workers)
     /// workers if that is not zero, and the kernel's writeback cache if asked for.
-    pub fn with_options(fs: Arc<FileSystem>, opts: &crate::Options) -> std::io::Result<Server> {
+    pub fn with_options(fs: Arc<FileSystem>, opts: &Options) -> std::io::Result<Server> {
         let uthreads = match opts.uthread_workers {
             0 => None,
             n => Some(Uthreads::new(n)?),

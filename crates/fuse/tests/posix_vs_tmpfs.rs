@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use easyio_fuse::{unmount, Mount, Options};
 use fs::{FileSystem, FormatOptions, MountOptions};
@@ -18,6 +17,7 @@ use pmem::{Pmem, Region};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rustix::fs::{Mode, OFlags};
+use testkit::Watchdog;
 
 const SEEDS: u64 = 10;
 const STEPS: usize = 500;
@@ -251,11 +251,11 @@ impl Drop for Dir {
 }
 
 /// Unmounts however the test ends.
-struct Unmount(PathBuf, Arc<AtomicBool>);
+struct Unmount(PathBuf, Watchdog);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        self.1.store(true, Ordering::SeqCst);
+        self.1.disarm();
         let _ = unmount(&self.0, true);
     }
 }
@@ -312,20 +312,11 @@ fn random_calls(tag: &str, fs_opts: MountOptions, opts: &Options) {
     let m = Mount::new(fs.clone(), &mnt, opts).unwrap();
     let handlers = m.handler_stats();
     let server = std::thread::spawn(move || m.run());
-    let done = Arc::new(AtomicBool::new(false));
-    let guard = Unmount(mnt.clone(), done.clone());
     let wd = mnt.clone();
-    std::thread::spawn(move || {
-        let t0 = Instant::now();
-        while !done.load(Ordering::SeqCst) {
-            if t0.elapsed() > LIMIT {
-                eprintln!("watchdog: unmounting after {LIMIT:?}");
-                let _ = unmount(&wd, true);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    let watchdog = Watchdog::arm(LIMIT, "unmounting", move || {
+        let _ = unmount(&wd, true);
     });
+    let guard = Unmount(mnt.clone(), watchdog);
     // Per kind of call: how many succeeded, how many failed (the same on both sides).
     let mut outcomes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for seed in 0..SEEDS {

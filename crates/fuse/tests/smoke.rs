@@ -4,13 +4,13 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use easyio_fuse::{unmount, Flushes, HandlerStats, Invalidator, LookupCounts, Mount, Options};
 use fs::{FileSystem, FormatOptions, MountOptions};
 use pmem::{Pmem, Region};
+use testkit::Watchdog;
 
 /// Longest a test's mount may live before the watchdog unmounts it.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -24,7 +24,7 @@ struct Served {
     inval: Arc<Invalidator>,
     flushes: Flushes,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-    done: Arc<AtomicBool>,
+    watchdog: Watchdog,
 }
 
 impl Served {
@@ -49,18 +49,9 @@ impl Served {
         let inval = m.invalidator();
         let flushes = m.flushes();
         let thread = Some(std::thread::spawn(move || m.run()));
-        let done = Arc::new(AtomicBool::new(false));
-        let (d, stop) = (dir.clone(), done.clone());
-        std::thread::spawn(move || {
-            let t0 = Instant::now();
-            while !stop.load(Ordering::SeqCst) {
-                if t0.elapsed() > LIMIT {
-                    eprintln!("watchdog: unmounting {} after {LIMIT:?}", d.display());
-                    let _ = unmount(&d, true);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        let d = dir.clone();
+        let watchdog = Watchdog::arm(LIMIT, format!("unmounting {}", dir.display()), move || {
+            let _ = unmount(&d, true);
         });
         Some(Served {
             fs: Some(fs),
@@ -70,7 +61,7 @@ impl Served {
             inval,
             flushes,
             thread,
-            done,
+            watchdog,
         })
     }
 
@@ -87,7 +78,7 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.done.store(true, Ordering::SeqCst);
+        self.watchdog.disarm();
         if let Some(t) = self.thread.take() {
             let _ = unmount(&self.dir, true);
             let _ = t.join();

@@ -136,6 +136,15 @@ pub enum Mapping {
 }
 
 impl Mapping {
+    /// The short name: `devdax`, `MAP_SYNC` or `shared` (`easyio info --json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mapping::DevDax => "devdax",
+            Mapping::MapSync => "MAP_SYNC",
+            Mapping::Shared => "shared",
+        }
+    }
+
     /// A short description fit for output to a person (`easyio info`).
     pub fn describe(self) -> &'static str {
         match self {

@@ -334,36 +334,6 @@ fn is_tmpfs(path: &Path) -> bool {
     }
 }
 
-/// Pages of `path` that are dirty or under write-back in the page cache, from the
-/// kernel's `cachestat` (Linux 6.5); `None` where the kernel lacks it.
-fn unwritten_pages(path: &Path) -> Option<u64> {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct CacheStat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    const SYS_CACHESTAT: libc::c_long = 451;
-    let f = std::fs::File::open(path).unwrap();
-    let range = Range { off: 0, len: 0 };
-    let mut cs = CacheStat::default();
-    // SAFETY: cachestat reads `range` and writes `cs`, both live and of the kernel's
-    // layout; len 0 means "to the end of the file".
-    let rc = unsafe {
-        use std::os::fd::AsRawFd;
-        libc::syscall(SYS_CACHESTAT, f.as_raw_fd(), &range, &mut cs, 0)
-    };
-    (rc == 0).then_some(cs.nr_dirty + cs.nr_writeback)
-}
-
 #[test]
 fn fences_on_a_disk_file_reach_the_disk() {
     let Some(dir) = disk_dir("fence") else { return };
@@ -375,7 +345,7 @@ fn fences_on_a_disk_file_reach_the_disk() {
     r.write(3 * MIB, b"entry");
     r.flush(3 * MIB, 5);
     let before = r.syncs();
-    if let Some(dirty) = unwritten_pages(&path) {
+    if let Some(dirty) = testkit::unwritten_pages(&path) {
         assert!(
             dirty > 0,
             "the page cache holds the stores before the fence"
@@ -387,7 +357,7 @@ fn fences_on_a_disk_file_reach_the_disk() {
         before + 1,
         "one sync covers everything before the fence"
     );
-    match unwritten_pages(&path) {
+    match testkit::unwritten_pages(&path) {
         Some(n) => assert_eq!(n, 0, "pages left unwritten after the fence"),
         None => eprintln!("note: no cachestat here; checked only that the fence synced"),
     }

@@ -7,14 +7,13 @@
 //! The server is a grandchild of the process that starts it (double `fork`, a
 //! session of its own, every descriptor of the program closed), made from the
 //! shim's own code, so it needs no binary on the `PATH`. In it every intercepted call
-//! passes straight to libc ([`is_daemon`]). Its socket lives in a directory of the
+//! passes straight to libc (`guard::is_daemon`). Its socket lives in a directory of the
 //! user's (`$XDG_RUNTIME_DIR/easyio-UID` or `/tmp/easyio-UID`, mode 0700), named
 //! after the image's device and inode; a lock file beside it makes sure one process
 //! at a time starts a server.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,17 +27,9 @@ const LINGER: Duration = Duration::from_millis(300);
 /// How long a new server waits for the image while the last one lets it go.
 const IMAGE_WAIT: Duration = Duration::from_secs(10);
 
-static DAEMON: AtomicBool = AtomicBool::new(false);
-
 thread_local! {
     /// Set while this thread forks the server: the shim's `fork` handlers stand aside.
     static SPAWNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this process is a server the shim started: it serves, it is served by no
-/// one, and every call goes to libc.
-pub(crate) fn is_daemon() -> bool {
-    DAEMON.load(Ordering::Relaxed)
 }
 
 /// Whether this thread is forking a server (the `pthread_atfork` handlers do
@@ -185,7 +176,7 @@ fn spawn(image: &str, socket: &Path) -> Result<(), Failure> {
 /// In the grandchild: closes the program's descriptors, resets its signals, serves
 /// the image until idle, unmounts it and exits. Never returns.
 fn become_server(to_parent: i32, image: &str, socket: &Path) -> ! {
-    DAEMON.store(true, Ordering::Relaxed);
+    crate::guard::become_daemon();
     // SAFETY: in a fresh process of one thread: closing every descriptor but the
     // pipe, putting /dev/null on 0-2, resetting signals and naming the process.
     unsafe {

@@ -10,7 +10,8 @@ use fs::{Fd, OpenFlags};
 use crate::backend::Backend;
 
 use crate::guard::{errno_of, Answer};
-use crate::mount::{is_forked_child, live, Live};
+use crate::live::{is_forked_child, Live};
+use crate::mount::live;
 use crate::path::{classify, Target};
 use crate::table::{self, Desc};
 

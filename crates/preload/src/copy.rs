@@ -6,9 +6,9 @@ use std::ffi::{c_int, c_uint, c_void};
 use fs::Fd;
 use libc::{loff_t, off_t, size_t, ssize_t};
 
-use crate::guard::Answer;
-use crate::mount::Live;
-use crate::real::{export, libc_call};
+use crate::guard::{export, Answer};
+use crate::live::Live;
+use crate::real::libc_call;
 use crate::table;
 
 /// Bytes copied per step.

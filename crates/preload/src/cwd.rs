@@ -5,12 +5,12 @@
 use std::ffi::{c_char, c_int};
 
 use crate::call::{at, fd_call};
-use crate::guard::{errno_of, Answer};
+use crate::guard::{errno_of, export, Answer};
 use crate::path::{classify, cwd, outer, set_cwd, Target};
-use crate::real::{export, libc_call};
+use crate::real::libc_call;
 
 /// Moves into a directory of the mount (its path from the image root).
-fn enter(l: &crate::mount::Live, inner: &str) -> Result<c_int, i32> {
+fn enter(l: &crate::live::Live, inner: &str) -> Result<c_int, i32> {
     let st = crate::call::session(l).stat(inner).map_err(errno_of)?;
     if st.mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(libc::ENOTDIR);
@@ -109,7 +109,7 @@ fn steps(path: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
 }
 
 /// The canonical path of `inner` (from the image root): every link resolved.
-fn resolve(l: &crate::mount::Live, inner: &str) -> Result<String, i32> {
+fn resolve(l: &crate::live::Live, inner: &str) -> Result<String, i32> {
     let s = crate::call::session(l);
     let mut todo: Vec<String> = steps(inner).rev().collect();
     let mut done: Vec<String> = Vec::new();

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 use crate::call::{fd_call, open};
-use crate::guard::{errno_of, Answer};
+use crate::guard::{errno_of, export, Answer};
 use crate::path::classify;
-use crate::real::export;
 
 /// A directory stream on an easyio descriptor.
 struct Dir {

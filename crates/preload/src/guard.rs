@@ -9,11 +9,27 @@
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::real::set_errno;
+use crate::real::{raw_stderr, set_errno};
 
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Set in a server the shim started (`autoserve`).
+static DAEMON: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a server the shim started: it serves, it is served by no
+/// one, and every call goes to libc.
+pub(crate) fn is_daemon() -> bool {
+    DAEMON.load(Ordering::Relaxed)
+}
+
+/// Makes this process a server the shim started: from here on every call goes to
+/// libc.
+pub(crate) fn become_daemon() {
+    DAEMON.store(true, Ordering::Relaxed);
 }
 
 /// Held while the shim's code runs on this thread.
@@ -70,7 +86,7 @@ pub(crate) fn intercept<R: Failed>(
     pass: impl FnOnce() -> R,
     ours: impl FnOnce() -> Answer<R>,
 ) -> R {
-    if crate::autoserve::is_daemon() {
+    if is_daemon() {
         return pass();
     }
     let Some(_guard) = Guard::enter() else {
@@ -84,7 +100,7 @@ pub(crate) fn intercept<R: Failed>(
             R::FAILED
         }
         Err(_) => {
-            crate::report::raw_stderr(b"easyio preload: internal error (a panic in easyio): EIO\n");
+            raw_stderr(b"easyio preload: internal error (a panic in easyio): EIO\n");
             set_errno(libc::EIO);
             R::FAILED
         }
@@ -99,3 +115,19 @@ pub(crate) fn errno_of(e: fs::Error) -> i32 {
 impl Failed for () {
     const FAILED: () = ();
 }
+
+/// Defines exported C functions: each passes its arguments on to libc's function of
+/// the same name unless `$body` (an [`Answer`]) says the call is the
+/// mount's.
+macro_rules! export {
+    ($(fn $name:ident($($a:ident: $t:ty),*) -> $r:ty $body:block)*) => {$(
+        #[no_mangle]
+        extern "C" fn $name($($a: $t),*) -> $r {
+            $crate::guard::intercept(
+                || $crate::real::libc_call!($name: fn($($t),*) -> $r, $($a),*),
+                || $body,
+            )
+        }
+    )*};
+}
+pub(crate) use export;

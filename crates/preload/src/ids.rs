@@ -26,7 +26,7 @@ fn changed(r: c_int) -> c_int {
     if r == 0 {
         if let Some(_g) = crate::guard::Guard::enter() {
             let e = crate::real::errno();
-            if let Some(l) = crate::mount::current() {
+            if let Some(l) = crate::live::current() {
                 l.fs.recredential(crate::mount::process_cred());
             }
             crate::real::set_errno(e);

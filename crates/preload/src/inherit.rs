@@ -93,7 +93,7 @@ pub(crate) fn exec_failed(h: ExecHandoff) {
     for kfd in h.kept {
         table::restore_placeholder(kfd);
     }
-    if let Some(c) = crate::mount::current().as_ref().and_then(|l| l.fs.client()) {
+    if let Some(c) = crate::live::current().as_ref().and_then(|l| l.fs.client()) {
         let _ = c.heir(h.token, -1);
     }
 }
@@ -106,7 +106,7 @@ pub(crate) fn spawned(h: ExecHandoff, child: Option<Option<libc::pid_t>>) {
     for &kfd in &h.kept {
         table::restore_placeholder(kfd);
     }
-    if let Some(c) = crate::mount::current().as_ref().and_then(|l| l.fs.client()) {
+    if let Some(c) = crate::live::current().as_ref().and_then(|l| l.fs.client()) {
         match child {
             Some(Some(pid)) => {
                 let _ = c.heir(h.token, pid);

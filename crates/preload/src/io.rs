@@ -6,9 +6,9 @@ use fs::{Fd, Whence};
 use libc::{iovec, off_t, size_t, ssize_t};
 
 use crate::call::fd_call;
-use crate::guard::{errno_of, Answer};
-use crate::mount::Live;
-use crate::real::{buf, buf_mut, export, iovecs};
+use crate::guard::{errno_of, export, Answer};
+use crate::live::Live;
+use crate::real::{buf, buf_mut, iovecs};
 
 /// Reads at the position (`None`) or at an offset.
 pub(crate) fn read_at(l: &Live, fd: Fd, b: &mut [u8], off: Option<u64>) -> Result<usize, i32> {

@@ -12,7 +12,7 @@ use easyio_serve::{LockKind, LockOwner};
 use fs::Whence;
 
 use crate::guard::errno_of;
-use crate::mount::Live;
+use crate::live::Live;
 use crate::table::Desc;
 
 /// Longest pause between two tries of a waiting lock.

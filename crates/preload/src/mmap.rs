@@ -43,7 +43,7 @@ use parking_lot::Mutex;
 
 use crate::call::mount_of;
 use crate::guard::{errno_of, intercept, Answer, Guard};
-use crate::mount::Live;
+use crate::live::Live;
 use crate::real::{buf, buf_mut, errno, libc_call, real};
 use crate::report::Once;
 use crate::table::{self, Desc};
@@ -1138,7 +1138,7 @@ extern "C" fn in_child() {
     if st.objects.is_empty() {
         return;
     }
-    let handed = if crate::mount::is_forked_child() {
+    let handed = if crate::live::is_forked_child() {
         Vec::new()
     } else {
         table::entries()

@@ -1,86 +1,19 @@
-//! The mount: configuration from the environment, lazy start on the first call under
-//! the prefix — the image mounted here (`EASYIO_IMAGE`) or a connection to a server
+//! The mount: lazy start on the first call under the prefix — the image mounted here (`EASYIO_IMAGE`) or a connection to a server
 //! (`EASYIO_SERVER`) — clean unmount at exit, and who may use it after a `fork`.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fs::{Cred, FileSystem, MountOptions};
 
 use crate::backend::Backend;
+use crate::live::{is_forked_child, Live, State, GENERATION, HELD_BY_PARENT, STATE};
+use crate::path::config;
 use parking_lot::RwLock;
 
 use crate::real::real;
 use crate::report::Once;
 
-/// Where the image is mounted when `EASYIO_MOUNT` is not set.
-pub(crate) const DEFAULT_MOUNT: &str = "/easyio";
-
-/// What the environment asked for, read once.
-pub(crate) struct Config {
-    /// Components of the mount prefix (`["easyio"]` for `/easyio`).
-    pub prefix: Vec<String>,
-    /// The prefix as given, normalised (`/easyio`).
-    pub prefix_str: String,
-    /// Why calls under the prefix fail before anything is mounted, if they must.
-    pub bad: Option<(i32, String)>,
-}
-
-static CONFIG: OnceLock<Config> = OnceLock::new();
-
-/// The configuration (the prefix is known even when the rest is bad).
-pub(crate) fn config() -> &'static Config {
-    CONFIG.get_or_init(|| {
-        let raw = std::env::var("EASYIO_MOUNT").unwrap_or_else(|_| DEFAULT_MOUNT.into());
-        let (mount, bad) = if raw.starts_with('/') && !raw.trim_matches('/').is_empty() {
-            (raw, None)
-        } else {
-            let why = format!("EASYIO_MOUNT={raw:?} is not an absolute path below /");
-            (DEFAULT_MOUNT.into(), Some((libc::EINVAL, why)))
-        };
-        let prefix: Vec<String> = crate::path::normalize(&mount);
-        Config {
-            prefix_str: format!("/{}", prefix.join("/")),
-            prefix,
-            bad,
-        }
-    })
-}
-
-/// The mounted file system, or the server's connection.
-pub(crate) struct Live {
-    pub fs: Backend,
-    /// The image file or the server's socket, for messages.
-    pub image: String,
-    /// The fork generation of the process that mounted or connected (see
-    /// [`GENERATION`]): in a forked child, its parent's.
-    pub generation: u64,
-}
-
-impl Live {
-    /// Whether this is a server's connection made by another process: a forked
-    /// child's copy of its parent's, which the child must not use.
-    pub fn is_parents_connection(&self) -> bool {
-        self.fs.client().is_some() && self.generation != GENERATION.load(Ordering::Relaxed)
-    }
-}
-
-/// Counts the forks this process descends from (raised in every child), so that a
-/// child knows its parent's connection for what it is even if it could not replace
-/// it at the fork (another thread held the state's lock then).
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-enum State {
-    /// Nothing mounted yet (or released before a `fork`): the next call mounts.
-    Down,
-    Up(Arc<Live>),
-    /// Mounting failed: calls under the prefix fail with this errno.
-    Failed(i32),
-}
-
-static STATE: RwLock<State> = RwLock::new(State::Down);
-/// Set in a child of `fork` while its parent held the image: the pid of the holder.
-static HELD_BY_PARENT: AtomicI32 = AtomicI32::new(0);
 static AT_EXIT: AtomicBool = AtomicBool::new(false);
 static FAILED_MSG: Once = Once::new();
 static CHILD_MSG: Once = Once::new();
@@ -133,13 +66,6 @@ pub(crate) fn connect_if_inherited() {
     }
 }
 
-/// The mount if it is up, without starting it (and without waiting for a lock).
-pub(crate) fn current() -> Option<Arc<Live>> {
-    match &*STATE.try_read()? {
-        State::Up(l) if !l.is_parents_connection() => Some(l.clone()),
-        _ => None,
-    }
-}
 /// The mount, started on first use. Fails with the errno of why it cannot be had
 /// (one line on stderr the first time).
 pub(crate) fn live() -> Result<Arc<Live>, i32> {
@@ -183,11 +109,6 @@ pub(crate) fn live() -> Result<Arc<Live>, i32> {
             }
         },
     }
-}
-
-/// Whether this process is a forked child whose parent holds the image.
-pub(crate) fn is_forked_child() -> bool {
-    HELD_BY_PARENT.load(Ordering::Relaxed) != 0
 }
 
 /// Mounts the image the environment names, or connects to its server.
@@ -570,7 +491,7 @@ pub(crate) fn release() -> Result<(), ()> {
                 unreachable!("a server's connection is not released")
             };
             if let Err(e) = fs.unmount() {
-                crate::report::raw_stderr(
+                crate::real::raw_stderr(
                     format!("easyio preload: unmount of {}: {e}\n", live.image).as_bytes(),
                 );
             }

@@ -9,9 +9,9 @@ use crate::backend::Backend;
 use libc::{gid_t, mode_t, size_t, ssize_t, uid_t};
 
 use crate::call::{at, fd_call, path_at, session};
-use crate::guard::{errno_of, Answer};
+use crate::guard::{errno_of, export, Answer};
 use crate::path::{classify, Target};
-use crate::real::{buf_mut, export};
+use crate::real::buf_mut;
 
 /// `faccessat`, checked by the file system with the mount's credentials (the
 /// effective ids: `access` and `AT_EACCESS` are the same here).

@@ -5,9 +5,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use libc::mode_t;
 
 use crate::call::{fd_call, open as open_target};
-use crate::guard::Answer;
+use crate::guard::{export, Answer};
 use crate::path::classify;
-use crate::real::{export, libc_call};
+use crate::real::libc_call;
 use crate::table;
 
 fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> Answer<c_int> {

@@ -1,15 +1,51 @@
 //! Which paths are the mount's: absolute paths under the prefix, relative paths from
 //! a current directory inside it (kept here: the kernel's stays where it was) or from
 //! an easyio directory descriptor, and relative paths that reach the prefix from
-//! outside (`easyio/x` from `/`, `../easyio` from a kernel directory).
+//! outside (`easyio/x` from `/`, `../easyio` from a kernel directory); and the prefix
+//! itself, as the environment gives it ([`config`]).
 
 use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 
+use std::sync::OnceLock;
+
 use parking_lot::Mutex;
 
-use crate::mount::config;
 use crate::table::{self, Desc};
+
+/// Where the image is mounted when `EASYIO_MOUNT` is not set.
+pub(crate) const DEFAULT_MOUNT: &str = "/easyio";
+
+/// What the environment asked for, read once.
+pub(crate) struct Config {
+    /// Components of the mount prefix (`["easyio"]` for `/easyio`).
+    pub prefix: Vec<String>,
+    /// The prefix as given, normalised (`/easyio`).
+    pub prefix_str: String,
+    /// Why calls under the prefix fail before anything is mounted, if they must.
+    pub bad: Option<(i32, String)>,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The configuration (the prefix is known even when the rest is bad).
+pub(crate) fn config() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let raw = std::env::var("EASYIO_MOUNT").unwrap_or_else(|_| DEFAULT_MOUNT.into());
+        let (mount, bad) = if raw.starts_with('/') && !raw.trim_matches('/').is_empty() {
+            (raw, None)
+        } else {
+            let why = format!("EASYIO_MOUNT={raw:?} is not an absolute path below /");
+            (DEFAULT_MOUNT.into(), Some((libc::EINVAL, why)))
+        };
+        let prefix: Vec<String> = normalize(&mount);
+        Config {
+            prefix_str: format!("/{}", prefix.join("/")),
+            prefix,
+            bad,
+        }
+    })
+}
 
 /// Where a path leads.
 pub(crate) enum Target {
@@ -52,7 +88,7 @@ fn enter_void() {
     unsafe {
         let base = libc::mkdtemp(template.as_mut_ptr().cast());
         if base.is_null() {
-            crate::report::raw_stderr(
+            crate::real::raw_stderr(
                 b"easyio preload: no directory to stand in for the current directory in /tmp\n",
             );
             return;

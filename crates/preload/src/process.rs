@@ -3,7 +3,8 @@
 //! process that still holds it gets EBUSY under the prefix (see `mount.rs`); before an
 //! `exec` the image is unmounted cleanly, so that the new program can mount it. A
 //! client of a server instead hands its descriptors to the child or to the new
-//! program (see `inherit.rs`).
+//! program (see `inherit.rs`). `posix_spawn` itself is in `spawn.rs`, which calls
+//! back here.
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -49,7 +50,7 @@ type SpawnFn = unsafe extern "C" fn(
 fn before_spawn() -> Option<crate::inherit::ExecHandoff> {
     let _g = crate::guard::Guard::enter()?;
     crate::mount::release_if_idle();
-    if crate::mount::is_forked_child() {
+    if crate::live::is_forked_child() {
         return None;
     }
     crate::inherit::before_exec()
@@ -66,7 +67,7 @@ fn after_spawn(h: Option<crate::inherit::ExecHandoff>, child: Option<Option<pid_
 
 /// `posix_spawn` or `posix_spawnp` (`real`), with the handoff in the child's
 /// environment.
-fn spawn(
+pub(crate) fn spawn_with_handoff(
     real: SpawnFn,
     pid: *mut pid_t,
     path: *const c_char,
@@ -86,52 +87,6 @@ fn spawn(
     let child = (r == 0).then(|| (!pid.is_null()).then(|| unsafe { *pid }));
     after_spawn(h, child);
     r
-}
-
-#[no_mangle]
-extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    acts: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    if let Some(list) = crate::spawn::own_spawn(acts, path, false) {
-        let program = crate::spawn::Program {
-            path,
-            attr,
-            argv,
-            envp,
-            search: false,
-        };
-        return crate::spawn::spawn(pid, &list, &program);
-    }
-    let real = crate::real::real!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
-    spawn(real, pid, path, acts, attr, (argv, envp))
-}
-
-#[no_mangle]
-extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    acts: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    if let Some(list) = crate::spawn::own_spawn(acts, file, true) {
-        let program = crate::spawn::Program {
-            path: file,
-            attr,
-            argv,
-            envp,
-            search: true,
-        };
-        return crate::spawn::spawn(pid, &list, &program);
-    }
-    let real = crate::real::real!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
-    spawn(real, pid, file, acts, attr, (argv, envp))
 }
 
 /// Runs `f` (`system` or `popen`, which start their child with glibc's internal
@@ -182,7 +137,7 @@ extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::F
 /// its current directory, to the new program instead (see `inherit.rs`).
 fn before_exec() -> Option<crate::inherit::ExecHandoff> {
     let _g = crate::guard::Guard::enter()?;
-    if crate::mount::is_forked_child() {
+    if crate::live::is_forked_child() {
         return None;
     }
     crate::mmap::before_exec();

@@ -1,4 +1,5 @@
-//! The real libc functions, found once with `dlsym(RTLD_NEXT, ...)`, and errno.
+//! The real libc functions, found once with `dlsym(RTLD_NEXT, ...)`, errno, and
+//! stderr written with libc's own `write`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -41,12 +42,26 @@ pub(crate) fn resolve(slot: &AtomicUsize, name: &'static str) -> usize {
             "easyio preload: libc has no {}\n",
             name.trim_end_matches('\0')
         );
-        crate::report::raw_stderr(msg.as_bytes());
+        raw_stderr(msg.as_bytes());
         // SAFETY: abort never returns and touches nothing of ours.
         unsafe { libc::abort() };
     }
     slot.store(p, Ordering::Relaxed);
     p
+}
+
+/// Writes `bytes` to descriptor 2 with libc's own `write` (never ours).
+pub(crate) fn raw_stderr(bytes: &[u8]) {
+    let write = real!(write: fn(libc::c_int, *const libc::c_void, libc::size_t) -> libc::ssize_t);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a live byte slice of the given length.
+        let n = unsafe { write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            return;
+        }
+        rest = &rest[n as usize..];
+    }
 }
 
 /// Sets the calling thread's errno.
@@ -71,22 +86,6 @@ macro_rules! libc_call {
     }};
 }
 pub(crate) use libc_call;
-
-/// Defines exported C functions: each passes its arguments on to libc's function of
-/// the same name unless `$body` (an [`crate::guard::Answer`]) says the call is the
-/// mount's.
-macro_rules! export {
-    ($(fn $name:ident($($a:ident: $t:ty),*) -> $r:ty $body:block)*) => {$(
-        #[no_mangle]
-        extern "C" fn $name($($a: $t),*) -> $r {
-            $crate::guard::intercept(
-                || $crate::real::libc_call!($name: fn($($t),*) -> $r, $($a),*),
-                || $body,
-            )
-        }
-    )*};
-}
-pub(crate) use export;
 
 /// The program's buffer of `n` bytes at `p` (empty when `n` is 0).
 pub(crate) fn buf<'a>(p: *const libc::c_void, n: usize) -> &'a [u8] {

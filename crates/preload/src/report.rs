@@ -1,20 +1,9 @@
-//! Lines on stderr: written with the real `write`, each kind once per process.
+//! Lines on stderr, each kind once per process (written with libc's own `write`:
+//! `real::raw_stderr`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Writes `bytes` to descriptor 2 with libc's own `write` (never ours).
-pub(crate) fn raw_stderr(bytes: &[u8]) {
-    let write = crate::real::real!(write: fn(libc::c_int, *const libc::c_void, libc::size_t) -> libc::ssize_t);
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        // SAFETY: `rest` is a live byte slice of the given length.
-        let n = unsafe { write(2, rest.as_ptr().cast(), rest.len()) };
-        if n <= 0 {
-            return;
-        }
-        rest = &rest[n as usize..];
-    }
-}
+use crate::real::raw_stderr;
 
 /// A message printed at most once per process, whatever the number of callers.
 pub(crate) struct Once(AtomicBool);

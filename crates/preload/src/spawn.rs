@@ -16,6 +16,52 @@ use parking_lot::Mutex;
 use crate::path::{classify, Target};
 use crate::real::libc_call;
 
+#[no_mangle]
+extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(list) = own_spawn(acts, path, false) {
+        let program = Program {
+            path,
+            attr,
+            argv,
+            envp,
+            search: false,
+        };
+        return spawn(pid, &list, &program);
+    }
+    let real = crate::real::real!(posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
+    crate::process::spawn_with_handoff(real, pid, path, acts, attr, (argv, envp))
+}
+
+#[no_mangle]
+extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    if let Some(list) = own_spawn(acts, file, true) {
+        let program = Program {
+            path: file,
+            attr,
+            argv,
+            envp,
+            search: true,
+        };
+        return spawn(pid, &list, &program);
+    }
+    let real = crate::real::real!(posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int);
+    crate::process::spawn_with_handoff(real, pid, file, acts, attr, (argv, envp))
+}
+
 /// One file action, as added.
 #[derive(Clone, Debug)]
 pub(crate) enum Action {

@@ -6,9 +6,9 @@ use std::ffi::{c_char, c_int, c_uint};
 use fs::Stat;
 
 use crate::call::{fd_call, path_at};
-use crate::guard::{errno_of, Answer};
-use crate::mount::Live;
-use crate::real::{export, put};
+use crate::guard::{errno_of, export, Answer};
+use crate::live::Live;
+use crate::real::put;
 
 /// The device number every inode of the mount reports (`st_dev`): one made-up
 /// device, so that programs comparing devices see one file system.

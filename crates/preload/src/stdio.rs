@@ -1,7 +1,7 @@
 //! stdio streams on the mount: `fopen(64)`, `fdopen`, `freopen` make a stream with
 //! `fopencookie` whose reads, writes and seeks are the shim's calls on an easyio
 //! descriptor (glibc's `fopen` opens with its internal `open`, not ours), and
-//! `fileno` of such a stream answers that descriptor.
+//! `fileno` of such a stream answers that descriptor. (`freopen` is in `freopen.rs`.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -10,9 +10,8 @@ use libc::{off64_t, size_t, ssize_t, FILE};
 use parking_lot::Mutex;
 
 use crate::call::open;
-use crate::guard::Answer;
+use crate::guard::{export, Answer};
 use crate::path::{classify, Target};
-use crate::real::export;
 
 /// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
 #[repr(C)]
@@ -31,7 +30,7 @@ extern "C" {
 static STREAMS: Mutex<Option<HashMap<usize, c_int>>> = Mutex::new(None);
 
 /// `open` flags of an `fopen` mode string, or EINVAL.
-fn flags_of(mode: *const c_char) -> Result<c_int, i32> {
+pub(crate) fn flags_of(mode: *const c_char) -> Result<c_int, i32> {
     if mode.is_null() {
         return Err(libc::EINVAL);
     }
@@ -114,7 +113,7 @@ fn stream(fd: c_int, mode: *const c_char) -> Result<*mut FILE, i32> {
     Ok(f)
 }
 
-fn easy_fopen(path: *const c_char, mode: *const c_char) -> Answer<*mut FILE> {
+pub(crate) fn easy_fopen(path: *const c_char, mode: *const c_char) -> Answer<*mut FILE> {
     let t = classify(libc::AT_FDCWD, path);
     if let Ok(Target::Kernel) = t {
         return None;
@@ -134,59 +133,12 @@ fn easy_fopen(path: *const c_char, mode: *const c_char) -> Answer<*mut FILE> {
     }))
 }
 
-/// `freopen` of a path of the mount. A standard stream stays the program's
-/// `stdin`/`stdout`/`stderr` as the kernel's `freopen` keeps it: the file's descriptor
-/// is moved onto 0, 1 or 2 and the variable becomes the shim's stream for it (what
-/// `uniq FILE` and `sort -o` do). Another stream cannot become a cookie stream in
-/// place: it is closed and a new one returned (a program that keeps using `old` is
-/// not served).
-fn easy_freopen(path: *const c_char, mode: *const c_char, old: *mut FILE) -> Answer<*mut FILE> {
-    let t = classify(libc::AT_FDCWD, path);
-    if let Ok(Target::Kernel) = t {
-        return None;
-    }
-    let std = (0..3).find(|&k| {
-        // SAFETY: reading the standard stream variable, as the program would.
-        std_slot(k).is_some_and(|(slot, _)| !old.is_null() && unsafe { *slot } == old)
-    });
-    let Some(k) = std else {
-        let new = easy_fopen(path, mode)?;
-        if !old.is_null() {
-            // SAFETY: the program's stream, closed as freopen closes it.
-            unsafe { libc::fclose(old) };
-        }
-        return Some(new);
-    };
-    let flags = match flags_of(mode) {
-        Ok(f) => f & !libc::O_CLOEXEC,
-        Err(e) => return Some(Err(e)),
-    };
-    let fd = match open(t, flags, 0o666)? {
-        Ok(fd) => fd,
-        Err(e) => return Some(Err(e)),
-    };
-    // SAFETY: the program's stream: what it buffered goes out first, as freopen's
-    // close of the old file would.
-    unsafe { libc::fflush(old) };
-    // The shim's own `dup2` and `close`: they swap the standard stream (see
-    // `after_std_change`).
-    let r = crate::open::easy_dup3(fd, k, 0, true);
-    let _ = crate::open::easy_close(fd);
-    if let Some(Err(e)) = r {
-        return Some(Err(e));
-    }
-    // SAFETY: the variable now holds the shim's stream for `k`.
-    Some(Ok(unsafe { *std_slot(k).map(|(slot, _)| slot)? }))
-}
-
 export! {
     fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE { easy_fopen(path, mode) }
     fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE { easy_fopen(path, mode) }
     fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         crate::table::is_ours(fd).then(|| stream(fd, mode))
     }
-    fn freopen(path: *const c_char, mode: *const c_char, old: *mut FILE) -> *mut FILE { easy_freopen(path, mode, old) }
-    fn freopen64(path: *const c_char, mode: *const c_char, old: *mut FILE) -> *mut FILE { easy_freopen(path, mode, old) }
     fn fileno(f: *mut FILE) -> c_int {
         if let Some(c) = STD_STREAMS.lock().get(&(f as usize)) {
             return Some(Ok(std_cookie(*c as *mut c_void).fd));
@@ -331,7 +283,7 @@ extern "C" fn std_close(c: *mut c_void) -> c_int {
 
 /// glibc's `stdin`, `stdout` or `stderr` variable (the program's copy of it, which
 /// glibc's own functions use too) and the mode of a stream for it.
-fn std_slot(k: c_int) -> Option<(*mut *mut FILE, &'static CStr)> {
+pub(crate) fn std_slot(k: c_int) -> Option<(*mut *mut FILE, &'static CStr)> {
     Some(match k {
         0 => (std::ptr::addr_of_mut!(stdin), c"r"),
         1 => (std::ptr::addr_of_mut!(stdout), c"w"),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::mount::{is_forked_child, Live};
+use crate::live::{is_forked_child, Live};
 use crate::real::real;
 
 /// An open file description of the mount.
@@ -33,7 +33,7 @@ impl Drop for Desc {
         }
         if !self.live.is_parents_connection() {
             let _ = self.live.fs.close(self.fd);
-        } else if let Some(l) = crate::mount::current() {
+        } else if let Some(l) = crate::live::current() {
             let _ = l.fs.close(self.fd);
         }
     }

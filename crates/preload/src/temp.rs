@@ -10,9 +10,8 @@ use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::call::{at, open};
-use crate::guard::Answer;
+use crate::guard::{export, Answer};
 use crate::path::{classify, Target};
-use crate::real::export;
 
 /// The characters glibc fills a template with.
 const LETTERS: &[u8; 62] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

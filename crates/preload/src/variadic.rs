@@ -22,9 +22,9 @@ use libc::{dev_t, mode_t, size_t, ssize_t};
 
 use crate::backend::Backend;
 use crate::call::{fd_call, path_at};
-use crate::guard::{errno_of, intercept, Answer};
+use crate::guard::{errno_of, export, intercept, Answer};
 use crate::path::{classify, Target};
-use crate::real::{buf, buf_mut, export, set_errno};
+use crate::real::{buf, buf_mut, set_errno};
 
 extern "C" {
     fn easyio_c_execl();

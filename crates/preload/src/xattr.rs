@@ -6,8 +6,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use libc::{size_t, ssize_t};
 
 use crate::call::{fd_call, path_at};
-use crate::guard::{errno_of, Answer};
-use crate::real::{buf, buf_mut, export};
+use crate::guard::{errno_of, export, Answer};
+use crate::real::{buf, buf_mut};
 
 const CWD: c_int = libc::AT_FDCWD;
 

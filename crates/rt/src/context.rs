@@ -6,8 +6,8 @@
 
 use std::cell::Cell;
 
+use crate::local::Local;
 use crate::task::{Task, TaskRef};
-use crate::worker::Local;
 
 thread_local! {
     /// The uthread running on this thread, or null.

@@ -1,5 +1,6 @@
-//! Errors of building a runtime.
+//! Errors of building a runtime and of joining a uthread.
 
+use std::any::Any;
 use std::io;
 
 use crate::sleepers::MAX_WORKERS;
@@ -42,4 +43,42 @@ impl Error {
             }
         }
     }
+}
+
+/// Why joining a uthread gave no value.
+#[derive(thiserror::Error, Debug)]
+pub enum JoinError {
+    /// The uthread panicked; this is the panic payload, as `std::thread::JoinHandle::join`
+    /// gives it.
+    #[error("uthread panicked: {}", panic_message(.0.as_ref()).unwrap_or("(non-string payload)"))]
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// The uthread never ran: no stack could be mapped for it.
+    #[error("uthread could not start: no stack: {0}")]
+    NoStack(#[source] io::Error),
+}
+
+impl JoinError {
+    /// The errno this maps to: 0 for a panic (not an OS error), the mapping error's otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            JoinError::Panicked(_) => 0,
+            JoinError::NoStack(e) => e.raw_os_error().unwrap_or(libc::ENOMEM),
+        }
+    }
+
+    /// The panic payload, if the uthread panicked (to `std::panic::resume_unwind` it).
+    pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
+        match self {
+            JoinError::Panicked(p) => Some(p),
+            JoinError::NoStack(_) => None,
+        }
+    }
+}
+
+/// The message of a panic payload made by `panic!` with a string.
+pub fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<&'static str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
 }

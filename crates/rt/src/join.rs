@@ -1,50 +1,11 @@
 //! Join handles: where a uthread's result (or panic) waits for whoever joins it.
 
-use std::any::Any;
-use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use crate::error::JoinError;
 use crate::task::Body;
 use crate::waiter::Waiter;
-
-/// Why joining a uthread gave no value.
-#[derive(thiserror::Error, Debug)]
-pub enum JoinError {
-    /// The uthread panicked; this is the panic payload, as `std::thread::JoinHandle::join`
-    /// gives it.
-    #[error("uthread panicked: {}", panic_message(.0.as_ref()).unwrap_or("(non-string payload)"))]
-    Panicked(Box<dyn Any + Send + 'static>),
-    /// The uthread never ran: no stack could be mapped for it.
-    #[error("uthread could not start: no stack: {0}")]
-    NoStack(#[source] io::Error),
-}
-
-impl JoinError {
-    /// The errno this maps to: 0 for a panic (not an OS error), the mapping error's otherwise.
-    pub fn errno(&self) -> i32 {
-        match self {
-            JoinError::Panicked(_) => 0,
-            JoinError::NoStack(e) => e.raw_os_error().unwrap_or(libc::ENOMEM),
-        }
-    }
-
-    /// The panic payload, if the uthread panicked (to `std::panic::resume_unwind` it).
-    pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
-        match self {
-            JoinError::Panicked(p) => Some(p),
-            JoinError::NoStack(_) => None,
-        }
-    }
-}
-
-/// The message of a panic payload made by `panic!` with a string.
-pub fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
-    payload
-        .downcast_ref::<&'static str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-}
 
 /// The result slot shared by a uthread and its join handle.
 struct Slot<T> {

@@ -118,10 +118,12 @@ mod error;
 mod facade;
 mod idle;
 mod join;
+mod local;
 mod overflow;
 mod park_state;
 mod runtime;
 mod sched;
+mod shared;
 mod sleepers;
 mod stack;
 mod stats;
@@ -130,9 +132,10 @@ mod task;
 mod waiter;
 mod worker;
 
-pub use error::Error;
+pub use error::{panic_message, Error, JoinError};
 pub use idle::{IDLE_ALONE, IDLE_SPINS, IDLE_WITH_WAITERS, WAIT_NAP, WAIT_YIELDS};
-pub use join::{panic_message, JoinError, JoinHandle};
+pub use join::JoinHandle;
+pub use local::GLOBAL_QUEUE_INTERVAL;
 pub use runtime::{Builder, Handle, Runtime};
 pub use sched::{
     alone, current_worker, in_uthread, sleep, spawn, wait, wait_until, would_idle, yield_now,
@@ -141,4 +144,3 @@ pub use sched::{
 pub use sleepers::MAX_WORKERS;
 pub use stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE, STACK_POOL_PER_WORKER};
 pub use stats::WorkerStats;
-pub use worker::GLOBAL_QUEUE_INTERVAL;

@@ -1,72 +1,20 @@
 //! A runtime: its workers, the queues they share, and the calls that enter it from outside
 //! (`spawn`, `block_on`) and shut it down.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
-use crossbeam_deque::{Injector, Stealer, Worker};
+use crossbeam_deque::{Injector, Worker};
 
 use crate::error::Error;
-use crate::join::{self, JoinError, JoinHandle};
+use crate::error::JoinError;
+use crate::join::{self, JoinHandle};
+use crate::shared::Shared;
 use crate::sleepers::{Sleepers, MAX_WORKERS};
 use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE};
 use crate::stats::{Counters, WorkerStats};
 use crate::task::{Task, TaskRef};
 use crate::{context, overflow, worker};
-
-/// What the workers of one runtime share.
-pub(crate) struct Shared {
-    /// New uthreads submitted from outside the runtime; any worker starts them.
-    pub(crate) injector: Injector<TaskRef>,
-    /// The stealing ends of the workers' queues of new uthreads, by worker index.
-    pub(crate) stealers: Vec<Stealer<TaskRef>>,
-    /// Started uthreads woken by a thread other than their home worker, by home worker
-    /// index; only the home worker takes from its inbox (see `worker`).
-    pub(crate) inboxes: Box<[Injector<TaskRef>]>,
-    /// Which workers sleep.
-    pub(crate) sleepers: Sleepers,
-    /// Per-worker counters, by worker index.
-    pub(crate) counters: Box<[Counters]>,
-    /// Usable bytes of each uthread stack.
-    pub(crate) stack_size: usize,
-    /// Uthreads spawned and not yet finished.
-    live: AtomicUsize,
-    /// Set once: stop when `live` reaches zero.
-    shutdown: AtomicBool,
-}
-
-impl Shared {
-    fn spawn<F, T>(self: &Arc<Self>, f: F) -> JoinHandle<T>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        let (body, handle) = join::pair(f);
-        self.live.fetch_add(1, Ordering::SeqCst);
-        worker::start(Task::new(self.clone(), body));
-        handle
-    }
-
-    /// A uthread finished; the last one after shutdown wakes every worker so they exit.
-    pub(crate) fn task_done(&self) {
-        if self.live.fetch_sub(1, Ordering::SeqCst) == 1 && self.shutdown.load(Ordering::SeqCst) {
-            self.sleepers.notify_all();
-        }
-    }
-
-    /// Shutdown was asked for and every uthread has finished: workers may exit.
-    pub(crate) fn finished(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst) && self.live.load(Ordering::SeqCst) == 0
-    }
-
-    /// Whether worker `id` could find work in a queue others fill: its inbox, the injection
-    /// queue or another worker's queue of new uthreads.
-    pub(crate) fn has_queued_work(&self, id: usize) -> bool {
-        !self.inboxes[id].is_empty()
-            || !self.injector.is_empty()
-            || self.stealers.iter().any(|s| !s.is_empty())
-    }
-}
 
 /// How to build a runtime.
 #[derive(Clone, Debug)]
@@ -257,7 +205,7 @@ impl Runtime {
             !context::worker().is_some_and(|w| Arc::ptr_eq(&w.shared, shared)),
             "a runtime cannot be shut down from one of its own uthreads"
         );
-        shared.shutdown.store(true, Ordering::SeqCst);
+        shared.shut_down();
         shared.sleepers.notify_all();
         for t in self.threads.drain(..) {
             if let Err(p) = t.join() {
@@ -278,7 +226,7 @@ impl Drop for Runtime {
 /// Spawns onto a runtime from any thread or uthread; cheap to clone.
 #[derive(Clone)]
 pub struct Handle {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<TaskRef>>,
 }
 
 impl Handle {
@@ -299,7 +247,7 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.shared.spawn(f)
+        spawn_on(&self.shared, f)
     }
 
     /// Counters of every worker, by worker index.
@@ -311,4 +259,16 @@ impl Handle {
             .map(|(i, c)| c.snapshot(i))
             .collect()
     }
+}
+
+/// Starts a uthread of runtime `shared` running `f`.
+fn spawn_on<F, T>(shared: &Arc<Shared<TaskRef>>, f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (body, handle) = join::pair(f);
+    shared.spawned();
+    worker::start(Task::new(shared.clone(), body));
+    handle
 }

@@ -23,9 +23,9 @@ use std::time::Instant;
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, Yielder};
 
-use crate::join::JoinError;
+use crate::error::JoinError;
 use crate::park_state::ParkState;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Why a uthread switched back to its worker.
 pub(crate) enum Switch {
@@ -61,7 +61,7 @@ pub(crate) struct Task {
     /// The worker that first ran it (`NO_HOME` until then); the only one that resumes it.
     home: AtomicUsize,
     /// The runtime this uthread belongs to.
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared<TaskRef>>,
     /// The closure, until the uthread first runs.
     body: UnsafeCell<Option<Box<dyn Body>>>,
     /// The coroutine, from the first run until it finishes.
@@ -103,7 +103,7 @@ pub(crate) enum Ran {
 
 impl Task {
     /// A new uthread of runtime `shared` that will run `body`.
-    pub(crate) fn new(shared: Arc<Shared>, body: Box<dyn Body>) -> TaskRef {
+    pub(crate) fn new(shared: Arc<Shared<TaskRef>>, body: Box<dyn Body>) -> TaskRef {
         Arc::new(Task {
             park: ParkState::new(),
             home: AtomicUsize::new(NO_HOME),

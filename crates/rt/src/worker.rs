@@ -32,115 +32,12 @@ use crossbeam_deque::{Steal, Worker};
 
 use crate::context;
 use crate::idle::{idle_step, Idle};
+use crate::local::{Local, GLOBAL_QUEUE_INTERVAL};
 use crate::overflow::AltStack;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::stack::StackPool;
 use crate::stats::Counters;
 use crate::task::{Ran, Switch, TaskRef};
-
-/// Every this many scheduling points the injection queue is looked at before the local
-/// queue, so that work submitted from outside is not starved by uthreads that keep yielding
-/// (a prime, as in other work-stealing schedulers, so it does not beat with loop periods).
-pub const GLOBAL_QUEUE_INTERVAL: u32 = 61;
-
-/// One entry of a worker's run order.
-pub(crate) enum Next {
-    /// Resume this started uthread of the worker.
-    Resume(TaskRef),
-    /// Start the oldest uthread of the worker's `queue`, if no other worker stole it.
-    Start,
-}
-
-/// The part of a worker that uthreads running on it reach through `context::worker`.
-pub(crate) struct Local {
-    /// Index of the worker, `0..workers`.
-    pub(crate) id: usize,
-    /// Uthreads that have not started (FIFO; other workers steal from its front).
-    pub(crate) queue: Worker<TaskRef>,
-    /// The run order of this worker (see the module comment); this worker's alone. It holds
-    /// at least as many `Next::Start` as `queue` holds uthreads (thieves take uthreads, not
-    /// turns), so every uthread of `queue` gets its turn; a turn that finds `queue` empty is
-    /// skipped.
-    ready: RefCell<VecDeque<Next>>,
-    /// The runtime.
-    pub(crate) shared: Arc<Shared>,
-    /// Scheduling points so far (for `GLOBAL_QUEUE_INTERVAL`).
-    tick: Cell<u32>,
-    /// Uthreads in the wait set or the timer heap.
-    pending: Cell<usize>,
-}
-
-impl Local {
-    /// Called by a uthread of this worker about to yield: whether the scheduler would have
-    /// nothing to poll and would pick this uthread again at once. Then the yield returns
-    /// without switching (as Caladan's `thread_yield` does when the next thread is itself);
-    /// the scheduling point still counts towards the injection queue's turn.
-    #[inline]
-    pub(crate) fn yield_is_a_no_op(&self) -> bool {
-        let tick = self.tick.get().wrapping_add(1);
-        if tick.is_multiple_of(GLOBAL_QUEUE_INTERVAL)
-            || self.pending.get() != 0
-            || !self.nothing_queued()
-            || !self.shared.injector.is_empty()
-        {
-            return false;
-        }
-        self.tick.set(tick);
-        true
-    }
-
-    /// Whether this worker has no uthread of its own to run or start: its run order, its
-    /// queue of new uthreads and its inbox are empty. (Work other workers could give it, in
-    /// the injection queue or their queues, is not counted.)
-    #[inline]
-    pub(crate) fn nothing_queued(&self) -> bool {
-        self.ready.borrow().is_empty()
-            && self.queue.is_empty()
-            && self.shared.inboxes[self.id].is_empty()
-    }
-
-    /// Whether no uthread of this worker waits in its wait set or sleeps on a timer.
-    #[inline]
-    pub(crate) fn nothing_pending(&self) -> bool {
-        self.pending.get() == 0
-    }
-
-    /// Queues a started uthread of this worker to run again, behind the others.
-    fn resume_later(&self, task: TaskRef) {
-        self.ready.borrow_mut().push_back(Next::Resume(task));
-    }
-
-    /// Puts a new uthread on the queue others steal from, and its turn in the run order.
-    fn start_later(&self, task: TaskRef) {
-        self.queue.push(task);
-        self.ready.borrow_mut().push_back(Next::Start);
-    }
-
-    /// Gives every uthread now in `queue` a turn in the run order. Called after a batch was
-    /// moved into an empty `queue`: `len` can only overstate what is there (thieves only
-    /// take), which keeps the count of turns at or above the count of uthreads.
-    fn turns_for_queue(&self) {
-        let n = self.queue.len();
-        self.ready
-            .borrow_mut()
-            .extend(std::iter::repeat_with(|| Next::Start).take(n));
-    }
-
-    /// The next uthread in the run order, if any.
-    fn pop_ready(&self) -> Option<TaskRef> {
-        loop {
-            let next = self.ready.borrow_mut().pop_front()?;
-            match next {
-                Next::Resume(t) => return Some(t),
-                Next::Start => {
-                    if let Some(t) = self.queue.pop() {
-                        return Some(t);
-                    }
-                }
-            }
-        }
-    }
-}
 
 /// A uthread waiting for a condition, and the condition (on its stack).
 struct Waiting {
@@ -188,7 +85,7 @@ struct Scheduler<'a> {
 }
 
 /// The body of worker thread `id`.
-pub(crate) fn main(shared: Arc<Shared>, id: usize, queue: Worker<TaskRef>) {
+pub(crate) fn main(shared: Arc<Shared<TaskRef>>, id: usize, queue: Worker<TaskRef>) {
     // Without an alternate signal stack an overflow is still fatal, only without the
     // message; that is no reason to refuse to run.
     let _alt = AltStack::ensure().ok().flatten();

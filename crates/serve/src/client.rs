@@ -46,7 +46,7 @@ pub struct Client {
     /// [`FORKS`] when it connected: a connection is its process's own.
     forks: u64,
     /// Staging buffers mapped, by the server's number for each.
-    staging: Mutex<Vec<(u32, crate::staging::Buffer)>>,
+    staging: Mutex<Vec<(u32, Arc<crate::staging::Buffer>)>>,
     /// Whether any was ever mapped (calls of a client with none skip the lock).
     has_staging: std::sync::atomic::AtomicBool,
     /// Data calls carried by staging buffers.
@@ -542,7 +542,7 @@ impl Client {
 
     fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
         if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
-            return self.read_staged(fd, at, buf.len(), Some(off));
+            return self.staged_read(fd, at, buf.len(), Some(off));
         }
         let mut done = 0;
         while done < buf.len() {
@@ -561,7 +561,7 @@ impl Client {
     /// `read` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn read(&self, fd: u32, buf: &mut [u8]) -> Result<usize> {
         if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
-            return self.read_staged(fd, at, buf.len(), None);
+            return self.staged_read(fd, at, buf.len(), None);
         }
         let len = buf.len().min(MAX_IO) as u32;
         let data = self.data(Request::Read { fd, len })?;
@@ -579,7 +579,7 @@ impl Client {
     /// `pwrite` of all of `buf` at `off` (in requests of at most [`MAX_IO`] bytes).
     pub fn pwrite(&self, fd: u32, buf: &[u8], off: u64) -> Result<usize> {
         if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
-            return self.write_staged(fd, at, buf.len(), Some(off));
+            return self.staged_write(fd, at, buf.len(), Some(off));
         }
         let mut done = 0;
         for piece in buf.chunks(MAX_IO) {
@@ -596,7 +596,7 @@ impl Client {
     /// `write` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn write(&self, fd: u32, buf: &[u8]) -> Result<usize> {
         if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
-            return self.write_staged(fd, at, buf.len(), None);
+            return self.staged_write(fd, at, buf.len(), None);
         }
         let data = buf[..buf.len().min(MAX_IO)].into();
         Ok(self.count(Request::Write { fd, data })? as usize)

@@ -9,7 +9,7 @@
 //!
 //! - by copies through raw pointers into or out of this process's own buffers
 //!   ([`SharedBytes::copy_to`], [`SharedBytes::copy_from`],
-//!   [`SharedBytes::read_into`]): a copy of bytes the other process changes
+//!   [`SharedBytes::read_into`], and [`SharedBytes::fill`]): a copy of bytes the other process changes
 //!   meanwhile may be torn, a mix of old and new bytes, and whoever reads it checks
 //!   it as it checks any input;
 //! - by atomic 64-bit words ([`SharedBytes::word`]), for the headers both sides
@@ -132,6 +132,18 @@ impl SharedBytes {
         // A store into a read-only mapping faults, which is why clients map so what
         // they must not write.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(at), data.len()) };
+        true
+    }
+
+    /// Sets bytes `[at, at + len)` to `byte`; `false`, and nothing set, if they are
+    /// not all inside. The mapping must be writable.
+    pub fn fill(&self, at: usize, len: usize, byte: u8) -> bool {
+        if !self.inside(at, len) {
+            return false;
+        }
+        // SAFETY: the destination lies inside the live mapping (checked above) and is
+        // written through a raw pointer only.
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(at), byte, len) };
         true
     }
 

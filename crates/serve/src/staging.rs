@@ -116,6 +116,12 @@ impl Buffer {
     pub fn copy_from(&self, at: u64, data: &[u8]) -> bool {
         usize::try_from(at).is_ok_and(|at| self.bytes.copy_from(at, data))
     }
+
+    /// Sets `len` bytes at `at` to `byte`; `false`, and nothing set, if they are not
+    /// all inside the buffer.
+    pub fn fill(&self, at: usize, len: usize, byte: u8) -> bool {
+        self.bytes.fill(at, len, byte)
+    }
 }
 
 impl Drop for Buffer {

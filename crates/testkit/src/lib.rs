@@ -13,12 +13,21 @@
 //!   under CI (the variable `CI` set), where that is a failure: a skipped test in CI
 //!   never passes green.
 //! - [`SmallTmpfs`]: a host file system that fills up (mounting it needs root).
+//! - [`Watchdog`]: ends a test that hangs on a mount or a server.
+//! - [`preload_shim`] (the shim built beside the test) and [`unwritten_pages`] (the
+//!   page cache's dirty pages of a file).
 //!
 //! What it must not do: depend on any easyio crate (every crate's tests use it, `pmem`'s
 //! included), or hold a test's logic: only the plumbing the tests repeat.
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
+
+mod host;
+mod watchdog;
+
+pub use host::{preload_shim, unwritten_pages};
+pub use watchdog::Watchdog;
 
 use std::fmt::Display;
 use std::io::Read;

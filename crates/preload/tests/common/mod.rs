@@ -28,15 +28,7 @@ pub fn need(program: &str, package: &str) {
 
 /// The shim this test's build made: beside the test binary.
 pub fn shim() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap();
-    for d in [dir.to_path_buf(), dir.parent().unwrap().to_path_buf()] {
-        let p = d.join("libeasyio_preload.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libeasyio_preload.so not built beside {}", dir.display());
+    testkit::preload_shim()
 }
 
 /// A scratch world: `dir` in /dev/shm holding the image `img` and the twin tmpfs

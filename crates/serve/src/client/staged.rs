@@ -1,12 +1,15 @@
 //! Staging buffers on the client's side (see the crate's `staging` module): shared
 //! memory the server copies from when the client writes and into when it reads, so
-//! that the data makes no trip through the mailbox. The data calls recognise a
-//! buffer that lies inside one; nothing else changes for the caller.
+//! that the data makes no trip through the mailbox. A [`StagingBuf`] has data calls
+//! of its own; the client's data calls also recognise a buffer of the C ABI's
+//! ([`Client::map_staging`]) that lies inside one.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use super::submit::Submitted;
 use super::{unexpected, Client};
 use crate::error::{Error, Result};
 use crate::staging::{Buffer, MAX_BYTES};
@@ -14,37 +17,135 @@ use crate::wire::{Answer, Request};
 
 /// A staging buffer, given back to the server when dropped.
 ///
-/// It derefs to its bytes, which this process may read and write like any of its
-/// own: the server stores into them only while this process waits in a read it asked
-/// for into those very bytes (a call that borrows them mutably; the mailbox's
-/// sequentially consistent state word orders the server's stores before the call
-/// returns), and reads them only by copies ([`crate::shared`]). Besides, a server
-/// whose connection with this client ends (it stops) punches their pages out, so
-/// that no client keeps memory it paid for: the buffer then reads as zeros. A
+/// Its bytes are shared memory the server maps too, so this process reaches them
+/// only by copies ([`crate::shared`]), never through a reference: it fills them with
+/// [`StagingBuf::copy_from`] or [`StagingBuf::fill`], reads them with
+/// [`StagingBuf::copy_to`], and moves them to and from files with the buffer's own
+/// data calls ([`StagingBuf::pwrite`], [`StagingBuf::write`], [`StagingBuf::pread`],
+/// [`StagingBuf::read`], [`StagingBuf::submit_pwrite`]), which make no copy through
+/// the mailbox. The server stores into the bytes only during a read this process asks
+/// for into them (which borrows the handle mutably), and reads them only by copies.
+/// A server whose connection with this client ends (it stops) punches their pages
+/// out, so that no client keeps memory it paid for: the buffer then reads as zeros. A
 /// process that shares the mapping otherwise (a child it forks) shares it as any
 /// shared mapping.
 pub struct StagingBuf<'c> {
     client: &'c Client,
     id: u32,
-    ptr: NonNull<u8>,
-    len: usize,
+    buffer: Arc<Buffer>,
 }
 
-impl Deref for StagingBuf<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the buffer stays mapped while this handle lives (it is unmapped
-        // only by `release`, which its drop calls); the server stores into it only
-        // during a read this client makes into it, which borrows it mutably, and
-        // that call returns only after the server's stores (see the type's docs).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+impl StagingBuf<'_> {
+    /// Bytes of the buffer (at least what was asked for).
+    pub fn len(&self) -> usize {
+        self.buffer.len()
     }
-}
 
-impl DerefMut for StagingBuf<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `deref`; the handle is the only way this process reaches it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    /// Whether the buffer has no bytes (never: making one refuses that).
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+
+    /// Where the buffer starts in this process: an address to compare, or for code
+    /// that shares the memory knowingly (a program's own stores through raw pointers).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.buffer.as_ptr()
+    }
+
+    /// Copies `data` into the buffer at `at`.
+    ///
+    /// # Panics
+    /// If `data` does not fit inside the buffer at `at`.
+    pub fn copy_from(&mut self, at: usize, data: &[u8]) {
+        assert!(
+            self.buffer.copy_from(at as u64, data),
+            "{} bytes at {at} of a staging buffer of {}",
+            data.len(),
+            self.len()
+        );
+    }
+
+    /// Copies the bytes at `at` into `out`.
+    ///
+    /// # Panics
+    /// If they do not all lie inside the buffer.
+    pub fn copy_to(&self, at: usize, out: &mut [u8]) {
+        assert!(
+            self.buffer.copy_to(at as u64, out),
+            "{} bytes at {at} of a staging buffer of {}",
+            out.len(),
+            self.len()
+        );
+    }
+
+    /// The bytes of `range`, copied out.
+    pub fn to_vec(&self, range: Range<usize>) -> Vec<u8> {
+        let mut out = vec![0; range.len()];
+        self.copy_to(range.start, &mut out);
+        out
+    }
+
+    /// Sets the bytes of `range` to `byte`.
+    ///
+    /// # Panics
+    /// If `range` does not lie inside the buffer.
+    pub fn fill(&mut self, range: Range<usize>, byte: u8) {
+        assert!(
+            self.buffer.fill(range.start, range.len(), byte),
+            "bytes {range:?} of a staging buffer of {}",
+            self.len()
+        );
+    }
+
+    /// Where the bytes of `range` are for the server: the buffer's number and the
+    /// offset; `EINVAL` if `range` does not lie inside the buffer.
+    fn place(&self, range: &Range<usize>) -> Result<(u32, u64)> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(Error::Fs(libc::EINVAL));
+        }
+        self.client.staged_calls.fetch_add(1, Ordering::Relaxed);
+        Ok((self.id, range.start as u64))
+    }
+
+    /// `pwrite` of the bytes of `range` at `off` of descriptor `fd`, as
+    /// [`Client::pwrite`], with no copy through the mailbox.
+    pub fn pwrite(&self, fd: u32, range: Range<usize>, off: u64) -> Result<usize> {
+        let at = self.place(&range)?;
+        self.client.staged_write(fd, at, range.len(), Some(off))
+    }
+
+    /// `write` of the bytes of `range` at the position of descriptor `fd`, as
+    /// [`Client::write`].
+    pub fn write(&self, fd: u32, range: Range<usize>) -> Result<usize> {
+        let at = self.place(&range)?;
+        self.client.staged_write(fd, at, range.len(), None)
+    }
+
+    /// `pread` into the bytes of `range` from `off` of descriptor `fd`, as
+    /// [`Client::pread`]: the server stores them into the buffer before this returns.
+    pub fn pread(&mut self, fd: u32, range: Range<usize>, off: u64) -> Result<usize> {
+        let at = self.place(&range)?;
+        self.client.staged_read(fd, at, range.len(), Some(off))
+    }
+
+    /// `read` into the bytes of `range` at the position of descriptor `fd`, as
+    /// [`Client::read`].
+    pub fn read(&mut self, fd: u32, range: Range<usize>) -> Result<usize> {
+        let at = self.place(&range)?;
+        self.client.staged_read(fd, at, range.len(), None)
+    }
+
+    /// Starts writing the bytes of `range` at `off` of descriptor `fd`, as
+    /// [`Client::submit_pwrite`] of a staging buffer: the copy goes on after this
+    /// returns, and the buffer stays borrowed until it is waited for.
+    pub fn submit_pwrite(
+        &self,
+        fd: u32,
+        range: Range<usize>,
+        off: u64,
+    ) -> Result<Submitted<'_, '_>> {
+        let at = self.place(&range)?;
+        self.client.submit_staged(fd, at, range.len(), off)
     }
 }
 
@@ -61,12 +162,11 @@ impl Client {
     /// make no copy through the mailbox. Like any shared mapping, it is shared with
     /// the children this process forks.
     pub fn staging_buffer(&self, len: usize) -> Result<StagingBuf<'_>> {
-        let (id, ptr, len) = self.new_staging(len)?;
+        let (id, buffer) = self.new_staging(len)?;
         Ok(StagingBuf {
             client: self,
             id,
-            ptr,
-            len,
+            buffer,
         })
     }
 
@@ -74,10 +174,10 @@ impl Client {
     /// ABI): where it starts and how long it is (at least `len`). It stays mapped
     /// until [`Client::release_staging`] or the end of the client.
     pub fn map_staging(&self, len: usize) -> Result<(NonNull<u8>, usize)> {
-        self.new_staging(len).map(|(_, ptr, len)| (ptr, len))
+        self.new_staging(len).map(|(_, b)| (b.ptr(), b.len()))
     }
 
-    fn new_staging(&self, want: usize) -> Result<(u32, NonNull<u8>, usize)> {
+    fn new_staging(&self, want: usize) -> Result<(u32, Arc<Buffer>)> {
         let (answer, fds) = self.call_with_fds(&Request::Staging { len: want as u64 })?;
         let Answer::Staging { id, len } = answer else {
             return Err(unexpected(answer));
@@ -101,10 +201,10 @@ impl Client {
                 return Err(e);
             }
         };
-        let (ptr, len) = (buffer.ptr(), buffer.len());
-        self.staging.lock().push((id, buffer));
+        let buffer = Arc::new(buffer);
+        self.staging.lock().push((id, buffer.clone()));
         self.has_staging.store(true, Ordering::Release);
-        Ok((id, ptr, len))
+        Ok((id, buffer))
     }
 
     /// Unmaps the staging buffer [`Client::map_staging`] gave out at `ptr` and gives
@@ -124,7 +224,7 @@ impl Client {
 
     /// Unmaps the first staging buffer `which` picks and gives it back; whether one
     /// was.
-    fn release(&self, which: impl Fn(&(u32, Buffer)) -> bool) -> bool {
+    fn release(&self, which: impl Fn(&(u32, Arc<Buffer>)) -> bool) -> bool {
         let found = {
             let mut staging = self.staging.lock();
             staging
@@ -164,7 +264,7 @@ impl Client {
 
     /// A write of `len` bytes at `at` in staging buffer `id`, at `off` or (`None`)
     /// at the descriptor's position.
-    pub(super) fn write_staged(
+    pub(super) fn staged_write(
         &self,
         fd: u32,
         (id, at): (u32, u64),
@@ -185,7 +285,7 @@ impl Client {
 
     /// A read of up to `len` bytes into staging buffer `id` at `at`, from `off` or
     /// (`None`) from the descriptor's position.
-    pub(super) fn read_staged(
+    pub(super) fn staged_read(
         &self,
         fd: u32,
         (id, at): (u32, u64),

@@ -46,29 +46,43 @@ pub struct Submitted<'c, 'b> {
 impl Client {
     /// Starts writing `buf` at `off` of descriptor `fd` (at the end on an appending
     /// descriptor), as `pwrite`, and returns once the write is committed: a read
-    /// from then on sees it. When `buf` lies inside a staging buffer
-    /// ([`Client::staging_buffer`]) of a client that maps the image, the copy goes
+    /// from then on sees it. When `buf` lies inside a staging buffer of the C ABI
+    /// ([`Client::map_staging`]; in Rust, [`super::StagingBuf::submit_pwrite`]) of a
+    /// client that maps the image, the copy goes
     /// on after this returns and the caller computes meanwhile; the data is durable
     /// once [`Submitted::is_done`] says so or [`Submitted::wait`] returns. Any other
     /// buffer is written before this returns.
     pub fn submit_pwrite<'b>(&self, fd: u32, buf: &'b [u8], off: u64) -> Result<Submitted<'_, 'b>> {
-        let (sn, count) = match self.staged(buf.as_ptr(), buf.len()) {
-            Some((id, at)) => {
-                let len = buf.len() as u64;
-                match self.call(&Request::SubmitStaged {
-                    fd,
-                    id,
-                    at,
-                    len,
-                    off,
-                })? {
-                    Answer::Submitted { count, sn } => (sn, count.min(len) as usize),
-                    other => return Err(unexpected(other)),
-                }
-            }
-            None => (0, self.pwrite(fd, buf, off)?),
-        };
-        Ok(Submitted {
+        match self.staged(buf.as_ptr(), buf.len()) {
+            Some(at) => self.submit_staged(fd, at, buf.len(), off),
+            None => Ok(self.submitted(0, self.pwrite(fd, buf, off)?)),
+        }
+    }
+
+    /// A submitted write of `len` bytes at `at` in staging buffer `id`.
+    pub(super) fn submit_staged<'b>(
+        &self,
+        fd: u32,
+        (id, at): (u32, u64),
+        len: usize,
+        off: u64,
+    ) -> Result<Submitted<'_, 'b>> {
+        let len = len as u64;
+        match self.call(&Request::SubmitStaged {
+            fd,
+            id,
+            at,
+            len,
+            off,
+        })? {
+            Answer::Submitted { count, sn } => Ok(self.submitted(sn, count.min(len) as usize)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The handle of a write the server answered with SN `sn` (0: done) and `count`.
+    fn submitted<'b>(&self, sn: u64, count: usize) -> Submitted<'_, 'b> {
+        Submitted {
             client: self,
             sn,
             over: Cell::new(sn == 0),
@@ -76,7 +90,7 @@ impl Client {
             count,
             since: Instant::now(),
             _buf: PhantomData,
-        })
+        }
     }
 }
 
