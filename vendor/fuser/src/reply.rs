@@ -34,10 +34,23 @@ use crate::ll::reply::Response;
 use crate::ll::{self};
 use crate::passthrough::BackingId;
 
+/// Where the reply of a request goes when it did not come from `/dev/fuse` (easyio
+/// change: a transport other than reads of the device, such as FUSE over io_uring,
+/// hands requests to a [`crate::Dispatcher`] with one of these).
+pub trait ReplySink: Send + Sync + std::fmt::Debug {
+    /// Sends the reply to the request the transport tagged `token`: `data` is the
+    /// reply as it would be written to `/dev/fuse` (a `fuse_out_header`, then the
+    /// reply's arguments). Called once for each request that has a reply, from any
+    /// thread.
+    fn send(&self, token: u64, data: &[IoSlice<'_>]) -> std::io::Result<()>;
+}
+
 /// Generic reply callback to send data
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// A reply to a transport's sink; the device is kept for backing files.
+    Sink(ChannelSender, std::sync::Arc<dyn ReplySink>, u64),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -49,6 +62,7 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            ReplySender::Sink(_, sink, token) => sink.send(*token, data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -62,7 +76,9 @@ impl ReplySender {
     /// Open a backing file
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
-            ReplySender::Channel(sender) => sender.open_backing(fd),
+            ReplySender::Channel(sender) | ReplySender::Sink(sender, ..) => {
+                sender.open_backing(fd)
+            }
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -73,7 +89,9 @@ impl ReplySender {
     /// Wraps a raw backing file ID
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
-            ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            ReplySender::Channel(sender) | ReplySender::Sink(sender, ..) => unsafe {
+                sender.wrap_backing(id)
+            },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

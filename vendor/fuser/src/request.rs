@@ -34,6 +34,8 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// Where the reply goes instead, for a request of another transport (easyio change)
+    sink: Option<(std::sync::Arc<dyn crate::reply::ReplySink>, u64)>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +51,32 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            sink: None,
+            request,
+        })
+    }
+
+    /// A request of another transport, whose reply goes to `sink` tagged `token`
+    /// (easyio change).
+    pub(crate) fn with_sink(
+        ch: ChannelSender,
+        data: &'a [u8],
+        sink: std::sync::Arc<dyn crate::reply::ReplySink>,
+        token: u64,
+    ) -> Option<RequestWithSender<'a>> {
+        let mut r = Self::new(ch, data)?;
+        r.sink = Some((sink, token));
+        Some(r)
+    }
+
+    /// Where this request's reply goes.
+    fn sender(&self) -> ReplySender {
+        match &self.sink {
+            None => ReplySender::Channel(self.ch.clone()),
+            Some((sink, token)) => ReplySender::Sink(self.ch.clone(), sink.clone(), *token),
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +331,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +506,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +579,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

@@ -54,6 +54,10 @@ use crate::request::RequestWithSender;
 /// and 128k on other systems.
 pub(crate) const MAX_WRITE_SIZE: usize = 16 * 1024 * 1024;
 
+/// The least payload buffer of a FUSE over io_uring entry (the kernel's
+/// `FUSE_MIN_READ_BUFFER`).
+const FUSE_MIN_READ_BUFFER: usize = 8192;
+
 #[derive(Default, Debug, Eq, PartialEq, Clone, Copy)]
 /// How requests should be filtered based on the calling UID.
 pub enum SessionACL {
@@ -139,6 +143,10 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The kernel granted FUSE over io_uring at `init` (easyio change).
+    over_io_uring: bool,
+    /// The size a ring entry's payload buffer must have (easyio change).
+    max_payload: usize,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +194,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            over_io_uring: false,
+            max_payload: 0,
         };
 
         session.handshake()?;
@@ -214,6 +224,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            over_io_uring: false,
+            max_payload: 0,
         };
 
         session.handshake()?;
@@ -244,6 +256,22 @@ impl<FS: Filesystem> Session<FS> {
     /// # Errors
     /// Returns any final error when the session comes to an end.
     pub fn run(self) -> io::Result<()> {
+        self.run_inner(None)
+    }
+
+    /// Like [`Session::run`], with `transport` serving requests beside the reads of
+    /// `/dev/fuse` (easyio change). The transport is started before the device's
+    /// readers; if it starts, one thread reads the device (for what the kernel still
+    /// sends there: forgets, interrupts, requests before the transport is ready),
+    /// otherwise `n_threads` do. Once the device ends (the file system is unmounted),
+    /// the transport is stopped; it must then have dropped every [`Dispatcher`].
+    /// # Errors
+    /// Returns any final error when the session comes to an end.
+    pub fn run_with_transport(self, transport: &mut dyn Transport<FS>) -> io::Result<()> {
+        self.run_inner(Some(transport))
+    }
+
+    fn run_inner(self, mut transport: Option<&mut dyn Transport<FS>>) -> io::Result<()> {
         let Session {
             filesystem,
             ch,
@@ -252,9 +280,11 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            over_io_uring: _,
+            max_payload: _,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        let mut n_threads = config.n_threads.unwrap_or(1);
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -263,11 +293,29 @@ impl<FS: Filesystem> Session<FS> {
             ));
         }
 
-        let Some(n_threads_minus_one) = n_threads.checked_sub(1) else {
+        if n_threads == 0 {
             return Err(io::Error::other("n_threads"));
-        };
+        }
 
         let mut filesystem = Arc::new(filesystem);
+
+        if let Some(t) = transport.as_deref_mut() {
+            let dispatcher = Dispatcher(Arc::new(SessionEventLoop {
+                thread_name: "transport".to_string(),
+                filesystem: filesystem.clone(),
+                ch: ch.clone(),
+                allowed,
+                session_owner,
+            }));
+            match t.start(dispatcher) {
+                Ok(()) => n_threads = 1,
+                Err(e) => {
+                    error!("transport did not start: {e}");
+                    transport = None;
+                }
+            }
+        }
+        let n_threads_minus_one = n_threads - 1;
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -307,6 +355,23 @@ impl<FS: Filesystem> Session<FS> {
         }
 
         let mut reply: io::Result<()> = Ok(());
+        if let Some(t) = transport {
+            // Waits for the device's readers first: the transport ends after them.
+            let mut joined = Vec::new();
+            for thread in threads.drain(..) {
+                joined.push(thread.join());
+            }
+            if let Err(e) = t.stop() {
+                reply = Err(e);
+            }
+            for res in joined {
+                match res {
+                    Ok(Err(e)) if reply.is_ok() => reply = Err(e),
+                    Ok(_) => {}
+                    Err(_) => return Err(io::Error::other("event loop thread panicked")),
+                }
+            }
+        }
         for thread in threads {
             let res = match thread.join() {
                 Ok(res) => res,
@@ -429,6 +494,19 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // easyio change: FUSE over io_uring where asked for and offered.
+            if self.config.io_uring
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+            {
+                self.over_io_uring = true;
+            }
+            self.max_payload = (config.max_write as usize)
+                .max(usize::from(config.max_pages()) * page_size::get())
+                .max(FUSE_MIN_READ_BUFFER);
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -480,6 +558,19 @@ impl<FS: Filesystem> Session<FS> {
     /// Unmount the filesystem
     pub fn unmount(&mut self) -> io::Result<()> {
         self.mount.umount()
+    }
+
+    /// Whether the kernel granted FUSE over io_uring at `init` (asked for by
+    /// [`Config::io_uring`]; easyio change).
+    pub fn over_io_uring(&self) -> bool {
+        self.over_io_uring
+    }
+
+    /// The least size of a request's payload buffer in the kernel's ring: the larger
+    /// of `max_write`, `max_pages` pages and 8 KiB, as the kernel computes it from
+    /// the `init` reply (easyio change).
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
     }
 
     /// Returns a thread-safe object that can be used to unmount the Filesystem
@@ -552,6 +643,64 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+}
+
+/// A transport other than reads of `/dev/fuse` (easyio change): such as FUSE over
+/// io_uring, where the kernel places requests in buffers the server registered and
+/// takes the replies back from them.
+pub trait Transport<FS: Filesystem> {
+    /// Starts serving, handing each request to `dispatcher`. Called once, after the
+    /// kernel's `init` was answered.
+    /// # Errors
+    /// The transport cannot serve: the session serves through `/dev/fuse` alone.
+    fn start(&mut self, dispatcher: Dispatcher<FS>) -> io::Result<()>;
+    /// Ends serving once the device's readers have ended (the file system was
+    /// unmounted), and drops every [`Dispatcher`] (waiting for its threads).
+    /// # Errors
+    /// The transport's final error.
+    fn stop(&mut self) -> io::Result<()>;
+}
+
+/// Hands requests a [`Transport`] received to the file system (easyio change). Cheap
+/// to clone and to send to other threads.
+pub struct Dispatcher<FS: Filesystem>(Arc<SessionEventLoop<FS>>);
+
+impl<FS: Filesystem> Clone for Dispatcher<FS> {
+    fn clone(&self) -> Self {
+        Dispatcher(self.0.clone())
+    }
+}
+
+impl<FS: Filesystem> std::fmt::Debug for Dispatcher<FS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dispatcher")
+    }
+}
+
+impl<FS: Filesystem> Dispatcher<FS> {
+    /// Decodes `request` (a `fuse_in_header` and the request's arguments, as a read
+    /// of `/dev/fuse` would give it) and calls the file system's method for it; the
+    /// reply, if the request has one, goes to `sink` tagged `token` (during this call
+    /// or later, from any thread).
+    /// # Errors
+    /// The request cannot be decoded (nothing is sent to `sink` then).
+    pub fn dispatch(
+        &self,
+        request: &[u8],
+        sink: Arc<dyn crate::reply::ReplySink>,
+        token: u64,
+    ) -> io::Result<()> {
+        let se = &*self.0;
+        let Some(req) = RequestWithSender::with_sink(se.ch.sender(), request, sink, token) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "Invalid request"));
+        };
+        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+            req.reply::<ReplyEmpty>().ok();
+        } else {
+            req.dispatch(se);
+        }
+        Ok(())
     }
 }
 

@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Ask the kernel for FUSE over io_uring (`FUSE_OVER_IO_URING`) at `init`, where it
+    /// offers it; [`crate::Session::over_io_uring`] then says it was granted, and a
+    /// [`crate::Transport`] serves the ring (easyio change).
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
