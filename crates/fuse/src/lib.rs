@@ -32,6 +32,7 @@ mod daemon;
 mod inval;
 mod mount;
 mod server;
+mod uring;
 mod uthreads;
 
 pub use control::{
@@ -47,4 +48,5 @@ pub use mount::{
     MAX_DEFAULT_THREADS, NEGATIVE_TTL,
 };
 pub use server::{Flushes, LookupCounts, Server};
+pub use uring::{kernel_offers_uring, RingStats, TransportChoice, UringTransport};
 pub use uthreads::HandlerStats;
