@@ -143,13 +143,14 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
             state.display()
         );
     }
-    announce(o, &m.transport());
     let handler_stats = m.handler_stats();
     let ring_stats = m.ring_stats();
+    let announcer = announce_when_ready(o, m.transport(), ring_stats.clone());
     let inval = m.invalidator();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch_stop(o, done.clone());
     let served = m.run();
+    let _ = announcer.join();
     done.store(true, Ordering::SeqCst);
     if let Some(h) = handler_stats {
         eprintln!("easyio: {}", h.summary());
@@ -179,6 +180,28 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
         let _ = std::fs::remove_file(log);
     }
     Ok(())
+}
+
+/// Longest the mount waits for its io_uring queues before saying it is up (requests
+/// come through `/dev/fuse` until they are registered).
+const RING_WAIT: Duration = Duration::from_secs(2);
+
+/// Says that the mount is up ([`announce`]) once its io_uring queues, if it has any,
+/// are registered (or after [`RING_WAIT`]), so that the first programs on the mount
+/// are served through the rings.
+fn announce_when_ready(
+    o: &ServeOptions,
+    transport: String,
+    ring: Option<Arc<crate::RingStats>>,
+) -> std::thread::JoinHandle<()> {
+    let o = o.clone();
+    std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while ring.as_ref().is_some_and(|r| !r.ready()) && t0.elapsed() < RING_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        announce(&o, &transport);
+    })
 }
 
 /// Says that the mount is up: in the log, and to [`detach`] or the user.
