@@ -452,7 +452,14 @@ impl Queue {
                         self.handle(d, &sink, idx)
                     }
                     r if r == -libc::EINTR || r == -libc::EAGAIN => self.resubmit(idx),
-                    _ => ended += 1,
+                    r => {
+                        // The connection's end completes every entry with ENOTCONN.
+                        if r != -libc::ENOTCONN && r != -libc::ECANCELED {
+                            let e = io::Error::from_raw_os_error(-r);
+                            eprintln!("easyio: fuse ring {}: entry {idx} ended: {e}", self.qid);
+                        }
+                        ended += 1;
+                    }
                 }
             }
         }
@@ -524,7 +531,10 @@ impl Queue {
         let op = len
             .checked_sub(IN_HEADER + payload)
             .filter(|n| *n <= OP_IN_SIZE);
-        let in_place = payload > SMALL_PAYLOAD;
+        // In place only where the headers end on an 8-byte boundary (the decoder's
+        // alignment): a write's do.
+        let in_place =
+            payload > SMALL_PAYLOAD && op.is_some_and(|n| (IN_HEADER + n).is_multiple_of(8));
         {
             let mut s = e.state.lock();
             s.unique = unique;
