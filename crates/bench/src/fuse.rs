@@ -116,8 +116,10 @@ impl Workload {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Door {
-    /// System calls on the FUSE mount of the image.
+    /// System calls on the FUSE mount of the image, served through `/dev/fuse`.
     EasyioFuse,
+    /// The same on a mount served through FUSE over io_uring.
+    EasyioFuseUring,
     /// System calls on a directory of the host's tmpfs (/dev/shm).
     Tmpfs,
     /// The `fs` library's calls in this process, on an image of the same size.
@@ -125,11 +127,17 @@ pub enum Door {
 }
 
 impl Door {
-    const ALL: [Door; 3] = [Door::EasyioFuse, Door::Tmpfs, Door::EasyioLib];
+    const ALL: [Door; 4] = [
+        Door::EasyioFuse,
+        Door::EasyioFuseUring,
+        Door::Tmpfs,
+        Door::EasyioLib,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Door::EasyioFuse => "easyio-fuse",
+            Door::EasyioFuseUring => "easyio-fuse-uring",
             Door::Tmpfs => "tmpfs",
             Door::EasyioLib => "easyio-lib",
         }
@@ -173,8 +181,86 @@ pub struct FuseArgs {
     /// Deprecated, the default now (the mount keeps file pages in the kernel).
     #[arg(long, hide = true, conflicts_with = "direct_io")]
     page_cache: bool,
+    /// Which FUSE transports to measure: `both` (a mount served through /dev/fuse and,
+    /// where the kernel offers FUSE over io_uring, one served through it, measured in
+    /// turn), `uring` or `dev`.
+    #[arg(long, value_enum, default_value = "both")]
+    transport: Transports,
     #[arg(long)]
     json: bool,
+}
+
+/// The transports `bench fuse` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Transports {
+    /// `/dev/fuse`, and FUSE over io_uring where the kernel offers it.
+    Both,
+    /// FUSE over io_uring only (an error where the kernel does not offer it).
+    Uring,
+    /// `/dev/fuse` only.
+    Dev,
+}
+
+/// The `fuse` module's switch for FUSE over io_uring.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Why FUSE over io_uring cannot be measured here, or `None` if the kernel offers it.
+fn uring_missing() -> Option<String> {
+    match std::fs::read_to_string(ENABLE_URING) {
+        Ok(s) if s.trim() == "Y" => None,
+        Ok(_) => Some(format!(
+            "FUSE over io_uring is off in the kernel (as root: echo Y > {ENABLE_URING})"
+        )),
+        Err(_) => Some("the kernel has no FUSE over io_uring (Linux 6.14+)".into()),
+    }
+}
+
+/// The servers of a run: one per transport measured.
+struct Servers {
+    dev: Option<server::Server>,
+    uring: Option<server::Server>,
+}
+
+impl Servers {
+    /// Starts the servers `a.transport` asks for (FUSE over io_uring only where the
+    /// kernel offers it); says why io_uring is not measured, if it is not.
+    fn start(a: &FuseArgs, exe: &Path) -> anyhow::Result<(Servers, Option<String>)> {
+        let missing = uring_missing();
+        if a.transport == Transports::Uring {
+            if let Some(why) = &missing {
+                bail!("--transport uring: {why}");
+            }
+        }
+        let start = |transport| {
+            let size = image_bytes(a.size);
+            server::Server::start(exe, size, a.mode, a.threads, a.direct_io, transport)
+        };
+        let dev = (a.transport != Transports::Uring)
+            .then(|| start("dev"))
+            .transpose()?;
+        let uring = (a.transport != Transports::Dev && missing.is_none())
+            .then(|| start("uring"))
+            .transpose()?;
+        let note = missing.filter(|_| a.transport == Transports::Both);
+        Ok((Servers { dev, uring }, note))
+    }
+
+    /// The server behind `door`, if it is a mount's.
+    fn of(&self, door: Door) -> Option<&server::Server> {
+        match door {
+            Door::EasyioFuse => self.dev.as_ref(),
+            Door::EasyioFuseUring => self.uring.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Unmounts the images and waits for the servers.
+    fn stop(self) -> anyhow::Result<()> {
+        for s in [self.dev, self.uring].into_iter().flatten() {
+            s.stop()?;
+        }
+        Ok(())
+    }
 }
 
 /// `easyio mount`'s default number of threads: one per core, at most 8.
@@ -228,6 +314,8 @@ struct Row {
 #[derive(Serialize)]
 struct Goal {
     workload: Workload,
+    /// The mount's door (its transport).
+    door: Door,
     /// easyio-fuse over tmpfs throughput.
     ratio: f64,
     asked: f64,
@@ -252,11 +340,17 @@ struct Report {
     /// `--workload programs`: each step's wall time on the mount and on tmpfs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     programs: Vec<programs::ProgramRow>,
+    /// Why FUSE over io_uring was not measured (`--transport both` where the kernel
+    /// does not offer it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uring_note: Option<String>,
 }
 
 /// What the table's footnote says.
 const NOTE: &str = "easyio-fuse = this process's system calls on a FUSE mount of a fresh image \
-in /dev/shm served by `easyio mount` (a child process); tmpfs = the same calls on a \
+in /dev/shm served by `easyio mount --transport dev` (a child process; requests read from \
+/dev/fuse); easyio-fuse-uring = the same on a second mount served by `easyio mount \
+--transport uring` (FUSE over io_uring, one ring per CPU); tmpfs = the same calls on a \
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
 Writes through easyio (both doors) are durable when they return (no writeback cache); \
@@ -605,7 +699,8 @@ fn row(w: Workload, door: Door, m: Measured) -> anyhow::Result<Row> {
 /// The three doors of a run: the mount's directory, tmpfs's, and the library on its
 /// own region (formatted again for each workload).
 struct Doors {
-    fuse: Mount,
+    fuse: Option<Mount>,
+    fuse_uring: Option<Mount>,
     tmpfs: Mount,
     lib_region: Arc<dyn Pmem>,
     mode: Mode,
@@ -613,20 +708,22 @@ struct Doors {
 
 impl Doors {
     /// Runs `w` through `door`.
-    fn run(
-        &self,
-        w: Workload,
-        door: Door,
-        a: &FuseArgs,
-        server: &server::Server,
-    ) -> anyhow::Result<Row> {
+    fn run(&self, w: Workload, door: Door, a: &FuseArgs, servers: &Servers) -> anyhow::Result<Row> {
         let d = Plan {
             duration: Duration::from_secs_f64(a.duration),
             size: a.size,
             direct: a.direct,
         };
+        let mount = match door {
+            Door::EasyioFuse => self.fuse.as_ref(),
+            Door::EasyioFuseUring => self.fuse_uring.as_ref(),
+            _ => None,
+        };
         let m = match door {
-            Door::EasyioFuse => measure(&self.fuse, w, d, Some(server))?,
+            Door::EasyioFuse | Door::EasyioFuseUring => {
+                let mount = mount.context("no mount for this door")?;
+                measure(mount, w, d, servers.of(door))?
+            }
             Door::Tmpfs => measure(&self.tmpfs, w, d, None)?,
             Door::EasyioLib => {
                 let none = Path::new("");
@@ -648,7 +745,7 @@ fn image_bytes(size: u64) -> u64 {
 }
 
 /// Runs every workload through every door, in that order.
-fn measure_all(a: &FuseArgs, server: &server::Server) -> anyhow::Result<Vec<Row>> {
+fn measure_all(a: &FuseArgs, servers: &Servers) -> anyhow::Result<Vec<Row>> {
     let pid = std::process::id();
     let lib_region: Arc<dyn Pmem> = Arc::new(Region::create_temp(image_bytes(a.size))?);
     let kernel = |dir: &Path| {
@@ -661,8 +758,11 @@ fn measure_all(a: &FuseArgs, server: &server::Server) -> anyhow::Result<Vec<Row>
             1,
         )
     };
+    let on =
+        |s: Option<&server::Server>| s.map(|s| kernel(&s.mountpoint().join("bench"))).transpose();
     let doors = Doors {
-        fuse: kernel(&server.mountpoint().join("bench"))?,
+        fuse: on(servers.dev.as_ref())?,
+        fuse_uring: on(servers.uring.as_ref())?,
         tmpfs: kernel(Path::new(&format!(
             "/dev/shm/easyio-bench-fuse-tmpfs-{pid}"
         )))?,
@@ -675,23 +775,31 @@ fn measure_all(a: &FuseArgs, server: &server::Server) -> anyhow::Result<Vec<Row>
         .copied()
         .filter(|&w| w != Workload::Programs)
         .collect();
-    let runs = data.len() * Door::ALL.len();
+    let door_list: Vec<Door> = Door::ALL
+        .into_iter()
+        .filter(|&d| {
+            servers.of(d).is_some() || !matches!(d, Door::EasyioFuse | Door::EasyioFuseUring)
+        })
+        .collect();
+    let runs = data.len() * door_list.len();
     let quiet = a.json || a.duration * runs as f64 <= 3.0;
     let progress = progress::bar(runs as u64, quiet);
     let mut rows = Vec::new();
     for &w in &data {
-        for door in Door::ALL {
+        for &door in &door_list {
             signals::check()?;
             progress.set_message(format!("{} through {}", w.name(), door.name()));
             let r = doors
-                .run(w, door, a, server)
+                .run(w, door, a, servers)
                 .with_context(|| format!("{} through {}", w.name(), door.name()))?;
             rows.push(r);
             progress.inc(1);
         }
     }
     progress.finish_and_clear();
-    doors.fuse.tear_down()?;
+    for m in [doors.fuse, doors.fuse_uring].into_iter().flatten() {
+        m.tear_down()?;
+    }
     doors.tmpfs.tear_down()?;
     Ok(rows)
 }
@@ -710,7 +818,7 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
         }
     }
     rows.iter()
-        .filter(|r| r.door == Door::EasyioFuse)
+        .filter(|r| matches!(r.door, Door::EasyioFuse | Door::EasyioFuseUring))
         .filter_map(|r| {
             let asked = if r.workload.sequential() {
                 SEQ_TARGET
@@ -719,6 +827,7 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
             };
             r.vs_tmpfs.map(|ratio| Goal {
                 workload: r.workload,
+                door: r.door,
                 ratio,
                 asked,
                 met: ratio >= asked,
@@ -742,16 +851,11 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
     if a.page_cache {
         eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
     }
-    let server = server::Server::start(
-        easyio_exe,
-        image_bytes(a.size),
-        a.mode,
-        a.threads,
-        a.direct_io,
-    )?;
-    let mut results = measure_all(&a, &server)?;
-    let programs = match a.workload.contains(&Workload::Programs) {
-        true => programs::measure(
+    let (servers, uring_note) = Servers::start(&a, easyio_exe)?;
+    let mut results = measure_all(&a, &servers)?;
+    let programs_on = servers.dev.as_ref().or(servers.uring.as_ref());
+    let programs = match (a.workload.contains(&Workload::Programs), programs_on) {
+        (true, Some(server)) => programs::measure(
             &server.mountpoint().join("programs"),
             Path::new(&format!(
                 "/dev/shm/easyio-bench-fuse-programs-{}",
@@ -759,9 +863,9 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
             )),
             a.json,
         )?,
-        false => Vec::new(),
+        _ => Vec::new(),
     };
-    server.stop()?;
+    servers.stop()?;
     let goals = compare(&mut results);
     let report = Report {
         machine: Machine::this(),
@@ -775,6 +879,7 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
         results,
         goals,
         programs,
+        uring_note,
     };
     if a.json {
         return report::print_json(&report);
@@ -816,12 +921,16 @@ fn print_report(r: &Report) {
     }
     for g in &r.goals {
         println!(
-            "goal: {} through the mount ≥ {}× tmpfs: {:.2}× ({})",
+            "goal: {} through the mount ({}) ≥ {}× tmpfs: {:.2}× ({})",
             g.workload.name(),
+            g.door.name(),
             g.asked,
             g.ratio,
             if g.met { "met" } else { "NOT met" }
         );
+    }
+    if let Some(why) = &r.uring_note {
+        println!("easyio-fuse-uring: not measured: {why}");
     }
     println!("note: {}", r.note);
 }

@@ -53,9 +53,16 @@ pub struct MountArgs {
     /// Mount read-only: nothing is written to the image.
     #[arg(long)]
     read_only: bool,
-    /// Threads serving requests (default: one per core, at most 8).
+    /// Threads serving requests (default: one per core, at most 8). With FUSE over
+    /// io_uring, one thread per CPU serves its ring and one reads /dev/fuse instead.
     #[arg(long, default_value_t = easyio_fuse::default_threads())]
     threads: usize,
+    /// How requests reach the server: `auto` (FUSE over io_uring where the kernel
+    /// offers it, Linux 6.14+ with the fuse module's enable_uring on; /dev/fuse
+    /// otherwise), `uring` (fail if the kernel does not grant it) or `dev` (reads of
+    /// /dev/fuse only). The log and `easyio info` say which.
+    #[arg(long, default_value = "auto", value_name = "auto|uring|dev")]
+    transport: easyio_fuse::TransportChoice,
     /// Log file of the background server (default: one in the temporary directory,
     /// removed when the server has unmounted the image cleanly and kept, named in the
     /// error, when the mount fails).
@@ -117,6 +124,7 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
         uthread_workers: if a.mode == Mode::Async { a.threads } else { 0 },
         writeback_cache: a.writeback_cache,
         page_cache: !a.direct_io,
+        transport: a.transport,
     };
     ServeOptions {
         image: a.image,

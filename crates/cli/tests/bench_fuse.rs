@@ -24,6 +24,11 @@ impl Bench {
         std::env::temp_dir().join(format!("easyio-bench-fuse-{}", self.child.id()))
     }
 
+    /// Where it mounts the image served through FUSE over io_uring.
+    fn uring_mountpoint(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("easyio-bench-fuse-uring-{}", self.child.id()))
+    }
+
     /// Waits for the benchmark to end, killing it after [`LIMIT`].
     fn wait(&mut self) -> Output {
         testkit::output(&mut self.child, LIMIT)
@@ -34,11 +39,13 @@ impl Drop for Bench {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.mountpoint())
-            .stderr(Stdio::null())
-            .status();
+        for m in [self.mountpoint(), self.uring_mountpoint()] {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(m)
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -64,7 +71,7 @@ fn check_row(r: &serde_json::Value, file_bytes: u64) {
     assert!(f(&r["ops_per_s"]) > 0.0 && f(&r["gib_per_s"]) > 0.0, "{r}");
     assert!(f(&r["p99_us"]) >= f(&r["p50_us"]), "{r}");
     assert!(f(&r["cpu_s_per_gib"]) >= 0.0, "{r}");
-    let fuse = r["door"] == "easyio-fuse";
+    let fuse = r["door"] == "easyio-fuse" || r["door"] == "easyio-fuse-uring";
     assert_eq!(r["server_cpu_s"].is_number(), fuse, "{r}");
     assert_eq!(r["vs_tmpfs"].is_number(), r["door"] != "tmpfs", "{r}");
     let checked = u(&r["checked_blocks"]);
@@ -98,15 +105,13 @@ fn bench_fuse(args: &[&str]) -> serde_json::Value {
         .spawn()
         .unwrap();
     let mut bench = Bench { child };
-    let mountpoint = bench.mountpoint();
+    let mountpoints = [bench.mountpoint(), bench.uring_mountpoint()];
     let out = bench.wait();
     let v = common::success_json(&out);
-    assert!(
-        !mounted(&mountpoint),
-        "{} left mounted",
-        mountpoint.display()
-    );
-    assert!(!mountpoint.exists(), "{} left behind", mountpoint.display());
+    for m in mountpoints {
+        assert!(!mounted(&m), "{} left mounted", m.display());
+        assert!(!m.exists(), "{} left behind", m.display());
+    }
     v
 }
 
@@ -115,7 +120,7 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
     if testkit::fuse_missing() {
         return;
     }
-    let v = bench_fuse(&["--threads", "2"]);
+    let v = bench_fuse(&["--threads", "2", "--transport", "dev"]);
     assert_eq!(v["direct"], false);
     assert_eq!(v["mode"], "cpu");
     assert_eq!(u(&v["server_threads"]), 2);
@@ -147,6 +152,47 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
         assert_eq!(f(&g["asked"]), asked, "{g}");
         assert_eq!(g["met"].as_bool().unwrap(), f(&g["ratio"]) >= asked, "{g}");
     }
+}
+
+/// The `fuse` module's switch for FUSE over io_uring.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+#[test]
+fn the_io_uring_transport_is_measured_beside_dev_fuse() {
+    if testkit::fuse_missing() || testkit::not_root("to turn on FUSE over io_uring") {
+        return;
+    }
+    let Ok(was) = std::fs::read_to_string(ENABLE_URING) else {
+        testkit::skip("the kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)");
+        return;
+    };
+    // On for the run, back to what it was after, however the test ends (connections
+    // keep what they got).
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(ENABLE_URING, &self.0);
+        }
+    }
+    let _restore = Restore(was.trim().to_string());
+    std::fs::write(ENABLE_URING, "Y").unwrap();
+    let v = bench_fuse(&["--workload", "randread", "--workload", "create"]);
+    let file_bytes = u(&v["file_bytes"]);
+    let mut seen = Vec::new();
+    for r in v["results"].as_array().unwrap() {
+        check_row(r, file_bytes);
+        seen.push(format!("{} {}", r["workload"], r["door"]));
+    }
+    seen.sort();
+    let mut want = Vec::new();
+    for w in ["randread", "create"] {
+        for d in ["easyio-fuse", "easyio-fuse-uring", "tmpfs", "easyio-lib"] {
+            want.push(format!("\"{w}\" \"{d}\""));
+        }
+    }
+    want.sort();
+    assert_eq!(seen, want);
+    assert_eq!(v["goals"].as_array().unwrap().len(), 4, "{}", v["goals"]);
 }
 
 #[test]

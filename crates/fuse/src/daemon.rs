@@ -143,15 +143,23 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
             state.display()
         );
     }
-    announce(o);
     let handler_stats = m.handler_stats();
+    let ring_stats = m.ring_stats();
+    let announcer = announce_when_ready(o, m.transport(), ring_stats.clone());
     let inval = m.invalidator();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch_stop(o, done.clone());
     let served = m.run();
+    let _ = announcer.join();
     done.store(true, Ordering::SeqCst);
     if let Some(h) = handler_stats {
         eprintln!("easyio: {}", h.summary());
+    }
+    if let Some(r) = ring_stats {
+        eprintln!(
+            "easyio: requests served through the io_uring queues: {}",
+            r.requests()
+        );
     }
     let sent = inval.stats();
     eprintln!(
@@ -174,13 +182,35 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     Ok(())
 }
 
+/// Longest the mount waits for its io_uring queues before saying it is up (requests
+/// come through `/dev/fuse` until they are registered).
+const RING_WAIT: Duration = Duration::from_secs(2);
+
+/// Says that the mount is up ([`announce`]) once its io_uring queues, if it has any,
+/// are registered (or after [`RING_WAIT`]), so that the first programs on the mount
+/// are served through the rings.
+fn announce_when_ready(
+    o: &ServeOptions,
+    transport: String,
+    ring: Option<Arc<crate::RingStats>>,
+) -> std::thread::JoinHandle<()> {
+    let o = o.clone();
+    std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while ring.as_ref().is_some_and(|r| !r.ready()) && t0.elapsed() < RING_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        announce(&o, &transport);
+    })
+}
+
 /// Says that the mount is up: in the log, and to [`detach`] or the user.
-fn announce(o: &ServeOptions) {
+fn announce(o: &ServeOptions, transport: &str) {
     eprintln!(
         "easyio: serving {} on {} ({})",
         o.image.display(),
         o.mountpoint.display(),
-        describe(o)
+        describe(o, transport)
     );
     if std::env::var_os(NOTIFY_ENV).is_some() {
         println!("{READY}");
@@ -194,9 +224,13 @@ fn announce(o: &ServeOptions) {
     }
 }
 
-/// How the server runs, for its log: mode, threads, handlers, slow memory, cache.
-fn describe(o: &ServeOptions) -> String {
-    let mut s = format!("mode {}, {} threads", o.mode, o.mount.threads);
+/// How the server runs, for its log: mode, threads, handlers, slow memory, cache,
+/// transport.
+fn describe(o: &ServeOptions, transport: &str) -> String {
+    let mut s = format!("mode {}", o.mode);
+    if !transport.contains("io_uring (") {
+        s += &format!(", {} threads", o.mount.threads);
+    }
     if o.mount.uthread_workers > 0 {
         s += &format!(
             ", reads/writes/fsyncs as uthreads on {} workers",
@@ -212,29 +246,28 @@ fn describe(o: &ServeOptions) -> String {
     s += &format!(
         ", entries and attributes cached by the kernel {} s, {}",
         crate::ENTRY_TTL.as_secs(),
-        transport()
+        transport
     );
     s
 }
 
-/// Which transport a mount of this machine serves through, and whether the kernel
-/// offers FUSE over io_uring (which this server does not speak).
+/// Which transport a mount of this machine serves through by default (`--transport
+/// auto`): FUSE over io_uring where the kernel offers it, `/dev/fuse` otherwise.
 pub fn transport() -> String {
-    format!(
-        "transport /dev/fuse ({})",
-        uring_note(std::fs::read_to_string(URING_PARAMETER).ok().as_deref())
-    )
+    match crate::kernel_offers_uring() {
+        Some(true) => format!("transport FUSE over io_uring ({})", uring_note(Some(true))),
+        other => format!("transport /dev/fuse ({})", uring_note(other)),
+    }
 }
-
-/// The `fuse` module's switch for FUSE over io_uring.
-const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// What the log says of FUSE over io_uring, given the module's switch (`None`: the
 /// kernel has none).
-fn uring_note(enable_uring: Option<&str>) -> &'static str {
-    match enable_uring.map(str::trim) {
-        Some("Y") => "the kernel offers FUSE over io_uring; this server does not speak it",
-        Some(_) => "FUSE over io_uring is off in the kernel",
+pub(crate) fn uring_note(enable_uring: Option<bool>) -> &'static str {
+    match enable_uring {
+        Some(true) => "the kernel offers it: one queue per CPU",
+        Some(false) => {
+            "FUSE over io_uring is off in the kernel: as root, echo Y > /sys/module/fuse/parameters/enable_uring"
+        }
         None => "the kernel has no FUSE over io_uring",
     }
 }
@@ -313,9 +346,13 @@ mod tests {
 
     #[test]
     fn the_log_says_whether_the_kernel_offers_fuse_over_io_uring() {
-        assert!(uring_note(Some("Y\n")).contains("offers"));
-        assert!(uring_note(Some("N\n")).contains("off"));
+        assert!(uring_note(Some(true)).contains("offers"));
+        assert!(uring_note(Some(false)).contains("off"));
         assert!(uring_note(None).contains("no FUSE over io_uring"));
-        assert!(transport().starts_with("transport /dev/fuse ("));
+        let expected = match crate::kernel_offers_uring() {
+            Some(true) => "transport FUSE over io_uring (",
+            _ => "transport /dev/fuse (",
+        };
+        assert!(transport().starts_with(expected));
     }
 }

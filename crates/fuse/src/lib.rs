@@ -35,6 +35,7 @@ mod lookups;
 mod mount;
 mod options;
 mod server;
+mod uring;
 mod uthreads;
 
 pub use attr::{ATTR_TTL, ENTRY_TTL, NEGATIVE_TTL};
@@ -50,4 +51,5 @@ pub use lookups::LookupCounts;
 pub use mount::{unmount, Background, Mount};
 pub use options::{default_threads, parse_options, Options, MAX_DEFAULT_THREADS};
 pub use server::{Flushes, Server};
+pub use uring::{kernel_offers_uring, RingStats, TransportChoice, UringTransport};
 pub use uthreads::HandlerStats;

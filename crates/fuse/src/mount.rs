@@ -13,7 +13,9 @@ use crate::inval::Invalidator;
 use crate::lookups::LookupCounts;
 use crate::options::{Options, WRITEBACK_CACHE};
 use crate::server::{Flushes, Server};
+use crate::uring::{RingStats, TransportChoice, UringTransport};
 use crate::uthreads::HandlerStats;
+use std::os::fd::AsFd;
 
 /// The `fuser` configuration of `opts`: `default_permissions`, `fsname=easyio`,
 /// `subtype=easyio` unless `opts` names others, and the passed-through options.
@@ -59,7 +61,20 @@ fn config(opts: &Options) -> Config {
     c.mount_options = m;
     c.n_threads = Some(opts.threads.max(1));
     c.clone_fd = opts.threads > 1;
+    c.io_uring = opts.transport != TransportChoice::Dev;
     c
+}
+
+/// Entries of each FUSE-over-io_uring queue: requests one queue holds at once. A
+/// queue's thread handles its requests one after the other, so two suffice (one being
+/// handled, one waiting); with uthread handlers, replies come later from the
+/// runtime's workers and more requests are in flight.
+fn ring_depth(opts: &Options) -> usize {
+    if opts.uthread_workers > 0 {
+        16
+    } else {
+        2
+    }
 }
 
 /// A mounted file system, serving nothing until [`Mount::run`].
@@ -71,6 +86,8 @@ pub struct Mount {
     handler_stats: Option<HandlerStats>,
     flushes: Flushes,
     mountpoint: PathBuf,
+    /// The FUSE-over-io_uring transport, if the kernel granted it.
+    uring: Option<UringTransport>,
 }
 
 impl Mount {
@@ -83,6 +100,24 @@ impl Mount {
         let flushes = server.flushes();
         let inval = server.invalidator();
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
+        let uring = if session.over_io_uring() {
+            let device = session.as_fd().try_clone_to_owned()?;
+            Some(UringTransport::new(
+                device,
+                session.max_payload(),
+                ring_depth(opts),
+            ))
+        } else if opts.transport == TransportChoice::Uring {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the kernel did not grant FUSE over io_uring ({})",
+                    crate::daemon::uring_note(crate::kernel_offers_uring())
+                ),
+            ));
+        } else {
+            None
+        };
         // From here on, every change made through another door of this process is
         // invalidated in the kernel's caches.
         let inval_thread = inval.start(session.notifier())?;
@@ -95,7 +130,24 @@ impl Mount {
             handler_stats,
             flushes,
             mountpoint: mountpoint.to_path_buf(),
+            uring,
         })
+    }
+
+    /// The transport requests come through, for the log: FUSE over io_uring (its
+    /// queues) or `/dev/fuse`.
+    pub fn transport(&self) -> String {
+        match &self.uring {
+            Some(_) => format!(
+                "transport FUSE over io_uring ({} queues, one per CPU, of {} entries, each served by a thread on its CPU; one thread reads /dev/fuse for forgets)",
+                crate::uring::possible_cpus(),
+                self.uring.as_ref().map_or(0, UringTransport::depth)
+            ),
+            None => format!(
+                "transport /dev/fuse ({})",
+                crate::daemon::uring_note(crate::kernel_offers_uring())
+            ),
+        }
     }
 
     /// The uthread handlers' counters, if [`Options::uthread_workers`] is not zero.
@@ -118,6 +170,11 @@ impl Mount {
         self.flushes.clone()
     }
 
+    /// The FUSE-over-io_uring transport's counters, if the kernel granted it.
+    pub fn ring_stats(&self) -> Option<Arc<RingStats>> {
+        self.uring.as_ref().map(UringTransport::stats)
+    }
+
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
@@ -131,7 +188,10 @@ impl Mount {
     /// end like `ENODEV`: it is what a reader may see when the last file open on a
     /// lazily unmounted mount is closed; no request can arrive after it either way.
     pub fn run(self) -> io::Result<()> {
-        let r = self.session.run();
+        let r = match self.uring {
+            Some(mut t) => self.session.run_with_transport(&mut t),
+            None => self.session.run(),
+        };
         self.inval.close();
         let _ = self.inval_thread.join();
         match r {

@@ -1,5 +1,7 @@
 //! How to mount: the options of a mount and the threads that serve it.
 
+use crate::uring::TransportChoice;
+
 /// How to mount.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -26,6 +28,9 @@ pub struct Options {
     /// system: reads and writes go straight between the caller's buffer and the
     /// server, one copy fewer for a write. The writeback cache implies it.
     pub page_cache: bool,
+    /// How requests reach the server: FUSE over io_uring where the kernel offers it
+    /// (the default), or only reads of `/dev/fuse`.
+    pub transport: TransportChoice,
 }
 
 impl Options {
@@ -55,6 +60,7 @@ impl Default for Options {
             uthread_workers: 0,
             writeback_cache: false,
             page_cache: true,
+            transport: TransportChoice::Auto,
         }
     }
 }

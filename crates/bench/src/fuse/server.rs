@@ -40,16 +40,20 @@ fn format_image(image: &Path, size: u64) -> anyhow::Result<()> {
 
 impl Server {
     /// Formats a fresh image of `size` bytes and mounts it with the `easyio` binary
-    /// `exe` (`easyio mount --foreground --mode MODE --threads THREADS`, and
-    /// `--direct-io` if `direct_io`); returns once the mount is up.
+    /// `exe` (`easyio mount --foreground --mode MODE --threads THREADS --transport
+    /// TRANSPORT`, and `--direct-io` if `direct_io`); returns once the mount is up.
     pub fn start(
         exe: &Path,
         size: u64,
         mode: Mode,
         threads: usize,
         direct_io: bool,
+        transport: &str,
     ) -> anyhow::Result<Server> {
-        let tag = format!("easyio-bench-fuse-{}", std::process::id());
+        let tag = match transport {
+            "dev" => format!("easyio-bench-fuse-{}", std::process::id()),
+            t => format!("easyio-bench-fuse-{t}-{}", std::process::id()),
+        };
         let image = PathBuf::from(format!("/dev/shm/{tag}.img"));
         let mountpoint = std::env::temp_dir().join(&tag);
         let log = std::env::temp_dir().join(format!("{tag}.log"));
@@ -63,6 +67,7 @@ impl Server {
             .args([&image, &mountpoint])
             .args(["--foreground", "--mode", mode.name(), "--threads"])
             .arg(threads.to_string())
+            .args(["--transport", transport])
             .args(direct_io.then_some("--direct-io"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
