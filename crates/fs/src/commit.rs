@@ -219,6 +219,30 @@ impl FileSystem {
         Self::apply_staged(st, staged)
     }
 
+    /// Stores the tail word of every inode whose sealed writes moved its log past the
+    /// stored tail, then fences (clean unmount): every committed entry then lies below
+    /// a stored tail, where recovery checks it as part of the log rather than reading
+    /// a damaged one as the log's end.
+    pub(crate) fn store_tails(&self) {
+        let mut stored = false;
+        for inode in self.inodes.read().values() {
+            let st = inode.state.read();
+            if st.log.tail == 0 {
+                continue;
+            }
+            let off = self.geo.inode_off(inode.ino) + TAIL_OFF;
+            let word = seal_log_word(inode.ino, LogWord::Tail, st.log.tail);
+            if self.pm.load_u64(off) != word {
+                self.pm.store_u64(off, word);
+                self.pm.flush(off, 8);
+                stored = true;
+            }
+        }
+        if stored {
+            self.pm.fence();
+        }
+    }
+
     /// Applies committed entries to DRAM state.
     pub(crate) fn apply_staged(st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         st.log.tail = staged.new_tail;

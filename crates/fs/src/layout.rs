@@ -509,10 +509,12 @@ mod tests {
         let mut g = Geometry::new(64 << 20, None, 8).unwrap();
         g.version = 2;
         assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 2);
+        g.version = 3;
+        assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 3);
         g.version = FORMAT_VERSION + 1;
         let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
         assert!(
-            e.contains("version 4") && e.contains("newer") && e.contains("to 3"),
+            e.contains("version 5") && e.contains("newer") && e.contains("to 4"),
             "{e}"
         );
         g.version = 1;

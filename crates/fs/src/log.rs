@@ -212,11 +212,15 @@ impl Entry {
             matches!(self, Entry::Write { sn: 0, .. }),
             "only a write with no SN is sealed"
         );
-        let mut enc = self.encode();
+        let mut enc = Encoded {
+            buf: [0u8; MAX_ENTRY_BYTES],
+            len: SLOT as usize,
+        };
         let b = &mut enc.buf[..SLOT as usize];
+        self.put_payload(b);
         b[0] = Kind::SealedWrite as u8;
+        b[1] = 1;
         put64(b, SEAL_OFF, seal);
-        put32(b, 4, 0);
         let csum = crc32c::crc32c(b);
         put32(b, 4, csum);
         enc
@@ -530,6 +534,28 @@ mod tests {
                     assert!(Entry::decode(&bad).is_err(), "{e:?}: flip at {i} accepted");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_sealed_write_decodes_as_its_write_and_carries_its_seal() {
+        let e = Entry::Write {
+            pgoff: 2,
+            block: 77,
+            npages: 1,
+            size: 12288,
+            mtime: 5,
+            sn: 0,
+        };
+        let b = e.encode_sealed(0x1234_5678_9abc_def0);
+        assert_eq!(b.len() as u64, SLOT);
+        assert_eq!(Entry::decode(&b).unwrap(), e);
+        assert_eq!(Entry::seal_of(&b), Some(0x1234_5678_9abc_def0));
+        assert_eq!(Entry::seal_of(&e.encode()), None);
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 0x10;
+            assert!(Entry::decode(&bad).is_err(), "flip at {i} accepted");
         }
     }
 

@@ -459,6 +459,14 @@ fn replay_sealed(
         }
     }
     let mut end = log.pages[pos.0] + pos.1 * SLOT;
+    if sealed_follows(pm, log, pos) {
+        // Only a write in flight can leave a slot that is not a valid entry past the
+        // committed ones, and nothing is written after it.
+        return Err(Error::Corrupt(format!(
+            "inode {ino}: log entry at {end:#x} fails its checks, with a sealed write \
+             entry after it"
+        )));
+    }
     if let Some((at, e, seal)) = last {
         if durable_seal(pm, &e) == seal {
             st.apply(&e, &mut displaced);
@@ -535,6 +543,17 @@ fn next_sealed(
         *pos = (i + 1, 0);
     }
     None
+}
+
+/// Whether the slot after the log's end `pos`, in the same page, holds a sealed write
+/// entry whose checksum holds.
+fn sealed_follows(pm: &dyn Pmem, log: &ScannedLog<'_>, (i, slot): (usize, u64)) -> bool {
+    if slot + 1 >= SLOTS_PER_PAGE {
+        return false;
+    }
+    let mut next = [0u8; SLOT as usize];
+    pm.read(log.pages[i] + (slot + 1) * SLOT, &mut next);
+    Entry::seal_of(&next).is_some() && Entry::decode(&next).is_ok()
 }
 
 /// The seal of what is durable in the blocks a sealed write names.
