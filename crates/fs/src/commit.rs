@@ -4,7 +4,9 @@
 //! tail, allocating and linking pages as needed, writing and flushing them — and then
 //! *commits*: one atomic tail store for a single inode, or a journaled set of stores for
 //! several. Staging changes nothing a recovery would look at, so an operation that fails
-//! while staging (ENOSPC) has no effect.
+//! while staging (ENOSPC) has no effect — except a sealed write entry
+//! ([`FileSystem::stage_sealed_unfenced`]), which commits itself once staging's fence
+//! returns and is staged only when nothing can fail after it.
 
 use std::sync::Arc;
 
@@ -497,10 +499,13 @@ fn plan_places(log: &LogState, entries: &[Entry]) -> Places {
         (0, 0)
     } else {
         let page = log.tail - log.tail % BLOCK_SIZE;
+        // From the end: the tail lies in the last page or close before it (pages are
+        // linked past it only by a staging that failed), and a large file's log has
+        // hundreds of pages.
         let idx = log
             .pages
             .iter()
-            .position(|&p| p == page)
+            .rposition(|&p| p == page)
             .expect("tail outside log");
         (idx, (log.tail % BLOCK_SIZE) / SLOT)
     };
