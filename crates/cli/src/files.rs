@@ -222,7 +222,7 @@ fn mount_region(arg: &ImageArg, region: Region) -> anyhow::Result<(FileSystem, M
             image.display(),
             report.mount_us,
             report.journals_rolled_back,
-            report.pending_writes_dropped,
+            report.pending_writes_dropped + report.unsealed_writes_dropped,
             report.orphans_freed
         );
         for name in remove_put_leftovers(&fs)? {

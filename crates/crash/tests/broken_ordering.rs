@@ -1,7 +1,7 @@
 //! The harness is itself tested: with a persistence ordering deliberately broken in
 //! the file system, default runs must find failures, in every data-movement mode. Each
 //! mode's fences cover different stores: in `cpu` one fence covers a write's data and
-//! its log entry; in `semaphore` the mover's own fence after the copy covers the entry
+//! its log entry, sealed with the data's hash, which commits itself; in `semaphore` the mover's own fence after the copy covers the entry
 //! issued before it too (so a write hides a missing staging fence, an attribute change
 //! does not); in `delegate` and `dma-sync` the caller's fence covers its entries only,
 //! the data being fenced by the thread that copied it. (A process of its own: the
@@ -34,15 +34,19 @@ fn caught(fault: Fault, workload: Workload, mode: Mode) -> Option<String> {
 #[test]
 fn a_missing_flush_or_fence_is_caught_in_every_mode() {
     for fault in [Fault::CommitWithoutFlush, Fault::StageWithoutFence] {
-        // In cpu mode by every workload.
-        for w in Workload::ALL {
-            let line = caught(fault, w, Mode::Cpu)
-                .unwrap_or_else(|| panic!("{fault:?} not caught by {} in cpu", w.name()));
-            eprintln!("{line}");
+        // In cpu mode by every workload, except for the tail store's write-back, which
+        // only the operations other than writes of one run of blocks still have (those
+        // are sealed entries that commit themselves): by some workload.
+        if fault == Fault::StageWithoutFence {
+            for w in Workload::ALL {
+                let line = caught(fault, w, Mode::Cpu)
+                    .unwrap_or_else(|| panic!("{fault:?} not caught by {} in cpu", w.name()));
+                eprintln!("{line}");
+            }
         }
-        // In every other mode by some workload (one whose operations the mode does not
-        // fence otherwise).
-        for mode in Mode::ALL.into_iter().filter(|&m| m != Mode::Cpu) {
+        // In every mode by some workload (one whose operations the mode does not fence
+        // otherwise).
+        for mode in Mode::ALL {
             let line = Workload::ALL
                 .into_iter()
                 .find_map(|w| caught(fault, w, mode))
@@ -50,4 +54,15 @@ fn a_missing_flush_or_fence_is_caught_in_every_mode() {
             eprintln!("{line}");
         }
     }
+}
+
+#[test]
+fn a_sealed_write_kept_without_its_seal_checked_is_caught() {
+    // In cpu mode a write of one run of blocks commits by its sealed entry, under one
+    // fence with its data; only the seal tells an entry whose data did not all arrive.
+    let line = Workload::ALL
+        .into_iter()
+        .find_map(|w| caught(Fault::SealNotChecked, w, Mode::Cpu))
+        .unwrap_or_else(|| panic!("SealNotChecked not caught in cpu"));
+    eprintln!("{line}");
 }

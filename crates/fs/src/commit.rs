@@ -4,7 +4,9 @@
 //! tail, allocating and linking pages as needed, writing and flushing them — and then
 //! *commits*: one atomic tail store for a single inode, or a journaled set of stores for
 //! several. Staging changes nothing a recovery would look at, so an operation that fails
-//! while staging (ENOSPC) has no effect.
+//! while staging (ENOSPC) has no effect — except a sealed write entry
+//! ([`FileSystem::stage_sealed_unfenced`]), which commits itself once staging's fence
+//! returns and is staged only when nothing can fail after it.
 
 use std::sync::Arc;
 
@@ -31,6 +33,9 @@ pub struct Held(Vec<Extent>);
 /// moved past (the rest of such a page is padding).
 pub const TRAILER_USED_OFF: u64 = TRAILER_OFF + 24;
 
+/// The entry slots of a log page, zeroed.
+static ZERO_SLOTS: [u8; TRAILER_OFF as usize] = [0; TRAILER_OFF as usize];
+
 /// Longest an allocation waits for retired blocks that readers in flight hold back.
 pub const RECLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -46,6 +51,10 @@ pub struct Staged {
     pub entries: Vec<Entry>,
     /// Data blocks written for these entries (given back if the commit never happens).
     pub new_data: Vec<Extent>,
+    /// Whether the entry is a sealed write, committed by itself once staging's fence
+    /// returns ([`crate::log::Entry::encode_sealed`]): [`FileSystem::commit_one`] then
+    /// stores no tail.
+    pub sealed: bool,
 }
 
 impl FileSystem {
@@ -82,6 +91,29 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
+        self.stage_unfenced_with(ino, st, entries, None)
+    }
+
+    /// [`Self::stage_unfenced`] of one write entry sealed with `seal`, the seal of its
+    /// data ([`crate::log::Entry::encode_sealed`]): once [`Self::close_stage`] returns
+    /// the write is committed, with no tail store.
+    pub(crate) fn stage_sealed_unfenced(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        entry: Entry,
+        seal: u64,
+    ) -> Result<Staged> {
+        self.stage_unfenced_with(ino, st, vec![entry], Some(seal))
+    }
+
+    fn stage_unfenced_with(
+        &self,
+        ino: u64,
+        st: &mut InodeState,
+        entries: Vec<Entry>,
+        seal: Option<u64>,
+    ) -> Result<Staged> {
         self.check_writable()?;
         let log = &mut st.log;
         let plan = plan_places(log, &entries);
@@ -91,7 +123,10 @@ impl FileSystem {
         let mut new_tail = log.tail;
         for (e, &(idx, slot)) in entries.iter().zip(&plan.places) {
             let at = log.pages[idx] + slot * SLOT;
-            let bytes = e.encode();
+            let bytes = match seal {
+                Some(seal) => e.encode_sealed(seal),
+                None => e.encode(),
+            };
             // Whole slots, slot-aligned: non-temporal stores skip reading the line in.
             self.pm.copy_nt(at, &bytes);
             new_tail = at + bytes.len() as u64;
@@ -101,6 +136,7 @@ impl FileSystem {
             new_tail,
             entries,
             new_data: Vec::new(),
+            sealed: seal.is_some(),
         })
     }
 
@@ -116,6 +152,9 @@ impl FileSystem {
             pages.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
         }
         for &p in &pages {
+            // Zeroed slots: no entry of the page's earlier life can look committed
+            // past the tail (sealed writes commit themselves).
+            pm.copy_nt(p, &ZERO_SLOTS);
             pm.write(p + TRAILER_OFF, &trailer(0, ino));
             pm.write(p + TRAILER_USED_OFF, &0u64.to_le_bytes());
             pm.flush(p + TRAILER_OFF, SLOT);
@@ -163,10 +202,14 @@ impl FileSystem {
         }
     }
 
-    /// Commits staged entries of one inode with a single atomic tail store, then
-    /// applies them to the DRAM state. Returns displaced data blocks.
+    /// Commits staged entries of one inode with a single atomic tail store (none for a
+    /// sealed write, committed by its staging), then applies them to the DRAM state.
+    /// Returns displaced data blocks.
     pub(crate) fn commit_one(&self, st: &mut InodeState, staged: Staged) -> Vec<Extent> {
         self.entries_changing(&staged);
+        if staged.sealed {
+            return Self::apply_staged(st, staged);
+        }
         let off = self.geo.inode_off(staged.ino) + TAIL_OFF;
         let word = seal_log_word(staged.ino, LogWord::Tail, staged.new_tail);
         if crate::fault::active(crate::fault::Fault::CommitWithoutFlush) {
@@ -176,6 +219,30 @@ impl FileSystem {
             self.pm.store_u64_persist(off, word);
         }
         Self::apply_staged(st, staged)
+    }
+
+    /// Stores the tail word of every inode whose sealed writes moved its log past the
+    /// stored tail, then fences (clean unmount): every committed entry then lies below
+    /// a stored tail, where recovery checks it as part of the log rather than reading
+    /// a damaged one as the log's end.
+    pub(crate) fn store_tails(&self) {
+        let mut stored = false;
+        for inode in self.inodes.read().values() {
+            let st = inode.state.read();
+            if st.log.tail == 0 {
+                continue;
+            }
+            let off = self.geo.inode_off(inode.ino) + TAIL_OFF;
+            let word = seal_log_word(inode.ino, LogWord::Tail, st.log.tail);
+            if self.pm.load_u64(off) != word {
+                self.pm.store_u64(off, word);
+                self.pm.flush(off, 8);
+                stored = true;
+            }
+        }
+        if stored {
+            self.pm.fence();
+        }
     }
 
     /// Applies committed entries to DRAM state.
@@ -191,6 +258,10 @@ impl FileSystem {
     /// Commits several staged inodes — and any extra words, such as valid words of
     /// created or freed inodes — atomically through a journal.
     pub(crate) fn commit_journaled(&self, staged: &[&Staged], extra: &[(u64, u64)]) {
+        assert!(
+            !staged.iter().any(|s| s.sealed),
+            "a sealed write commits itself"
+        );
         for s in staged {
             self.entries_changing(s);
         }
@@ -390,6 +461,8 @@ impl FileSystem {
                 pm.write(at, bytes);
                 at += bytes.len() as u64;
             }
+            // The rest of the page zeroed, as in every fresh log page.
+            pm.write(at, &ZERO_SLOTS[..(p + TRAILER_OFF - at) as usize]);
             let next = pages.get(i + 1).copied().unwrap_or(0);
             let mut t = [0u8; 32];
             t[..24].copy_from_slice(&trailer(next, ino));
@@ -426,10 +499,13 @@ fn plan_places(log: &LogState, entries: &[Entry]) -> Places {
         (0, 0)
     } else {
         let page = log.tail - log.tail % BLOCK_SIZE;
+        // From the end: the tail lies in the last page or close before it (pages are
+        // linked past it only by a staging that failed), and a large file's log has
+        // hundreds of pages.
         let idx = log
             .pages
             .iter()
-            .position(|&p| p == page)
+            .rposition(|&p| p == page)
             .expect("tail outside log");
         (idx, (log.tail % BLOCK_SIZE) / SLOT)
     };

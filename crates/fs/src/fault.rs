@@ -25,5 +25,9 @@ engine::faults! {
         /// never written back, before committing the entry that names it: after a crash
         /// the entry may name blocks that never received the set.
         XattrSetWithoutWriteBack = 4,
+        /// Recovery keeps the last sealed write past the log's tail without checking the
+        /// seal of its data: after a crash it may keep an entry whose data never fully
+        /// arrived (the entry and the data share one fence, with no order between them).
+        SealNotChecked = 5,
     }
 }

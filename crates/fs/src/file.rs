@@ -401,6 +401,10 @@ impl FileSystem {
         let tail_partial = !end.is_multiple_of(BLOCK_SIZE) && (p1 - p0 > 1 || !head_partial);
         let head_buf = head_partial.then(|| self.merged_page(st, p0, off, buf));
         let tail_buf = tail_partial.then(|| self.merged_page(st, p1 - 1, off, buf));
+        // One extent copied by this thread: the entry is sealed with its data's seal
+        // and commits itself under staging's fence (no tail store).
+        let mut seal = (extents.len() == 1 && self.mover.mode() == mover::Mode::Cpu)
+            .then(pmem::seal::Seal::new);
         let pending = {
             let pieces = write_pieces(
                 &blocks,
@@ -414,7 +418,7 @@ impl FileSystem {
             // who keeps them until the copy is done (moving a Vec keeps its heap buffer),
             // and until then a panic waits for the copy before they are freed (`running`).
             // The fence that closes staging (below) also covers the CPU's copies.
-            unsafe { self.mover.start_write_unfenced(client, &pieces) }
+            unsafe { self.start_data_copy(client, &pieces, seal.as_mut()) }
         };
         let pages: Vec<Vec<u8>> = head_buf.into_iter().chain(tail_buf).collect();
         // Declared after `pages`, so dropped (waiting) before them on a panic.
@@ -433,7 +437,13 @@ impl FileSystem {
         // After the data: the entry's line is written with a non-temporal store, so
         // there is no line to fetch while the data streams out, and the one fence
         // below covers both.
-        let staged = self.stage_write_entries(ino, st, p0, &extents, end, now, pending);
+        let staged = match seal {
+            Some(seal) => {
+                let e = write_entry(st, p0, extents[0], end, now, 0);
+                self.stage_sealed_unfenced(ino, st, e, seal.finish())
+            }
+            None => self.stage_write_entries(ino, st, p0, &extents, end, now, pending),
+        };
         self.close_stage();
         match staged {
             Ok(mut staged) => {
@@ -498,25 +508,39 @@ impl FileSystem {
         now: i64,
         pending: Pending,
     ) -> Result<Staged> {
-        let size = st.size.max(end);
+        let sn = if crate::fault::active(crate::fault::Fault::AsyncEntryWithoutSn) {
+            0
+        } else {
+            pending.raw()
+        };
         let mut entries = Vec::with_capacity(extents.len());
         let mut pg = p0;
-        for e in extents {
-            entries.push(Entry::Write {
-                pgoff: pg,
-                block: e.start,
-                npages: e.len as u32,
-                size,
-                mtime: now,
-                sn: if crate::fault::active(crate::fault::Fault::AsyncEntryWithoutSn) {
-                    0
-                } else {
-                    pending.raw()
-                },
-            });
+        for &e in extents {
+            entries.push(write_entry(st, pg, e, end, now, sn));
             pg += e.len;
         }
         self.stage_unfenced(ino, st, entries)
+    }
+
+    /// Starts the copies of a write's `pieces` through the mover, or — with `seal` —
+    /// copies them on this thread, adding them to the seal in order, unfenced.
+    ///
+    /// # Safety
+    /// As for [`mover::Mover::start_write_unfenced`].
+    unsafe fn start_data_copy(
+        &self,
+        client: Client,
+        pieces: &[mover::WritePiece<'_>],
+        seal: Option<&mut pmem::seal::Seal>,
+    ) -> Pending {
+        let Some(seal) = seal else {
+            // SAFETY: forwarded from our caller.
+            return unsafe { self.mover.start_write_unfenced(client, pieces) };
+        };
+        for p in pieces {
+            self.pm.copy_nt_sealed(p.dst, p.src, seal);
+        }
+        Pending::Done
     }
 
     /// Gives back the data blocks of a staged write that will not be committed.
@@ -737,6 +761,19 @@ pub(crate) struct StartedWrite {
     pub pending: Pending,
     /// Merged partial pages the copy reads from.
     pub _pages: Vec<Vec<u8>>,
+}
+
+/// The write entry for pages from `pgoff` now in the blocks of `e`, for a write
+/// ending at `end` at time `now`, with SN `sn`.
+fn write_entry(st: &InodeState, pgoff: u64, e: Extent, end: u64, now: i64, sn: u64) -> Entry {
+    Entry::Write {
+        pgoff,
+        block: e.start,
+        npages: e.len as u32,
+        size: st.size.max(end),
+        mtime: now,
+        sn,
+    }
 }
 
 /// The copies of one write: the merged partial first and last pages (`head`, `tail`,

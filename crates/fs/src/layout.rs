@@ -34,14 +34,18 @@
 //! Every later offset is derived from the geometry, never stored twice.
 //!
 //! Format versions: 2 sealed the log head and tail words; 3 added the xattr and punch
-//! log entries (`crate::log`), and nothing else — the layout and every structure of
-//! version 2 are unchanged, so this build reads both ([`OLDEST_READ_VERSION`] ..=
-//! [`FORMAT_VERSION`]). A version-2 image is upgraded to 3 by its first writable mount,
-//! before anything else is written: the replica is rewritten first, then the primary,
-//! each durable before the next, so a crash leaves a valid superblock of version 2 (and
-//! the next writable mount upgrades again) or both of version 3; the primary is only
-//! ever version 3 once the replica is, and entries of version 3 are written only after
-//! both say so. A read-only mount (and `fsck`) never writes the version. An image of a
+//! log entries (`crate::log`); 4 added the sealed write entry, which commits itself
+//! past the log's tail (`crate::log`), and zeroes log pages when they are allocated.
+//! Nothing else changed — the layout and every structure of version 2 are unchanged,
+//! and an image of version 2 or 3 is a valid image of version 4 (it has no sealed
+//! entries, and recovery finds none in its unzeroed pages: no older build wrote the
+//! kind) — so this build reads all three ([`OLDEST_READ_VERSION`] ..=
+//! [`FORMAT_VERSION`]). An older image is upgraded by its first writable mount, before
+//! anything else is written: the replica is rewritten first, then the primary, each
+//! durable before the next, so a crash leaves a valid superblock of the old version
+//! (and the next writable mount upgrades again) or both of the new one; the primary is
+//! only ever the new version once the replica is, and entries of the new version are
+//! written only after both say so. A read-only mount (and `fsck`) never writes the version. An image of a
 //! version newer than this build reads is refused with both versions named.
 
 use crate::error::{Error, Result};
@@ -88,8 +92,8 @@ pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 pub const ROOT_INO: u64 = 1;
 
 /// Format version written by this code (2: sealed log head and tail words; 3: xattr
-/// and punch log entries).
-pub const FORMAT_VERSION: u32 = 3;
+/// and punch log entries; 4: sealed write entries, zeroed log pages).
+pub const FORMAT_VERSION: u32 = 4;
 /// Oldest format version this code mounts (upgrading it on a writable mount).
 pub const OLDEST_READ_VERSION: u32 = 2;
 
@@ -505,10 +509,12 @@ mod tests {
         let mut g = Geometry::new(64 << 20, None, 8).unwrap();
         g.version = 2;
         assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 2);
+        g.version = 3;
+        assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 3);
         g.version = FORMAT_VERSION + 1;
         let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
         assert!(
-            e.contains("version 4") && e.contains("newer") && e.contains("to 3"),
+            e.contains("version 5") && e.contains("newer") && e.contains("to 4"),
             "{e}"
         );
         g.version = 1;

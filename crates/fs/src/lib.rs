@@ -318,6 +318,7 @@ impl FileSystem {
         for ext in self.epoch.drain() {
             self.blocks.free(ext);
         }
+        self.store_tails();
         clean::save_clean(&*self.pm, &self.geo, self.blocks.built_alloc());
     }
 

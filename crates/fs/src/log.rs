@@ -1,7 +1,15 @@
 //! Per-inode logs (NOVA): chains of 4 KiB pages holding fixed-size, checksummed entries.
 //!
 //! An inode's log is committed by an 8-byte atomic store of its tail: entries between
-//! the head and the tail are the inode's history; anything after the tail is garbage.
+//! the head and the tail are the inode's history. Past the tail, sealed write entries
+//! (format version 4) commit themselves: recovery goes on from the tail through every
+//! sealed write whose checksum holds, following the chain to the next page where the
+//! trailer's count of used slots says the log moved on, and stops at the first slot
+//! that is not one; the last such entry is kept only if the seal of its data matches
+//! (it is the only one whose data may not have been durable). Anything after that is
+//! garbage; a writable mount voids a sealed write it finds there, so it cannot come to
+//! life when a later entry fills the slot before it. Log pages are zeroed when they
+//! are allocated, so no page holds an older log's entries.
 //!
 //! Log page (one block):
 //!
@@ -25,6 +33,8 @@
 //!
 //! - write: 8 page offset u64 · 16 first block u64 · 24 page count u32 · 32 file size
 //!   after the write u64 · 40 mtime ns i64 · 48 SN u64 (0: data durable before commit)
+//! - sealed write (format version 4): the write's payload with SN 0, and 56 the seal
+//!   u64 of the data of its blocks ([`pmem::seal`]). It commits itself: see below.
 //! - attr: 8 field mask u32 · 12 mode u32 · 16 uid u32 · 20 gid u32 · 24 size u64 ·
 //!   32 atime i64 · 40 mtime i64 · 48 ctime i64
 //! - link: 8 link count u32 · 16 ctime i64
@@ -58,6 +68,8 @@ pub const PAGE_MAGIC: u64 = u64::from_le_bytes(*b"EIOLOGPG");
 pub const MAX_ENTRY_SLOTS: u64 = (DENTRY_NAME_OFF as u64 + crate::MAX_NAME as u64).div_ceil(SLOT);
 
 const DENTRY_NAME_OFF: usize = 24;
+/// Offset of the data seal in a sealed write entry.
+const SEAL_OFF: usize = 56;
 /// Offset of the extents of an xattr entry, and the bytes of each.
 const XATTR_EXTENTS_OFF: usize = 24;
 const XATTR_EXTENT_BYTES: usize = 12;
@@ -100,6 +112,8 @@ pub enum Kind {
     DentryDel = 5,
     Xattr = 6,
     Punch = 7,
+    /// A write committed by itself (format version 4): see [`Entry::encode_sealed`].
+    SealedWrite = 8,
     Void = 0xFF,
 }
 
@@ -186,6 +200,36 @@ impl Entry {
         let csum = crc32c::crc32c(b);
         put32(b, 4, csum);
         enc
+    }
+
+    /// A write entry that commits itself (format version 4): kind
+    /// [`Kind::SealedWrite`], the payload of a write (SN 0) and at offset 56 the
+    /// seal ([`pmem::seal`]) of the data of its blocks. Recovery keeps one found past
+    /// the committed tail only if its checksum holds and the seal of the durable data
+    /// matches — the data and the entry share one fence, with no order between them.
+    pub fn encode_sealed(&self, seal: u64) -> Encoded {
+        assert!(
+            matches!(self, Entry::Write { sn: 0, .. }),
+            "only a write with no SN is sealed"
+        );
+        let mut enc = Encoded {
+            buf: [0u8; MAX_ENTRY_BYTES],
+            len: SLOT as usize,
+        };
+        let b = &mut enc.buf[..SLOT as usize];
+        self.put_payload(b);
+        b[0] = Kind::SealedWrite as u8;
+        b[1] = 1;
+        put64(b, SEAL_OFF, seal);
+        let csum = crc32c::crc32c(b);
+        put32(b, 4, csum);
+        enc
+    }
+
+    /// The seal of a sealed write entry's data (see [`Entry::encode_sealed`]), read
+    /// from its first slot; `None` for every other kind.
+    pub fn seal_of(first: &[u8]) -> Option<u64> {
+        (first[0] == Kind::SealedWrite as u8).then(|| get64(first, SEAL_OFF))
     }
 
     /// Stores the payload of an entry of version 2's kinds into `b` (everything but the
@@ -313,7 +357,7 @@ impl Entry {
                 .map_err(|_| bad("name is not UTF-8".into()))
         };
         Ok(match b[0] {
-            k if k == Kind::Write as u8 => Entry::Write {
+            k if k == Kind::Write as u8 || k == Kind::SealedWrite as u8 => Entry::Write {
                 pgoff: get64(b, 8),
                 block: get64(b, 16),
                 npages: get32(b, 24),
@@ -490,6 +534,28 @@ mod tests {
                     assert!(Entry::decode(&bad).is_err(), "{e:?}: flip at {i} accepted");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_sealed_write_decodes_as_its_write_and_carries_its_seal() {
+        let e = Entry::Write {
+            pgoff: 2,
+            block: 77,
+            npages: 1,
+            size: 12288,
+            mtime: 5,
+            sn: 0,
+        };
+        let b = e.encode_sealed(0x1234_5678_9abc_def0);
+        assert_eq!(b.len() as u64, SLOT);
+        assert_eq!(Entry::decode(&b).unwrap(), e);
+        assert_eq!(Entry::seal_of(&b), Some(0x1234_5678_9abc_def0));
+        assert_eq!(Entry::seal_of(&e.encode()), None);
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 0x10;
+            assert!(Entry::decode(&bad).is_err(), "flip at {i} accepted");
         }
     }
 

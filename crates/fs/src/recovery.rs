@@ -40,6 +40,9 @@ pub struct MountReport {
     pub log_entries: u64,
     /// Committed writes whose data copy never completed, dropped (old data kept).
     pub pending_writes_dropped: u64,
+    /// Sealed writes past the committed tail whose data was not all durable (a write
+    /// in flight at the crash, which never returned), dropped (old data kept).
+    pub unsealed_writes_dropped: u64,
     /// Inodes no directory reaches, freed.
     pub orphans_freed: u64,
     /// Free pool blocks after the mount.
@@ -299,6 +302,12 @@ fn scan_inode(
         };
         replay_log(pm, &geo, ino, &log, repair, &mut st, s)?;
     }
+    let log = ScannedLog {
+        pages: &pages,
+        used_in: &used_in,
+        tail,
+    };
+    let tail = replay_sealed(pm, &geo, ino, &log, repair, &mut st, s)?;
     st.log = LogState {
         head,
         tail,
@@ -425,6 +434,165 @@ fn replay_log(
         }
     }
     Ok(())
+}
+
+/// Applies the sealed writes past the committed tail (format version 4: see
+/// `crate::log`), in log order, up to the first slot that is not a valid one; the last
+/// is kept only if the seal of its durable data matches. With `repair`, voids a sealed
+/// write left just past the end. Returns the log's end: where the next entry goes.
+fn replay_sealed(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    ino: u64,
+    log: &ScannedLog<'_>,
+    repair: bool,
+    st: &mut InodeState,
+    s: &mut Found<'_>,
+) -> Result<u64> {
+    let Some(mut pos) = sealed_start(log) else {
+        return Ok(log.tail);
+    };
+    let mut last: Option<(u64, Entry, u64)> = None;
+    let mut displaced = Vec::new();
+    while let Some((at, e, seal)) = next_sealed(pm, geo, st, log, &mut pos) {
+        if let Some((_, prev, _)) = last.replace((at, e, seal)) {
+            st.apply(&prev, &mut displaced);
+            st.log.entries += 1;
+            s.report.log_entries += 1;
+        }
+    }
+    let mut end = log.pages[pos.0] + pos.1 * SLOT;
+    if sealed_follows(pm, log, pos) {
+        // Only a write in flight can leave a slot that is not a valid entry past the
+        // committed ones, and nothing is written after it.
+        return Err(Error::Corrupt(format!(
+            "inode {ino}: log entry at {end:#x} fails its checks, with a sealed write \
+             entry after it"
+        )));
+    }
+    if let Some((at, e, seal)) = last {
+        let unchecked = crate::fault::active(crate::fault::Fault::SealNotChecked);
+        if unchecked || durable_seal(pm, &e) == seal {
+            st.apply(&e, &mut displaced);
+            st.log.entries += 1;
+            s.report.log_entries += 1;
+        } else {
+            // Its data was not all durable: the write never returned.
+            s.report.unsealed_writes_dropped += 1;
+            if !repair {
+                s.notes.push(format!(
+                    "inode {ino}: sealed write entry at {at:#x} names data that is not \
+                     all durable; mount will drop it"
+                ));
+            }
+            end = at;
+            pos = (
+                log.pages
+                    .iter()
+                    .position(|&p| p == at - at % BLOCK_SIZE)
+                    .unwrap(),
+                (at % BLOCK_SIZE) / SLOT,
+            );
+        }
+    }
+    if repair {
+        void_sealed_past(pm, log, pos);
+    }
+    // An empty log stays "no tail".
+    Ok(
+        if end == log.pages.first().copied().unwrap_or(0) && log.tail == 0 {
+            0
+        } else {
+            end
+        },
+    )
+}
+
+/// Where sealed writes past the committed tail would start: (page index, slot).
+fn sealed_start(log: &ScannedLog<'_>) -> Option<(usize, u64)> {
+    if log.tail == 0 {
+        return (!log.pages.is_empty()).then_some((0, 0));
+    }
+    let page = log.tail - log.tail % BLOCK_SIZE;
+    let i = log.pages.iter().position(|&p| p == page)?;
+    Some((i, (log.tail % BLOCK_SIZE) / SLOT))
+}
+
+/// The sealed write at `pos`, if a valid one is there, with `pos` moved past it; at
+/// the end of a page the log moved on from, looks in the next page.
+fn next_sealed(
+    pm: &dyn Pmem,
+    geo: &Geometry,
+    st: &InodeState,
+    log: &ScannedLog<'_>,
+    pos: &mut (usize, u64),
+) -> Option<(u64, Entry, u64)> {
+    for _ in 0..2 {
+        let (i, slot) = *pos;
+        if slot < SLOTS_PER_PAGE {
+            let at = log.pages[i] + slot * SLOT;
+            let mut first = [0u8; SLOT as usize];
+            pm.read(at, &mut first);
+            if let Some(seal) = Entry::seal_of(&first) {
+                let e = Entry::decode(&first).ok()?;
+                validate_entry(geo, st, &e).ok()?;
+                *pos = (i, slot + 1);
+                return Some((at, e, seal));
+            }
+        }
+        // The writer records the slots used in a page as it moves on from it.
+        if slot == 0 || log.used_in[i] != slot || i + 1 >= log.pages.len() {
+            return None;
+        }
+        *pos = (i + 1, 0);
+    }
+    None
+}
+
+/// Whether the slot after the log's end `pos`, in the same page, holds a sealed write
+/// entry whose checksum holds.
+fn sealed_follows(pm: &dyn Pmem, log: &ScannedLog<'_>, (i, slot): (usize, u64)) -> bool {
+    if slot + 1 >= SLOTS_PER_PAGE {
+        return false;
+    }
+    let mut next = [0u8; SLOT as usize];
+    pm.read(log.pages[i] + (slot + 1) * SLOT, &mut next);
+    Entry::seal_of(&next).is_some() && Entry::decode(&next).is_ok()
+}
+
+/// The seal of what is durable in the blocks a sealed write names.
+fn durable_seal(pm: &dyn Pmem, e: &Entry) -> u64 {
+    let Entry::Write { block, npages, .. } = *e else {
+        unreachable!("only writes are sealed")
+    };
+    let mut seal = pmem::seal::Seal::new();
+    let mut buf = vec![0u8; BLOCK_SIZE as usize];
+    for b in block..block + npages as u64 {
+        pm.read(b * BLOCK_SIZE, &mut buf);
+        seal.update(&buf);
+    }
+    seal.finish()
+}
+
+/// Voids a sealed write in the slot at the end of the log (`pos`) or in the first slot
+/// of the page after: the only places a write in flight at the crash can have left
+/// one, which a later entry could otherwise bring back to life by filling the slots
+/// before it.
+fn void_sealed_past(pm: &dyn Pmem, log: &ScannedLog<'_>, (i, slot): (usize, u64)) {
+    let mut at = Vec::with_capacity(2);
+    if slot < SLOTS_PER_PAGE {
+        at.push(log.pages[i] + slot * SLOT);
+    }
+    if let Some(&next) = log.pages.get(i + 1) {
+        at.push(next);
+    }
+    for at in at {
+        let mut first = [0u8; SLOT as usize];
+        pm.read(at, &mut first);
+        if Entry::seal_of(&first).is_some() {
+            pm.store_u64_persist(at, Entry::void_word(&first));
+        }
+    }
 }
 
 fn validate_entry(geo: &Geometry, st: &InodeState, e: &Entry) -> std::result::Result<(), String> {

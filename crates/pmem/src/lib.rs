@@ -40,6 +40,7 @@ pub mod peer;
 pub mod persist;
 pub mod pkey;
 mod region;
+pub mod seal;
 pub mod slowmem;
 #[cfg(feature = "crash-sim")]
 pub mod trace;
@@ -100,6 +101,13 @@ pub trait Pmem: Send + Sync {
     /// partial cache lines at either end are written normally and flushed. Durable
     /// after the next [`Pmem::fence`].
     fn copy_nt(&self, off: u64, src: &[u8]);
+
+    /// [`Pmem::copy_nt`] of whole cache lines that also adds them to `seal` (see
+    /// [`seal`]), in the order copied. `src.len()` must be a multiple of 64.
+    fn copy_nt_sealed(&self, off: u64, src: &[u8], seal: &mut seal::Seal) {
+        self.copy_nt(off, src);
+        seal.update(src);
+    }
 
     /// The first failure, since the last call, to make a fence durable: on a
     /// page-cache backing ([`Durability::PageCache`]) the write-back to disk a fence

@@ -764,6 +764,23 @@ impl Pmem for Region {
         self.note_dirty();
     }
 
+    fn copy_nt_sealed(&self, off: u64, src: &[u8], seal: &mut crate::seal::Seal) {
+        check_range(off, src.len() as u64, self.len());
+        let dst = self.at(off);
+        let fused = persist::best_copy() == persist::CopyKind::Avx512
+            && (dst as usize | src.len()).is_multiple_of(64);
+        if !fused {
+            self.copy_nt(off, src);
+            return seal.update(src);
+        }
+        let _open = self.open_key();
+        self.check_writable(off);
+        // SAFETY: AVX-512F present (best_copy); bounds checked; `dst` is 64-byte
+        // aligned and `src` lies outside the mapping.
+        unsafe { crate::seal::copy_nt_sealed_avx512(dst, src.as_ptr(), src.len(), seal) }
+        self.note_dirty();
+    }
+
     fn take_sync_error(&self) -> Option<Error> {
         let errno = self.sync_error.swap(0, Ordering::SeqCst);
         (errno != 0).then(|| {
