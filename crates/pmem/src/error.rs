@@ -120,3 +120,12 @@ impl Error {
         }
     }
 }
+
+/// An I/O error of `op` on `path`.
+pub(crate) fn io_err(path: &std::path::Path, op: &'static str, source: io::Error) -> Error {
+    Error::Io {
+        path: path.into(),
+        op,
+        source,
+    }
+}

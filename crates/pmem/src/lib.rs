@@ -34,12 +34,14 @@
 #[cfg(feature = "crash-sim")]
 pub mod crash;
 mod error;
+mod flock;
 pub mod mem;
 #[cfg(feature = "peer")]
 pub mod peer;
 pub mod persist;
 pub mod pkey;
 mod region;
+mod reserve;
 pub mod seal;
 pub mod slowmem;
 #[cfg(feature = "crash-sim")]

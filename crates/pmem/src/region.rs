@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{io_err, Error, Result};
+use crate::flock::{lock, Access};
+use crate::reserve::reserve;
 use crate::{check_range, check_word, persist, Pmem};
 
 /// The page size regions are sized in.
@@ -83,13 +85,6 @@ impl Durability {
             }
         }
     }
-}
-
-/// Whether an open may store into the region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Access {
-    ReadWrite,
-    ReadOnly,
 }
 
 /// Whether a new region file's blocks are allocated up front.
@@ -836,14 +831,6 @@ fn check_size(size: u64) -> Result<()> {
     Err(Error::BadSize { size, reason })
 }
 
-fn io_err(path: &Path, op: &'static str, source: io::Error) -> Error {
-    Error::Io {
-        path: path.into(),
-        op,
-        source,
-    }
-}
-
 fn open_rw(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
@@ -854,60 +841,6 @@ fn open_rw(path: &Path) -> Result<File> {
             _ => io_err(path, "open", e),
         })
 }
-
-/// Takes the region's exclusive lock. `flock` locks belong to the open file
-/// description, so a second open in the same process conflicts too, and the kernel
-/// drops the lock when the holder dies.
-///
-/// A refused lock is tried again for up to [`LOCK_GRACE`]: a process that spawns a
-/// program while it holds a region lends its descriptor to the child until the child's
-/// `exec` closes it (close-on-exec), so a lock released just before can still be held
-/// for that moment by a child that never meant to hold it.
-fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
-    use rustix::fs::{flock, FlockOperation};
-    let how = match access {
-        Access::ReadWrite => FlockOperation::NonBlockingLockExclusive,
-        Access::ReadOnly => FlockOperation::NonBlockingLockShared,
-    };
-    let start = std::time::Instant::now();
-    let mut deadline = start + LOCK_GRACE;
-    let holder = loop {
-        match flock(file, how) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                let holder = file
-                    .metadata()
-                    .ok()
-                    .and_then(|m| lock_holder(m.dev(), m.ino()));
-                // A server the shim started on demand ends by itself once its last
-                // client is gone: the command that follows a shimmed one waits for it.
-                let auto = matches!(&holder, Some((_, comm)) if comm == AUTO_SERVER);
-                if !auto || deadline >= start + AUTO_SERVER_GRACE {
-                    break holder.map(|(name, _)| name);
-                }
-                deadline = start + AUTO_SERVER_GRACE;
-            }
-            Err(e) => return Err(io_err(path, "flock", e.into())),
-        }
-    };
-    let holder = holder.unwrap_or_else(|| "another open of this region".into());
-    Err(Error::Busy {
-        path: path.into(),
-        holder,
-    })
-}
-
-/// How long a refused region lock is tried again before the open fails with
-/// [`Error::Busy`].
-const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
-/// How long a region held by a server the shim started on demand is tried again: such a
-/// server ends by itself a moment after its last client (more under load).
-const AUTO_SERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-/// The name such a server gives its process (`comm`).
-const AUTO_SERVER: &str = "easyio-serve";
 
 /// Name of a temporary region: prefix, creator's pid, a number, suffix.
 const TEMP_PREFIX: &str = "easyio-";
@@ -941,59 +874,6 @@ fn reclaim_abandoned_temps(dir: &Path) {
             }
         }
     }
-}
-
-/// Finds the process holding a `flock` on (dev, ino) in `/proc/locks`: how to name it,
-/// and its `comm`.
-fn lock_holder(dev: u64, ino: u64) -> Option<(String, String)> {
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let want = format!("{major:02x}:{minor:02x}:{ino}");
-    let pid = locks.lines().find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // "1: FLOCK ADVISORY WRITE <pid> <maj:min:ino> 0 EOF"
-        (f.len() >= 6 && f[1] == "FLOCK" && f[5] == want).then(|| f[4].to_string())
-    })?;
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let me = if pid == std::process::id().to_string() {
-        ", this process"
-    } else {
-        ""
-    };
-    let comm = comm.trim();
-    Some((format!("pid {pid} ({comm}{me})"), comm.to_string()))
-}
-
-/// Reserves the file's blocks now (`fallocate`) so that a full file system is a clear
-/// error (ENOSPC) at create or open time rather than SIGBUS on first touch. Cheap on a
-/// file whose blocks are all allocated already. A file system without `fallocate` gets
-/// each block written instead, as `posix_fallocate` does.
-fn reserve(file: &File, path: &Path, size: u64) -> Result<()> {
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
-        Ok(()) => Ok(()),
-        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
-            file.set_len(size).map_err(|e| io_err(path, "set_len", e))?;
-            write_blocks(file, size).map_err(|e| io_err(path, "reserve space", e))
-        }
-        Err(e) => Err(io_err(path, "reserve space", e.into())),
-    }
-}
-
-/// Allocates every block of the first `size` bytes of `file` by writing a zero byte
-/// into each block whose first byte reads as zero (a hole, or a block that starts with
-/// a zero: rewriting it changes nothing).
-fn write_blocks(file: &File, size: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let block = file.metadata()?.blksize().max(512);
-    let mut off = 0;
-    while off < size {
-        let mut byte = [0u8];
-        if file.read_at(&mut byte, off)? != 1 || byte[0] == 0 {
-            file.write_all_at(&[0], off)?;
-        }
-        off += block;
-    }
-    Ok(())
 }
 
 /// Makes sure the host file system can back every page of an image file that has
