@@ -6,23 +6,13 @@
 //! a tmpfs directory). Every run has a watchdog; everything made is removed on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::need;
 use testkit::run_ok as ok;
-
-/// A program the tests need; a missing one fails naming its Debian package.
-fn need(program: &str, package: &str) {
-    let found = Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    assert!(found, "`{program}` is missing: install the Debian package `{package}` (apt-get install -y {package})");
-}
 
 /// A scratch directory in /dev/shm, removed on drop.
 struct Scratch(PathBuf);

@@ -32,20 +32,6 @@ impl Drop for Bench {
     }
 }
 
-fn require_fio() {
-    let found = Command::new("fio")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`fio` is missing: install the Debian package `fio` (apt-get install -y fio)"
-    );
-}
-
 fn f(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -73,7 +59,7 @@ fn check_row(r: &serde_json::Value) {
 
 #[test]
 fn fio_runs_through_the_shim_beside_tmpfs() {
-    require_fio();
+    testkit::need("fio", "fio");
     let child = Command::new(env!("CARGO_BIN_EXE_easyio"))
         .args([
             "bench",

@@ -13,24 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use testkit::need;
 
 const EASYIO: &str = env!("CARGO_BIN_EXE_easyio");
 /// Longest a test's server may live before the watchdog kills it.
 const SERVER_LIMIT: Duration = Duration::from_secs(150);
 /// Longest one program may run.
 const PROGRAM_LIMIT: Duration = Duration::from_secs(90);
-
-/// Fails the test if `prog` is not installed, naming the package that has it.
-fn need(prog: &str, package: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "{prog} is not installed: install the Debian package {package}"
-    );
-}
 
 /// A directory of this test in /dev/shm (tmpfs), removed on drop.
 struct Scratch(PathBuf);

@@ -8,25 +8,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use testkit::need;
 
 use common::server::{Scratch, Server, LIMIT};
 
 /// Where the shim serves the image in these tests (the kernel has no such path).
 fn mount() -> String {
     format!("/easyio-served-{}", std::process::id())
-}
-
-/// A program the test needs; a missing one fails naming its Debian package.
-fn need(program: &str, package: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "`{program}` is missing: apt-get install -y {package}"
-    );
 }
 
 /// `sh -c script` with `$R` the root it works in: under the shim joined to `server`

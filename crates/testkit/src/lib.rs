@@ -370,6 +370,22 @@ pub fn run_ok(cmd: &mut Command, limit: Duration) -> String {
     stdout
 }
 
+/// Fails the test if `program` is not on the `PATH`, naming the Debian package that
+/// has it (the tests run real programs; `scripts/test-deps.sh` installs them).
+#[track_caller]
+pub fn need(program: &str, package: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "`{program}` is missing: install the Debian package `{package}` (apt-get install -y {package})"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,26 +5,13 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// How long one program may run before it is killed and the test fails.
 pub const LIMIT: Duration = Duration::from_secs(120);
 
-/// A program the tests need; a missing one fails naming its Debian package.
-pub fn need(program: &str, package: &str) {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {program}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`{program}` is missing: install the Debian package `{package}` (apt-get install -y {package})"
-    );
-}
+pub use testkit::need;
 
 /// The shim this test's build made: beside the test binary.
 pub fn shim() -> PathBuf {
