@@ -3,7 +3,6 @@
 //! bounded number of seeded multi-field corruptions — all through mount, read-back and
 //! fsck, none of which may panic.
 
-use std::path::PathBuf;
 
 use crash::fuzz::{
     corrupt_field, encode_patches, mount_image, sample_image, seeded_corruptions, targets,
@@ -17,26 +16,7 @@ const SEED: u64 = 0x00C0_FFEE;
 /// offset, a word offset, raw).
 const VALUE_KINDS: u8 = 8;
 
-fn corpus(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target)
-}
-
-fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(corpus(target))
-        .unwrap_or_else(|e| panic!("corpus of {target}: {e}"))
-        .map(|f| {
-            let f = f.unwrap();
-            (
-                f.file_name().to_string_lossy().into_owned(),
-                std::fs::read(f.path()).unwrap(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
-}
+use testkit::{fuzz_corpus as corpus, fuzz_seeds as seeds};
 
 #[test]
 fn the_corpus_replays_without_panics() {

@@ -8,25 +8,9 @@ use std::path::PathBuf;
 
 use easyio_serve::fuzz::requests;
 
-fn seeds() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/serve_requests");
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|f| {
-            let f = f.unwrap();
-            (
-                f.file_name().to_string_lossy().into_owned(),
-                std::fs::read(f.path()).unwrap(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn the_corpus_and_its_mutations_replay_cleanly() {
-    let seeds = seeds();
+    let seeds = testkit::fuzz_seeds("serve_requests");
     assert!(seeds.len() >= 3, "the corpus has {} files", seeds.len());
     for (name, input) in &seeds {
         requests(input);

@@ -386,6 +386,29 @@ pub fn need(program: &str, package: &str) {
     );
 }
 
+/// The checked-in corpus directory of the cargo-fuzz target `target`.
+pub fn fuzz_corpus(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
+}
+
+/// Every input of `target`'s checked-in corpus, with its file name, sorted by name (the
+/// stable tests replay them without a fuzzer).
+pub fn fuzz_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = fuzz_corpus(target);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("corpus of {target} ({}): {e}", dir.display()))
+        .map(|f| {
+            let f = f.unwrap();
+            let input = std::fs::read(f.path()).unwrap();
+            (f.file_name().to_string_lossy().into_owned(), input)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
