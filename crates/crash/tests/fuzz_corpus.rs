@@ -3,7 +3,6 @@
 //! bounded number of seeded multi-field corruptions — all through mount, read-back and
 //! fsck, none of which may panic.
 
-
 use crash::fuzz::{
     corrupt_field, encode_patches, mount_image, sample_image, seeded_corruptions, targets,
     CORRUPTION_BYTES,

@@ -12,114 +12,18 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use common::{fresh, rw_create, MIB};
 use fs::{FileSystem, Mode, MountOptions};
-use pmem::{Durability, Pmem};
+use pmem::hold::HoldStore;
+use pmem::Pmem;
 
 /// How long the test waits for anything that should happen.
 const WATCHDOG: Duration = Duration::from_secs(20);
 /// How long the write is given to return (wrongly) while its counter is not durable.
 const GRACE: Duration = Duration::from_millis(300);
-
-/// Whether the held store has happened, and whether its thread may go on.
-#[derive(Default)]
-struct Gate {
-    stored: bool,
-    released: bool,
-}
-
-/// A region that, once armed, holds the first thread storing into the completion
-/// records (`start..end`) right after that store, before its write-back.
-struct HoldCounterStore {
-    inner: Arc<dyn Pmem>,
-    armed: AtomicBool,
-    start: AtomicU64,
-    end: AtomicU64,
-    gate: Mutex<Gate>,
-    cv: Condvar,
-}
-
-impl HoldCounterStore {
-    fn arm(&self, start: u64, end: u64) {
-        self.start.store(start, Ordering::SeqCst);
-        self.end.store(end, Ordering::SeqCst);
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// Waits until the held store has been made; false on timeout.
-    fn wait_stored(&self) -> bool {
-        let g = self.gate.lock().unwrap();
-        let (g, _) = self
-            .cv
-            .wait_timeout_while(g, WATCHDOG, |g| !g.stored)
-            .unwrap();
-        g.stored
-    }
-
-    fn release(&self) {
-        self.gate.lock().unwrap().released = true;
-        self.cv.notify_all();
-    }
-
-    fn hold_here(&self, off: u64) -> bool {
-        self.armed.load(Ordering::SeqCst)
-            && (self.start.load(Ordering::SeqCst)..self.end.load(Ordering::SeqCst)).contains(&off)
-            && !self.gate.lock().unwrap().stored
-    }
-}
-
-/// Releases the held thread even if the test panics, so that nothing waits on it.
-struct ReleaseOnDrop<'a>(&'a HoldCounterStore);
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
-impl Pmem for HoldCounterStore {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn durability(&self) -> Durability {
-        self.inner.durability()
-    }
-    fn write(&self, off: u64, src: &[u8]) {
-        self.inner.write(off, src)
-    }
-    fn store_u64(&self, off: u64, val: u64) {
-        let hold = self.hold_here(off);
-        self.inner.store_u64(off, val);
-        if hold {
-            let mut g = self.gate.lock().unwrap();
-            g.stored = true;
-            self.cv.notify_all();
-            let deadline = Instant::now() + WATCHDOG;
-            while !g.released && Instant::now() < deadline {
-                g = self.cv.wait_timeout(g, WATCHDOG).unwrap().0;
-            }
-        }
-    }
-    fn load_u64(&self, off: u64) -> u64 {
-        self.inner.load_u64(off)
-    }
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        self.inner.read(off, dst)
-    }
-    fn flush(&self, off: u64, len: u64) {
-        self.inner.flush(off, len)
-    }
-    fn fence(&self) {
-        self.inner.fence()
-    }
-    fn copy_nt(&self, off: u64, src: &[u8]) {
-        self.inner.copy_nt(off, src)
-    }
-}
 
 #[test]
 fn an_async_write_does_not_return_before_its_completion_counter_is_durable() {
@@ -131,14 +35,7 @@ fn an_async_write_does_not_return_before_its_completion_counter_is_durable() {
         eprintln!("skipped on the DSA device model: the device writes the counter itself");
         return;
     }
-    let held = Arc::new(HoldCounterStore {
-        inner: fresh(64 * MIB),
-        armed: AtomicBool::new(false),
-        start: AtomicU64::new(0),
-        end: AtomicU64::new(0),
-        gate: Mutex::default(),
-        cv: Condvar::new(),
-    });
+    let held = Arc::new(HoldStore::new(fresh(64 * MIB), WATCHDOG));
     let (fs, _) = FileSystem::mount(
         held.clone() as Arc<dyn Pmem>,
         MountOptions::with_mode(Mode::Async),
@@ -148,11 +45,11 @@ fn an_async_write_does_not_return_before_its_completion_counter_is_durable() {
     let data: Vec<u8> = (0..64 * 1024u32).map(|i| (i * 7 + 3) as u8).collect();
     let geo = *fs.geometry();
     let records = geo.records_off();
-    held.arm(records, records + geo.channels * pmem::CACHE_LINE as u64);
+    held.arm(records..records + geo.channels * pmem::CACHE_LINE as u64);
 
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
-        let _release = ReleaseOnDrop(&held);
+        let _release = held.release_on_drop();
         let fs = &fs;
         let data = &data;
         s.spawn(move || {

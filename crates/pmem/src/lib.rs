@@ -35,6 +35,8 @@
 pub mod crash;
 mod error;
 mod flock;
+#[cfg(feature = "crash-sim")]
+pub mod hold;
 pub mod mem;
 #[cfg(feature = "peer")]
 pub mod peer;
