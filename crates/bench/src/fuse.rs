@@ -23,94 +23,38 @@
 //! CPU: the benchmark process's (getrusage) plus, for the FUSE mount, the server
 //! process's (user plus system time of all its threads, from `/proc/PID/stat`).
 
+mod data;
 pub mod programs;
 mod requests;
 mod server;
+mod workload;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use fs::Mode;
 use pmem::{Pmem, Region};
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::args;
 use crate::report::{self, Machine};
-use crate::target::{cpu_seconds, timed_loop, EngineArg, Handle, Mount, Target, ThreadResult};
+use crate::target::{EngineArg, Mount, Target};
 use command::{progress, signals};
+use data::SEQ_IO;
+use workload::{gib, measure, Measured, Plan};
 
 pub use server::EXIT_WAIT;
+pub use workload::Workload;
 
-/// Bytes of a block: the small I/O size, and the unit of the data's stamps.
-const BLOCK: usize = 4096;
-/// Bytes of a sequential I/O.
-const SEQ_IO: usize = 1 << 20;
-/// Blocks in the pattern buffer: a block's fill byte repeats every this many blocks,
-/// so one buffer serves every 1 MiB-aligned write.
-const PATTERN_BLOCKS: u64 = (SEQ_IO / BLOCK) as u64;
-/// Marks a block's number, so that zeroes or another file's bytes never pass.
-const MAGIC: u64 = 0x6561_7379_696f_4655;
-/// Seed of the random offsets: every door gets the same sequence.
-const SEED: u64 = 0x5EED_F05E;
-/// Files the create workload makes before it checks and removes them (untimed).
-const CREATE_BATCH: u64 = 1_000;
 /// What the 1 MiB sequential workloads through the mount should reach, as a fraction of
 /// tmpfs's bandwidth.
 const SEQ_TARGET: f64 = 0.8;
 /// What the 4 KiB and create workloads through the mount should reach, as a fraction
 /// of tmpfs's operations per second.
 const SMALL_TARGET: f64 = 0.3;
-
-/// A workload (see the module's table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Workload {
-    /// 4 KiB random reads.
-    Randread,
-    /// 4 KiB random writes.
-    Randwrite,
-    /// 1 MiB sequential reads.
-    Seqread,
-    /// 1 MiB sequential writes.
-    Seqwrite,
-    /// Create, write 4 KiB, close: many small files in one directory.
-    Create,
-    /// Real programs on the mount and on tmpfs, by wall time (see [`programs`]).
-    Programs,
-}
-
-impl Workload {
-    /// Bytes per operation.
-    fn io(self) -> usize {
-        match self {
-            Workload::Seqread | Workload::Seqwrite => SEQ_IO,
-            _ => BLOCK,
-        }
-    }
-
-    fn reads(self) -> bool {
-        matches!(self, Workload::Randread | Workload::Seqread)
-    }
-
-    fn sequential(self) -> bool {
-        matches!(self, Workload::Seqread | Workload::Seqwrite)
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Workload::Randread => "randread",
-            Workload::Randwrite => "randwrite",
-            Workload::Seqread => "seqread",
-            Workload::Seqwrite => "seqwrite",
-            Workload::Create => "create",
-            Workload::Programs => "programs",
-        }
-    }
-}
 
 /// Where a workload's calls go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -365,310 +309,6 @@ plus, for easyio-fuse, of the server process (user + system of all its threads, 
 /proc/PID/stat); 'of it server' is the server's part. 1 client thread. With --direct \
 (O_DIRECT), the kernel copies between the caller's buffer and the server's without the \
 page cache; tmpfs has no direct path (its O_DIRECT is the same page cache copy).";
-
-/// The stamp of block `b` written by operation `generation` (0: the pre-fill).
-fn stamp(block: &mut [u8], b: u64, generation: u64) {
-    block[..8].copy_from_slice(&(b ^ MAGIC).to_le_bytes());
-    block[8..16].copy_from_slice(&generation.to_le_bytes());
-}
-
-/// The fill byte of block `b` (a function of `b` modulo [`PATTERN_BLOCKS`]).
-fn fill(b: u64) -> u8 {
-    (b % PATTERN_BLOCKS) as u8 ^ 0xA5
-}
-
-/// A buffer of I/O that starts on a 4 KiB boundary, as `O_DIRECT` may require.
-struct Buf {
-    v: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl Buf {
-    /// `len` zero bytes.
-    fn zeroed(len: usize) -> Buf {
-        let v = vec![0u8; len + BLOCK];
-        let off = v.as_ptr().align_offset(BLOCK);
-        Buf { v, off, len }
-    }
-}
-
-impl std::ops::Deref for Buf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.v[self.off..self.off + self.len]
-    }
-}
-
-impl std::ops::DerefMut for Buf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.v[self.off..self.off + self.len]
-    }
-}
-
-/// A 1 MiB buffer whose block `j` is filled with `fill(j)`: a write of block `b`
-/// sends block `b % PATTERN_BLOCKS` of it after stamping it.
-fn pattern() -> Buf {
-    let mut p = Buf::zeroed(SEQ_IO);
-    for (j, block) in p.chunks_mut(BLOCK).enumerate() {
-        block.fill(fill(j as u64));
-    }
-    p
-}
-
-/// Opens `p` of `t` for reading and writing (creating it if asked), with `O_DIRECT`
-/// if `direct` and `t` is a directory of the host (the library has no page cache).
-fn open(t: &Mount, p: &str, create: bool, direct: bool) -> anyhow::Result<Handle> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if !direct || matches!(t, Mount::Easyio(_)) {
-        return t.open(p, create, false);
-    }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .truncate(false)
-        .custom_flags(libc::O_DIRECT)
-        .open(t.path(p))
-        .with_context(|| format!("{p} with O_DIRECT"))?;
-    Ok(Handle::File(f))
-}
-
-/// Whether `block` is block `b`: its number and its last byte (the quick check made
-/// on every block a timed read returns).
-fn looks_right(block: &[u8], b: u64) -> bool {
-    block[..8] == (b ^ MAGIC).to_le_bytes() && block[BLOCK - 1] == fill(b)
-}
-
-/// Whether `block` is block `b` as written by an operation up to `last_generation`,
-/// every byte checked.
-fn is_right(block: &[u8], b: u64, last_generation: u64) -> bool {
-    let generation = u64::from_le_bytes(block[8..16].try_into().expect("8 bytes"));
-    block.len() == BLOCK
-        && block[..8] == (b ^ MAGIC).to_le_bytes()
-        && generation <= last_generation
-        && block[16..].iter().all(|&x| x == fill(b))
-}
-
-/// The file every data workload uses, pre-filled (generation 0) before each run.
-const DATA: &str = "/data";
-/// The directory of the create workload.
-const CREATE_DIR: &str = "/created";
-
-/// Writes the data file: `size` bytes of generation-0 blocks.
-fn prefill(t: &Mount, size: u64) -> anyhow::Result<()> {
-    let mut buf = pattern();
-    let h = t.open(DATA, true, false)?;
-    t.truncate(&h, 0)?;
-    for off in (0..size).step_by(SEQ_IO) {
-        let b0 = off / BLOCK as u64;
-        for (j, block) in buf.chunks_mut(BLOCK).enumerate() {
-            stamp(block, b0 + j as u64, 0);
-        }
-        t.pwrite(&h, &buf, off)?;
-    }
-    t.close(h)
-}
-
-/// Reads the whole data file back and checks every byte; returns the blocks checked.
-fn verify_file(t: &Mount, size: u64, last_generation: u64) -> anyhow::Result<u64> {
-    if t.size(DATA)? != size {
-        bail!("{DATA} is {} bytes, not {size}", t.size(DATA)?);
-    }
-    let h = t.open(DATA, false, false)?;
-    let mut buf = Buf::zeroed(SEQ_IO);
-    for off in (0..size).step_by(SEQ_IO) {
-        t.read_exact(&h, &mut buf, off)?;
-        for (j, block) in buf.chunks(BLOCK).enumerate() {
-            let b = off / BLOCK as u64 + j as u64;
-            if !is_right(block, b, last_generation) {
-                bail!("block {b} of {DATA} is wrong after the run");
-            }
-        }
-    }
-    t.close(h)?;
-    Ok(size / BLOCK as u64)
-}
-
-/// What a run measured, before it becomes a row.
-struct Measured {
-    result: ThreadResult,
-    client_cpu_s: f64,
-    server_cpu_s: Option<f64>,
-    checked_blocks: u64,
-    files_checked: Option<u64>,
-    first_pass_gib_per_s: Option<f64>,
-}
-
-/// What a timed data workload measured: the client's result, the blocks its reads
-/// checked, and the time of its first pass over the file (sequential workloads).
-type DataLoop = (ThreadResult, u64, Option<Duration>);
-
-/// A timed data workload on the open data file (bad blocks read are an error).
-fn data_loop(
-    t: &Mount,
-    h: &Handle,
-    w: Workload,
-    size: u64,
-    deadline: Instant,
-) -> anyhow::Result<DataLoop> {
-    let io = w.io();
-    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(SEED);
-    let (blocks, ios) = (size / BLOCK as u64, size / io as u64);
-    let mut buf = Buf::zeroed(io);
-    let mut pat = pattern();
-    let (mut checked, mut bad) = (0u64, 0u64);
-    let mut first_pass = None;
-    let begin = Instant::now();
-    let r = timed_loop(
-        deadline,
-        |i| {
-            let off = if w.sequential() {
-                (i % ios) * io as u64
-            } else {
-                rng.random_range(0..blocks) * BLOCK as u64
-            };
-            let b0 = off / BLOCK as u64;
-            if w.reads() {
-                let n = t.pread(h, &mut buf[..io], off)?;
-                if n != io {
-                    bail!("short read: {n} of {io} bytes at {off}");
-                }
-                for (j, block) in buf[..io].chunks(BLOCK).enumerate() {
-                    bad += u64::from(!looks_right(block, b0 + j as u64));
-                }
-                checked += (io / BLOCK) as u64;
-                if w.sequential() && i + 1 == ios {
-                    first_pass = Some(begin.elapsed());
-                }
-                return Ok(io as u64);
-            }
-            let at = (b0 % PATTERN_BLOCKS) as usize * BLOCK;
-            let src = &mut pat[at..at + io];
-            for (j, block) in src.chunks_mut(BLOCK).enumerate() {
-                stamp(block, b0 + j as u64, i + 1);
-            }
-            t.pwrite(h, src, off)?;
-            if w.sequential() && i + 1 == ios {
-                first_pass = Some(begin.elapsed());
-            }
-            Ok(io as u64)
-        },
-        |_| Ok(false),
-    )?;
-    if bad > 0 {
-        bail!("{bad} of {checked} blocks read were wrong");
-    }
-    Ok((r, checked, first_pass))
-}
-
-/// The path of created file `k`.
-fn created(k: u64) -> String {
-    format!("{CREATE_DIR}/f{k}")
-}
-
-/// Checks created files `from..to` (size and every byte) and removes them.
-fn check_created(t: &Mount, from: u64, to: u64) -> anyhow::Result<()> {
-    let mut buf = Buf::zeroed(BLOCK);
-    for k in from..to {
-        let p = created(k);
-        if t.size(&p)? != BLOCK as u64 {
-            bail!("{p} is {} bytes, not {BLOCK}", t.size(&p)?);
-        }
-        let h = t.open(&p, false, false)?;
-        t.read_exact(&h, &mut buf, 0)?;
-        t.close(h)?;
-        if !is_right(&buf, k, 1) {
-            bail!("{p} holds the wrong bytes");
-        }
-        t.unlink(&p)?;
-    }
-    Ok(())
-}
-
-/// The timed create workload: returns the client's result and the files checked.
-fn create_loop(t: &Mount, deadline: Instant, direct: bool) -> anyhow::Result<(ThreadResult, u64)> {
-    t.mkdir(CREATE_DIR)?;
-    let mut pat = pattern();
-    let mut cleared = 0u64;
-    let r = timed_loop(
-        deadline,
-        |k| {
-            let at = (k % PATTERN_BLOCKS) as usize * BLOCK;
-            let block = &mut pat[at..at + BLOCK];
-            stamp(block, k, 1);
-            let h = open(t, &created(k), true, direct)?;
-            t.pwrite(&h, block, 0)?;
-            t.close(h)?;
-            Ok(BLOCK as u64)
-        },
-        |k| {
-            let due = k % CREATE_BATCH == 0;
-            if due {
-                check_created(t, cleared, k)?;
-                cleared = k;
-            }
-            Ok(due)
-        },
-    )?;
-    check_created(t, cleared, r.ops)?;
-    let files = r.ops;
-    Ok((r, files))
-}
-
-/// How a run goes: its length, the data file's size, and whether files are opened
-/// with `O_DIRECT`.
-#[derive(Clone, Copy)]
-struct Plan {
-    duration: Duration,
-    size: u64,
-    direct: bool,
-}
-
-/// Runs `w` on `t` as `plan` says (the data file pre-filled first, untimed), with the
-/// CPU of this process and of `server` if given.
-fn measure(
-    t: &Mount,
-    w: Workload,
-    plan: Plan,
-    server: Option<&server::Server>,
-) -> anyhow::Result<Measured> {
-    let (size, direct) = (plan.size, plan.direct);
-    if w != Workload::Create {
-        prefill(t, size)?;
-    }
-    let h = (w != Workload::Create)
-        .then(|| open(t, DATA, false, direct))
-        .transpose()?;
-    let server_cpu = || server.map(server::Server::cpu_seconds).transpose();
-    let (cpu0, srv0) = (cpu_seconds(), server_cpu()?);
-    let deadline = Instant::now() + plan.duration;
-    let (result, checked, first_pass) = match &h {
-        Some(h) => data_loop(t, h, w, size, deadline)?,
-        None => {
-            let (r, files) = create_loop(t, deadline, direct)?;
-            (r, files, None)
-        }
-    };
-    let client_cpu_s = cpu_seconds() - cpu0;
-    let server_cpu_s = server_cpu()?.zip(srv0).map(|(a, b)| a - b);
-    if let Some(h) = h {
-        t.close(h)?;
-    }
-    let (checked_blocks, files_checked) = match w {
-        Workload::Create => (checked, Some(checked)),
-        Workload::Randwrite | Workload::Seqwrite => (verify_file(t, size, result.ops)?, None),
-        _ => (checked, None),
-    };
-    Ok(Measured {
-        result,
-        client_cpu_s,
-        server_cpu_s,
-        checked_blocks,
-        files_checked,
-        first_pass_gib_per_s: first_pass.map(|d| gib(size) / d.as_secs_f64().max(1e-9)),
-    })
-}
 
 /// The row of `w` through `door` from what it measured.
 fn row(w: Workload, door: Door, m: Measured) -> anyhow::Result<Row> {
@@ -975,31 +615,9 @@ fn table(rows: &[Row]) -> String {
     )
 }
 
-/// `bytes` in GiB (at least a tiny amount, to divide by).
-fn gib(bytes: u64) -> f64 {
-    (bytes as f64 / (1u64 << 30) as f64).max(1e-12)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stamps_and_checks_agree() {
-        let mut p = pattern();
-        let b = 1_000_003u64;
-        let at = (b % PATTERN_BLOCKS) as usize * BLOCK;
-        let block = &mut p[at..at + BLOCK];
-        stamp(block, b, 7);
-        assert!(looks_right(block, b));
-        assert!(is_right(block, b, 7));
-        assert!(!is_right(block, b, 6), "a generation from the future");
-        assert!(!looks_right(block, b + 1));
-        block[100] ^= 1;
-        assert!(looks_right(block, b), "the quick check reads two places");
-        assert!(!is_right(block, b, 7), "the full check reads every byte");
-        assert!(!looks_right(&[0u8; BLOCK], 0), "zeroes are never a block");
-    }
 
     #[test]
     fn sizes_round_up_to_whole_mib() {
