@@ -17,11 +17,33 @@ use crate::uring::{RingStats, TransportChoice, UringTransport};
 use crate::uthreads::HandlerStats;
 use std::os::fd::AsFd;
 
-/// The `fuser` configuration of `opts`: `default_permissions`, `fsname=easyio`,
-/// `subtype=easyio` unless `opts` names others, and the passed-through options.
+/// The `fuser` configuration of `opts`: `default_permissions` (see
+/// [`kernel_checks`]), `fsname=easyio`, `subtype=easyio` unless `opts` names others,
+/// and the passed-through options.
 fn config(opts: &Options) -> Config {
+    config_as(opts, rustix::process::getuid().is_root())
+}
+
+/// Whether the kernel checks the mode bits itself (`default_permissions`) on a mount
+/// made by root (`root`) with the session's `acl`. It must wherever a process other than
+/// root can reach the mount: the kernel answers path walks through the entries it
+/// caches without asking the server, so only its own check stops a caller at a
+/// directory it may not search. A mount by root without `allow_other` or `allow_root`
+/// is reached only by processes whose user and group ids are all root's (the kernel
+/// refuses every other), which pass every check a mode bit makes but the execution of
+/// a file with none of the `x` bits, which the kernel checks either way; there the
+/// server's checks (as the caller, on every request) are the only ones, and the kernel
+/// no longer fetches a directory's attributes again after each change in it to check
+/// them (one `getattr` per file created or removed). Asked for explicitly
+/// (`-o default_permissions`), it is always on.
+pub(crate) fn kernel_checks(opts: &Options, root: bool, acl: SessionACL) -> bool {
+    !root || acl != SessionACL::Owner || opts.extra.iter().any(|o| o == "default_permissions")
+}
+
+/// [`config`] for a mount made by root (`root`) or by another user.
+fn config_as(opts: &Options, root: bool) -> Config {
     let mut c = Config::default();
-    let mut m = vec![MountOption::DefaultPermissions];
+    let mut m = Vec::new();
     let named = |p: &str| opts.extra.iter().any(|o| o.starts_with(p));
     if !named("fsname=") {
         m.push(MountOption::FSName("easyio".into()));
@@ -57,6 +79,9 @@ fn config(opts: &Options) -> Config {
             x => MountOption::CUSTOM(x.into()),
         };
         m.push(opt);
+    }
+    if kernel_checks(opts, root, c.acl) {
+        m.insert(0, MountOption::DefaultPermissions);
     }
     c.mount_options = m;
     c.n_threads = Some(opts.threads.max(1));
@@ -280,6 +305,9 @@ mod tests {
         let c = config(&opts);
         assert_eq!(c.acl, SessionACL::All);
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(config_as(&opts, true)
+            .mount_options
+            .contains(&MountOption::DefaultPermissions));
         assert!(c.mount_options.contains(&MountOption::NoSuid));
         assert!(c.mount_options.contains(&MountOption::FSName("img".into())));
         assert!(!c
@@ -292,6 +320,24 @@ mod tests {
             .mount_options
             .contains(&MountOption::CUSTOM("max_read=65536".into())));
         assert!(!opts.writeback_cache());
+    }
+
+    #[test]
+    fn the_kernel_checks_modes_unless_only_root_reaches_the_mount() {
+        let has = |extra: &str, root| {
+            let opts = Options {
+                extra: parse_options(extra),
+                ..Options::default()
+            };
+            config_as(&opts, root)
+                .mount_options
+                .contains(&MountOption::DefaultPermissions)
+        };
+        assert!(!has("nosuid", true));
+        assert!(has("nosuid", false));
+        assert!(has("allow_other", true));
+        assert!(has("allow_root", true));
+        assert!(has("default_permissions", true));
     }
 
     #[test]
