@@ -122,6 +122,11 @@ pub struct FuseArgs {
     /// the kernel keeps file pages (write-through), so repeated reads stay in it.
     #[arg(long)]
     direct_io: bool,
+    /// Mount with `easyio mount --writeback-cache`: a write through the mount returns
+    /// once it is in the kernel's page cache, and reaches the server (durable) at
+    /// `close`, `fsync` or the kernel's writeback. Default: write-through.
+    #[arg(long, conflicts_with = "direct_io")]
+    writeback_cache: bool,
     /// Deprecated, the default now (the mount keeps file pages in the kernel).
     #[arg(long, hide = true, conflicts_with = "direct_io")]
     page_cache: bool,
@@ -132,6 +137,19 @@ pub struct FuseArgs {
     transport: Transports,
     #[arg(long)]
     json: bool,
+}
+
+impl FuseArgs {
+    /// The `easyio mount` flag of the cache asked for, if any.
+    fn cache_flag(&self) -> Option<&'static str> {
+        if self.direct_io {
+            Some("--direct-io")
+        } else if self.writeback_cache {
+            Some("--writeback-cache")
+        } else {
+            None
+        }
+    }
 }
 
 /// The transports `bench fuse` measures.
@@ -177,7 +195,7 @@ impl Servers {
         }
         let start = |transport| {
             let size = image_bytes(a.size);
-            server::Server::start(exe, size, a.mode, a.threads, a.direct_io, transport)
+            server::Server::start(exe, size, a.mode, a.threads, a.cache_flag(), transport)
         };
         let dev = (a.transport != Transports::Uring)
             .then(|| start("dev"))
@@ -274,6 +292,9 @@ struct Report {
     /// The mount keeps file pages in the kernel's page cache (the default; false with
     /// `--direct-io`).
     page_cache: bool,
+    /// The mount caches writes (`--writeback-cache`): a write through it is durable
+    /// at `close` or `fsync`, not when it returns.
+    writeback_cache: bool,
     /// Files of the mount and of tmpfs opened with `O_DIRECT`.
     direct: bool,
     duration_s: f64,
@@ -297,7 +318,7 @@ in /dev/shm served by `easyio mount --transport dev` (a child process; requests 
 --transport uring` (FUSE over io_uring, one ring per CPU); tmpfs = the same calls on a \
 directory of /dev/shm; easyio-lib = the same calls through the fs library in this \
 process, no kernel round trip (easyio-fuse minus easyio-lib is the cost of FUSE). \
-Writes through easyio (both doors) are durable when they return (no writeback cache); \
+Writes through easyio (both doors) are durable when they return (unless --writeback-cache); \
 tmpfs's are not persistent. The mount keeps file pages in the kernel's page cache \
 (write-through: every write reaches the server before it returns), so reads of pages \
 the kernel holds (the pre-fill wrote them through the mount) do not reach the server; \
@@ -512,6 +533,7 @@ pub fn run(mut a: FuseArgs, easyio_exe: &Path) -> anyhow::Result<()> {
         mode: a.mode,
         server_threads: a.threads,
         page_cache: !a.direct_io,
+        writeback_cache: a.writeback_cache,
         direct: a.direct,
         duration_s: a.duration,
         file_bytes: a.size,
@@ -535,7 +557,7 @@ fn print_report(r: &Report) {
             "easyio bench fuse — programs; server: --mode {} --threads {}{}",
             r.mode.name(),
             r.server_threads,
-            if r.page_cache { "" } else { " --direct-io" }
+            r.cache_flag()
         );
     } else {
         println!(
@@ -545,7 +567,7 @@ fn print_report(r: &Report) {
             if r.direct { "O_DIRECT" } else { "buffered" },
             r.mode.name(),
             r.server_threads,
-            if r.page_cache { "" } else { " --direct-io" }
+            r.cache_flag()
         );
     }
     println!("machine: {}", r.machine.describe());
@@ -556,6 +578,9 @@ fn print_report(r: &Report) {
         println!("{}", programs::table(&r.programs));
         println!("note: {}", programs::NOTE);
         if r.results.is_empty() {
+            if r.writeback_cache {
+                println!("note: {WRITEBACK_NOTE}");
+            }
             return;
         }
     }
@@ -573,6 +598,27 @@ fn print_report(r: &Report) {
         println!("easyio-fuse-uring: not measured: {why}");
     }
     println!("note: {}", r.note);
+    if r.writeback_cache {
+        println!("note: {WRITEBACK_NOTE}");
+    }
+}
+
+/// What the report adds with `--writeback-cache`.
+const WRITEBACK_NOTE: &str = "--writeback-cache: the mount caches writes in the kernel's \
+page cache; a write through it is durable once the file is closed or fsynced, not when \
+the write returns (the timed writes of randwrite and seqwrite are not).";
+
+impl Report {
+    /// The server's cache flag as the report's first line shows it.
+    fn cache_flag(&self) -> &'static str {
+        if !self.page_cache {
+            " --direct-io"
+        } else if self.writeback_cache {
+            " --writeback-cache"
+        } else {
+            ""
+        }
+    }
 }
 
 /// The results as a table.

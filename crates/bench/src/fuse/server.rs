@@ -41,13 +41,14 @@ fn format_image(image: &Path, size: u64) -> anyhow::Result<()> {
 impl Server {
     /// Formats a fresh image of `size` bytes and mounts it with the `easyio` binary
     /// `exe` (`easyio mount --foreground --mode MODE --threads THREADS --transport
-    /// TRANSPORT`, and `--direct-io` if `direct_io`); returns once the mount is up.
+    /// TRANSPORT`, and the `cache` flag if any: `--direct-io` or `--writeback-cache`);
+    /// returns once the mount is up.
     pub fn start(
         exe: &Path,
         size: u64,
         mode: Mode,
         threads: usize,
-        direct_io: bool,
+        cache: Option<&str>,
         transport: &str,
     ) -> anyhow::Result<Server> {
         let tag = match transport {
@@ -68,7 +69,7 @@ impl Server {
             .args(["--foreground", "--mode", mode.name(), "--threads"])
             .arg(threads.to_string())
             .args(["--transport", transport])
-            .args(direct_io.then_some("--direct-io"))
+            .args(cache)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file)
