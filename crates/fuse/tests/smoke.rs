@@ -491,3 +491,52 @@ fn the_kernel_sends_flush_once_with_the_writeback_cache_and_never_without() {
     );
     s.finish().unmount().unwrap();
 }
+
+/// The options of the mount on `dir`, as `/proc/self/mountinfo` lists them.
+fn mount_options_of(dir: &Path) -> String {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_str().unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir))
+        .expect("the mount is listed");
+    line.split(" - ").nth(1).unwrap().to_string()
+}
+
+#[test]
+fn a_mount_only_root_reaches_is_checked_by_the_server_as_root_is_by_linux() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::getuid().is_root() {
+        return testkit::skip("the mount is root's only when root makes it");
+    }
+    let Some(s) = Served::new("rootonly") else {
+        return;
+    };
+    // No `default_permissions`: the kernel leaves every check to the server.
+    assert!(!mount_options_of(&s.dir).contains("default_permissions"));
+    let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let (d, f) = (s.dir.join("closed"), s.dir.join("closed/f"));
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(&f, b"#!/bin/sh\nexit 0\n").unwrap();
+    mode(&f, 0o444).unwrap();
+    mode(&d, 0o000).unwrap();
+    // Root searches, reads and writes whatever the mode bits say, as on any file system.
+    assert_eq!(std::fs::read(&f).unwrap(), b"#!/bin/sh\nexit 0\n");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"# more\n")
+        .unwrap();
+    let access = |p: &Path, how| rustix::fs::access(p, how).map_err(|e| e.raw_os_error());
+    assert_eq!(access(&f, rustix::fs::Access::WRITE_OK), Ok(()));
+    // But not execute a file without an `x` bit (the kernel checks it), nor may
+    // `access` say it could.
+    let run = std::process::Command::new(&f).status();
+    assert_eq!(run.unwrap_err().raw_os_error(), Some(libc::EACCES));
+    assert_eq!(access(&f, rustix::fs::Access::EXEC_OK), Err(libc::EACCES));
+    mode(&f, 0o755).unwrap();
+    assert!(std::process::Command::new(&f).status().unwrap().success());
+    mode(&d, 0o755).unwrap();
+    s.finish().unmount().unwrap();
+}
