@@ -21,8 +21,8 @@ pub struct MountArgs {
     #[arg(short, long)]
     foreground: bool,
     /// Mount options, comma-separated (allow_other, allow_root, ro, nosuid, nodev,
-    /// noexec, noatime, fsname=..., subtype=..., writeback_cache); default_permissions
-    /// is always on.
+    /// noexec, noatime, fsname=..., subtype=..., writeback_cache, default_permissions);
+    /// default_permissions is on unless root mounts without allow_other or allow_root.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// Who moves file data. In async mode reads, writes and fsyncs are served by

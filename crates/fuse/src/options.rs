@@ -11,7 +11,8 @@ pub struct Options {
     pub read_only: bool,
     /// Options passed through (`-o`): `allow_other`, `allow_root`, `ro`, `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, `dirsync`, `fsname=`, `subtype=`, and any
-    /// other the kernel takes as is. `default_permissions` is always on.
+    /// other the kernel takes as is. `default_permissions` is on unless root mounts
+    /// without `allow_other` or `allow_root` (see `mount.rs`, `kernel_checks`).
     /// `writeback_cache` is the same as [`Options::writeback_cache`].
     pub extra: Vec<String>,
     /// Workers of a uthread runtime that serves reads, writes and fsyncs (for the
