@@ -7,6 +7,7 @@
 //! completed through [`easyio_poll`], [`easyio_wait`] or [`easyio_wait_many`] (or the
 //! mount is unmounted, which waits for every request in flight).
 
+use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -65,10 +66,16 @@ pub extern "C" fn easyio_submit_pread(
             bytes_mut(buf, len, "buf")?,
         );
         let req = match &m.fs {
-            // SAFETY: the caller keeps `buf` for the request until it completes (the
-            // header's contract), and the token waits for the copy before it goes.
-            Target::Here(fs) => here(unsafe { fs.submit_pread_borrowed(f, buf, off)? }),
-            Target::Server(r) => InFlight::Finished(r.pread(f, buf, off)? as i64),
+            Target::Here(fs) => match buf.place().into_own() {
+                // SAFETY: the caller keeps `buf` for the request until it completes
+                // (the header's contract), and the token waits for the copy before it
+                // goes.
+                Ok(own) => here(unsafe { fs.submit_pread_borrowed(f, own, off)? }),
+                // Shared memory: read into a private copy, copied back when it goes,
+                // before this returns.
+                Err(mut copy) => InFlight::Finished(fs.pread(f, &mut copy, off)? as i64),
+            },
+            Target::Server(_) => InFlight::Finished(m.fs.read_into(f, buf, Some(off))? as i64),
         };
         Ok(enqueue(&m, req))
     })
@@ -96,23 +103,30 @@ pub extern "C" fn easyio_submit_pwrite(
             bytes(buf, len, "buf")?,
         );
         let req = match &m.fs {
-            // SAFETY: the caller keeps `buf` unchanged until the request completes
-            // (the header's contract), and the token waits for the copy before it
-            // goes.
-            Target::Here(fs) => here(unsafe { fs.submit_pwrite_borrowed(f, buf, off)? }),
-            Target::Server(r) => {
-                let s =
-                    r.0.submit_pwrite(f.0, buf, off)
-                        .map_err(|e| fs::Error::Errno(e.errno()))?;
-                // SAFETY: the caller keeps `buf` as above; the client lives in
-                // `m.fs`, which outlives every request (see `here`).
-                InFlight::Server(unsafe {
-                    std::mem::transmute::<
-                        easyio_serve::Submitted<'_, '_>,
-                        easyio_serve::Submitted<'static, 'static>,
-                    >(s)
-                })
-            }
+            Target::Here(fs) => match buf.view() {
+                // SAFETY: the caller keeps `buf` unchanged until the request completes
+                // (the header's contract), and the token waits for the copy before it
+                // goes.
+                Cow::Borrowed(own) => here(unsafe { fs.submit_pwrite_borrowed(f, own, off)? }),
+                // Shared memory: written, from a private copy, before this returns.
+                Cow::Owned(copy) => InFlight::Finished(fs.pwrite(f, &copy, off)? as i64),
+            },
+            Target::Server(r) => match r.0.submit_staged_at(f.0, buf.ptr(), buf.len(), off) {
+                Some(s) => {
+                    let s = s.map_err(|e| fs::Error::Errno(e.errno()))?;
+                    // SAFETY: the caller keeps `buf` unchanged until the request
+                    // completes; the client lives in `m.fs`, which outlives every
+                    // request (see `here`).
+                    InFlight::Server(unsafe {
+                        std::mem::transmute::<
+                            easyio_serve::Submitted<'_, '_>,
+                            easyio_serve::Submitted<'static, 'static>,
+                        >(s)
+                    })
+                }
+                // Not a staging buffer: written before this returns.
+                None => InFlight::Finished(m.fs.write_from(f, buf, Some(off))? as i64),
+            },
         };
         Ok(enqueue(&m, req))
     })
@@ -142,7 +156,7 @@ fn take_if(m: &Mount, id: u64, done: impl FnOnce(&InFlight) -> bool) -> CResult<
 pub extern "C" fn easyio_poll(fs: *mut easyio_fs, id: u64, out: *mut easyio_completion) -> c_int {
     call(-1, || {
         let m = mount_of(fs)?;
-        let out = crate::args::out(out, "out")?;
+        let mut out = crate::args::out(out, "out")?;
         Ok(match take_if(&m, id, InFlight::is_done)? {
             Some(t) => {
                 *out = complete(id, t);
@@ -159,7 +173,7 @@ pub extern "C" fn easyio_poll(fs: *mut easyio_fs, id: u64, out: *mut easyio_comp
 pub extern "C" fn easyio_wait(fs: *mut easyio_fs, id: u64, out: *mut easyio_completion) -> c_int {
     call(-1, || {
         let m = mount_of(fs)?;
-        let out = crate::args::out(out, "out")?;
+        let mut out = crate::args::out(out, "out")?;
         let t = take_if(&m, id, |_| true)?.expect("taken unconditionally");
         *out = complete(id, t);
         Ok(0)
@@ -181,7 +195,7 @@ pub extern "C" fn easyio_wait_many(
 ) -> libc::ssize_t {
     call(-1, || {
         let m = mount_of(fs)?;
-        let (ids, outs) = (slice(ids, n, "ids")?, slice_mut(out, n, "out")?);
+        let (ids, mut outs) = (slice(ids, n, "ids")?, slice_mut(out, n, "out")?);
         {
             let reqs = m.requests.lock();
             if let Some(bad) = ids.iter().find(|id| !reqs.contains_key(id)) {

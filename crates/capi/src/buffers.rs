@@ -22,7 +22,9 @@ const ALIGN: usize = 4096;
 /// also maps: `easyio_pwrite`, `easyio_write`, `easyio_pread` and `easyio_read` of a
 /// buffer inside it make no copy through the connection. A buffer is at most 64 MiB
 /// (EINVAL past that, or for 0); a connection holds at most 16 buffers and 256 MiB,
-/// and the server a limit over all its clients (ENOMEM past those). Like any shared
+/// and the server a limit over all its clients (ENOMEM past those). Other calls given
+/// memory inside it (and the data calls of another handle) work on a private copy;
+/// a path or name inside it is EINVAL. Like any shared
 /// mapping it is shared with the children the process forks. On an image mounted in
 /// this process it is plain memory. Free it with [`easyio_buffer_free`] on the same
 /// handle; what is left is freed by `easyio_unmount`. Returns NULL with errno on

@@ -23,6 +23,7 @@ pub struct easyio_dir {
 
 /// One entry of a listing: `.` and `..` come first.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct easyio_dirent {
     /// Inode number.
     pub ino: u64,
@@ -98,7 +99,7 @@ fn next(d: &Dir) -> CResult<Option<DirEntryAt>> {
 pub extern "C" fn easyio_readdir(dir: *mut easyio_dir, entry: *mut easyio_dirent) -> c_int {
     call(-1, || {
         let d = DIRS.get(dir)?;
-        let out = out(entry, "entry")?;
+        let mut out = out(entry, "entry")?;
         let Some(e) = next(&d)? else {
             return Ok(0);
         };

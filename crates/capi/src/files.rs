@@ -7,7 +7,9 @@ use std::ffi::{c_char, c_int, c_void};
 
 use fs::{OpenFlags, Stat, Time, Whence};
 
-use crate::args::{bytes, bytes_mut, count, dirfd, offset, out, slice, string, EASYIO_AT_ROOT};
+use crate::args::{
+    bytes, bytes_mut, count, dirfd, offset, out, slice, string, Out, EASYIO_AT_ROOT,
+};
 use crate::error::{call, CResult, Failure};
 use crate::mount::{as_caller, easyio_fs, mount_of, Mount};
 
@@ -77,7 +79,7 @@ pub extern "C" fn easyio_read(
 ) -> libc::ssize_t {
     sized(fs, |m| {
         let f = crate::args::fd(fd)?;
-        Ok(m.fs.read(f, bytes_mut(buf, len, "buf")?)?)
+        Ok(m.fs.read_into(f, bytes_mut(buf, len, "buf")?, None)?)
     })
 }
 
@@ -92,7 +94,7 @@ pub extern "C" fn easyio_write(
 ) -> libc::ssize_t {
     sized(fs, |m| {
         let f = crate::args::fd(fd)?;
-        Ok(m.fs.write(f, bytes(buf, len, "buf")?)?)
+        Ok(m.fs.write_from(f, bytes(buf, len, "buf")?, None)?)
     })
 }
 
@@ -107,7 +109,7 @@ pub extern "C" fn easyio_pread(
 ) -> libc::ssize_t {
     sized(fs, |m| {
         let (f, off) = (crate::args::fd(fd)?, offset(off, "offset")?);
-        Ok(m.fs.pread(f, bytes_mut(buf, len, "buf")?, off)?)
+        Ok(m.fs.read_into(f, bytes_mut(buf, len, "buf")?, Some(off))?)
     })
 }
 
@@ -123,12 +125,12 @@ pub extern "C" fn easyio_pwrite(
 ) -> libc::ssize_t {
     sized(fs, |m| {
         let (f, off) = (crate::args::fd(fd)?, offset(off, "offset")?);
-        Ok(m.fs.pwrite(f, bytes(buf, len, "buf")?, off)?)
+        Ok(m.fs.write_from(f, bytes(buf, len, "buf")?, Some(off))?)
     })
 }
 
 /// The buffers of an iovec array, checked.
-fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> CResult<Vec<&'a mut [u8]>> {
+fn iovecs(iov: *const libc::iovec, n: c_int) -> CResult<Vec<Out>> {
     let n = usize::try_from(n)
         .ok()
         .filter(|&n| n <= libc::UIO_MAXIOV as usize)
@@ -141,13 +143,10 @@ fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> CResult<Vec<&'a mut [u8]>> {
 
 /// Reads into the buffers in turn from `at` (`None`: the position), stopping at a
 /// short read.
-fn scatter(m: &Mount, f: fs::Fd, bufs: Vec<&mut [u8]>, at: Option<u64>) -> CResult<usize> {
+fn scatter(m: &Mount, f: fs::Fd, bufs: Vec<Out>, at: Option<u64>) -> CResult<usize> {
     let mut total = 0usize;
     for b in bufs {
-        let n = match at {
-            Some(off) => m.fs.pread(f, b, off + total as u64)?,
-            None => m.fs.read(f, b)?,
-        };
+        let n = m.fs.read_into(f, b, at.map(|off| off + total as u64))?;
         total += n;
         if n < b.len() {
             break;
@@ -158,8 +157,11 @@ fn scatter(m: &Mount, f: fs::Fd, bufs: Vec<&mut [u8]>, at: Option<u64>) -> CResu
 
 /// Writes the buffers as one write (atomic, as `writev` is) at `at` (`None`: the
 /// position).
-fn gather(m: &Mount, f: fs::Fd, bufs: Vec<&mut [u8]>, at: Option<u64>) -> CResult<usize> {
-    let all: Vec<u8> = bufs.concat();
+fn gather(m: &Mount, f: fs::Fd, bufs: Vec<Out>, at: Option<u64>) -> CResult<usize> {
+    let mut all = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+    for b in bufs {
+        all.extend_from_slice(&b.readable().view());
+    }
     Ok(match at {
         Some(off) => m.fs.pwrite(f, &all, off)?,
         None => m.fs.write(f, &all)?,
@@ -271,8 +273,8 @@ fn fill(st: &mut libc::stat, s: &Stat) {
 #[no_mangle]
 pub extern "C" fn easyio_fstat(fs: *mut easyio_fs, fd: c_int, st: *mut libc::stat) -> c_int {
     status(fs, |m| {
-        let st = out(st, "st")?;
-        fill(st, &m.fs.fstat(crate::args::fd(fd)?)?);
+        let mut st = out(st, "st")?;
+        fill(&mut st, &m.fs.fstat(crate::args::fd(fd)?)?);
         Ok(())
     })
 }
@@ -307,12 +309,12 @@ pub extern "C" fn easyio_fstatat(
     flags: c_int,
 ) -> c_int {
     status(fs, |m| {
-        let (d, p, st) = (
+        let (d, p, mut st) = (
             crate::args::dirfd(dirfd)?,
             string(path, "path")?,
             out(st, "st")?,
         );
-        fill(st, &as_caller!(m, fstatat(d, p, flags))?);
+        fill(&mut st, &as_caller!(m, fstatat(d, p, flags))?);
         Ok(())
     })
 }
@@ -534,7 +536,7 @@ pub extern "C" fn easyio_readlinkat(
         let out = bytes_mut(buf.cast(), size, "buf")?;
         let target = as_caller!(m, readlinkat(d, p))?;
         let n = target.len().min(size);
-        out[..n].copy_from_slice(&target.as_bytes()[..n]);
+        out.place()[..n].copy_from_slice(&target.as_bytes()[..n]);
         Ok(n)
     })
 }

@@ -11,7 +11,7 @@ use fs::{Cred, DirEntryAt, Fd, FileSystem, FormatOptions, MountOptions, Stat, Wh
 use parking_lot::{Mutex, RwLock};
 use pmem::{Pmem, Region};
 
-use crate::args::{opt_string, slice, string};
+use crate::args::{opt_string, slice, string, In, Out};
 use crate::error::{call, CResult, Failure};
 use crate::handles::{into_sole, Registry};
 use crate::requests::InFlight;
@@ -126,6 +126,41 @@ either! {
     fn removexattr(&self, path: &str, name: &str) -> ();
     fn lremovexattr(&self, path: &str, name: &str) -> ();
     fn fremovexattr(&self, fd: Fd, name: &str) -> ();
+}
+
+impl Target {
+    /// `pread` (from `off`) or `read` (`None`: from the position) into the caller's
+    /// buffer. On a server's connection a staging buffer goes to the server by its
+    /// address (the server stores into it); any other buffer as [`Out::place`] gives
+    /// it.
+    pub fn read_into(&self, fd: Fd, buf: Out, off: Option<u64>) -> fs::Result<usize> {
+        if let Target::Server(r) = self {
+            if let Some(n) = r.0.read_staged_at(fd.0, buf.ptr(), buf.len(), off) {
+                return n.map_err(|e| fs::Error::Errno(e.errno()));
+            }
+        }
+        let mut b = buf.place();
+        match off {
+            Some(off) => self.pread(fd, &mut b, off),
+            None => self.read(fd, &mut b),
+        }
+    }
+
+    /// `pwrite` (at `off`) or `write` (`None`: at the position) of the caller's
+    /// buffer: a staging buffer by its address on a server's connection, any other
+    /// as [`In::view`] gives it.
+    pub fn write_from(&self, fd: Fd, buf: In, off: Option<u64>) -> fs::Result<usize> {
+        if let Target::Server(r) = self {
+            if let Some(n) = r.0.write_staged_at(fd.0, buf.ptr(), buf.len(), off) {
+                return n.map_err(|e| fs::Error::Errno(e.errno()));
+            }
+        }
+        let b = buf.view();
+        match off {
+            Some(off) => self.pwrite(fd, &b, off),
+            None => self.write(fd, &b),
+        }
+    }
 }
 
 /// Runs a path or `*at` call as the mount's caller: checked with its credentials when

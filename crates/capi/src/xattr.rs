@@ -38,6 +38,7 @@ fn get(
     xsized(|| {
         let m = mount_of(fs)?;
         let (on, name, buf) = (on?, string(name, "name")?, bytes_mut(v, size, "value")?);
+        let buf = &mut buf.place();
         Ok(match on {
             On::Path(p, true) => m.fs.getxattr(p, name, buf)?,
             On::Path(p, false) => m.fs.lgetxattr(p, name, buf)?,
@@ -56,6 +57,7 @@ fn set(
     xstatus(|| {
         let m = mount_of(fs)?;
         let (on, name, val) = (on?, string(name, "name")?, bytes(v, size, "value")?);
+        let val = &val.view();
         let r = match on {
             On::Path(p, true) => m.fs.setxattr(p, name, val, flags),
             On::Path(p, false) => m.fs.lsetxattr(p, name, val, flags),
@@ -69,6 +71,7 @@ fn list(fs: *mut easyio_fs, on: CResult<On>, l: *mut c_char, size: usize) -> lib
     xsized(|| {
         let m = mount_of(fs)?;
         let (on, buf) = (on?, bytes_mut(l.cast(), size, "list")?);
+        let buf = &mut buf.place();
         Ok(match on {
             On::Path(p, true) => m.fs.listxattr(p, buf)?,
             On::Path(p, false) => m.fs.llistxattr(p, buf)?,

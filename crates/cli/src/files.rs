@@ -17,6 +17,7 @@ use fs::{FileKind, FileSystem, FormatOptions, MountOptions, MountReport, OpenFla
 use pmem::{Pmem, Region};
 use serde::Serialize;
 
+use command::image::ImageArg;
 use command::output::{self, Output};
 use command::owners::Owners;
 use command::{args, dates, progress, report, signals, usage};
@@ -28,37 +29,13 @@ pub const DEFAULT_IMAGE_SIZE: u64 = 1 << 30;
 /// Channels `mkfs` formats (the file system's default).
 const CHANNELS: u64 = 8;
 
-/// The image to work on.
-#[derive(Args, Clone)]
-pub struct ImageArg {
-    /// Region holding the file system (a file, e.g. in /dev/shm, or a devdax device);
-    /// required, here or before the command (`easyio --image IMAGE ls`).
-    #[arg(long, env = "EASYIO_IMAGE")]
-    pub image: Option<PathBuf>,
-    /// Mount read-only: nothing is written to the image (a crash is recovered in memory
-    /// only), a damaged file fails alone with EUCLEAN, and the image file itself may be
-    /// read-only. (A mount falls back to this by itself, with a warning, when it finds
-    /// damage it cannot repair.)
-    #[arg(long)]
-    pub read_only: bool,
-}
-
-impl ImageArg {
-    /// The image, or a usage error when none was given.
-    pub fn path(&self) -> anyhow::Result<&Path> {
-        match &self.image {
-            Some(p) => Ok(p),
-            None => usage!(
-                "no image: give --image IMAGE (before or after the command) or set EASYIO_IMAGE"
-            ),
-        }
-    }
-}
-
 #[derive(Args)]
 pub struct MkfsArgs {
     #[command(flatten)]
     pub image: ImageArg,
+    /// The image (the same as --image).
+    #[arg(value_name = "IMAGE")]
+    pub given: Option<PathBuf>,
     /// Size of a new region file (K, M, G suffixes; whole 4 KiB pages; default 1G).
     /// With --force, an image file of another size is replaced by one of this size.
     #[arg(long, value_parser = args::size)]
@@ -75,6 +52,9 @@ pub struct MkfsArgs {
 pub struct FsckArgs {
     #[command(flatten)]
     pub image: ImageArg,
+    /// The image (the same as --image).
+    #[arg(value_name = "IMAGE")]
+    pub given: Option<PathBuf>,
     #[arg(long)]
     json: bool,
     /// Repair what can be repaired (opens the image writable): drop damaged inodes
@@ -90,6 +70,9 @@ pub struct FsckArgs {
 pub struct InfoArgs {
     #[command(flatten)]
     pub image: ImageArg,
+    /// The image (the same as --image).
+    #[arg(value_name = "IMAGE")]
+    pub given: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }

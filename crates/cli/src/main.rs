@@ -11,11 +11,14 @@ mod generate;
 mod mount;
 mod serve;
 
+use std::path::PathBuf;
+
 #[cfg(feature = "bench")]
 use bench::{calibrate, demo};
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use command::image::ImagePath;
 use command::{args, report, signals};
 
 /// The exit statuses, shown at the end of `--help`.
@@ -36,7 +39,8 @@ Exit status:
 #[derive(Parser)]
 #[command(name = "easyio", version, about, after_help = EXIT_STATUS)]
 struct Cli {
-    /// The image of a file command (mkfs, ls, put, ...): the same as its own --image.
+    /// The image of a command that opens one (the file commands, mount, serve): the
+    /// same as its own --image or IMAGE argument.
     #[arg(long, value_name = "IMAGE")]
     image: Option<std::path::PathBuf>,
     #[command(subcommand)]
@@ -44,21 +48,21 @@ struct Cli {
 }
 
 impl Cli {
-    /// Puts an `--image` given before the command where the command reads it: it counts
-    /// unless the command was given its own (EASYIO_IMAGE counts least). A command that
-    /// takes no `--image` refuses it.
+    /// Settles the image of a command that opens one from the ways it was given
+    /// (`command::image`); a command that opens none refuses `--image`.
     fn place_image(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        let (Some(image), Some((name, sub))) = (self.image.take(), matches.subcommand()) else {
+        let Some((name, sub)) = matches.subcommand() else {
             return Ok(());
         };
-        let Some(arg) = self.command.image_arg() else {
-            let msg = format!("--image is an option of the file commands; `{name}` takes none");
-            return Err(Cli::command().error(ErrorKind::ArgumentConflict, msg));
+        let before = self.image.take();
+        let Some((at, positional)) = self.command.image_slots() else {
+            let msg = format!("`{name}` opens no image; --image goes with the commands that do");
+            let refusal = Cli::command().error(ErrorKind::ArgumentConflict, msg);
+            return before.map_or(Ok(()), |_| Err(refusal));
         };
-        if sub.value_source("image") != Some(ValueSource::CommandLine) {
-            arg.image = Some(image);
-        }
-        Ok(())
+        let own = sub.value_source("image") == Some(ValueSource::CommandLine);
+        at.settle(before, own, positional.and_then(Option::take))
+            .map_err(|msg| Cli::command().error(ErrorKind::ArgumentConflict, msg))
     }
 }
 
@@ -117,20 +121,26 @@ enum Command {
 }
 
 impl Command {
-    /// The image option of a file command.
-    fn image_arg(&mut self) -> Option<&mut files::ImageArg> {
+    /// Where a command that opens an image takes it: its `--image`, and its IMAGE
+    /// argument where it has one.
+    fn image_slots(&mut self) -> Option<(&mut ImagePath, Option<&mut Option<PathBuf>>)> {
         Some(match self {
-            Command::Mkfs(a) => &mut a.image,
-            Command::Fsck(a) => &mut a.image,
-            Command::Info(a) => &mut a.image,
-            Command::Ls(a) => &mut a.image,
-            Command::Stat(a) => &mut a.image,
-            Command::Put(a) => &mut a.image,
-            Command::Get(a) => &mut a.image,
-            Command::Cat(a) => &mut a.image,
-            Command::Rm(a) => &mut a.image,
-            Command::Mkdir(a) => &mut a.image,
-            Command::Mv(a) => &mut a.image,
+            Command::Mkfs(a) => (&mut a.image.at, Some(&mut a.given)),
+            Command::Fsck(a) => (&mut a.image.at, Some(&mut a.given)),
+            Command::Info(a) => (&mut a.image.at, Some(&mut a.given)),
+            Command::Ls(files::LsArgs { image, .. })
+            | Command::Stat(files::PathArgs { image, .. })
+            | Command::Put(files::PutArgs { image, .. })
+            | Command::Get(files::GetArgs { image, .. })
+            | Command::Cat(files::CatArgs { image, .. })
+            | Command::Rm(files::RmArgs { image, .. })
+            | Command::Mkdir(files::MkdirArgs { image, .. })
+            | Command::Mv(files::MvArgs { image, .. }) => (&mut image.at, None),
+            Command::Mount(a) => {
+                a.settle_arguments();
+                (&mut a.at, Some(&mut a.given))
+            }
+            Command::Serve(a) => (&mut a.at, Some(&mut a.given)),
             _ => return None,
         })
     }

@@ -8,15 +8,21 @@ use easyio_fuse::{DetachOptions, Detached, ServeOptions};
 use fs::Mode;
 use pmem::slowmem::Preset;
 
-use command::signals;
+use command::image::ImagePath;
+use command::{signals, usage};
 
 #[derive(Args)]
 pub struct MountArgs {
-    /// The image (a region file, e.g. in /dev/shm, or a devdax device).
-    image: PathBuf,
+    #[command(flatten)]
+    pub at: ImagePath,
+    /// The image (a region file, e.g. in /dev/shm, or a devdax device), unless given
+    /// as --image or EASYIO_IMAGE: then the one argument is the directory.
+    #[arg(value_name = "IMAGE")]
+    pub given: Option<PathBuf>,
     /// An existing directory to mount on (what it holds is hidden while mounted, as
     /// with any mount).
-    mountpoint: PathBuf,
+    #[arg(value_name = "DIR")]
+    mountpoint: Option<PathBuf>,
     /// Stay in the foreground, logging to standard error.
     #[arg(short, long)]
     foreground: bool,
@@ -76,15 +82,28 @@ pub struct UmountArgs {
     mountpoint: PathBuf,
 }
 
+impl MountArgs {
+    /// One argument alone is the directory (the image then given otherwise).
+    pub fn settle_arguments(&mut self) {
+        if self.mountpoint.is_none() {
+            self.mountpoint = self.given.take();
+        }
+    }
+}
+
 /// `easyio mount`.
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     if a.page_cache {
         eprintln!("easyio: --page-cache is the default now (--direct-io turns it off)");
     }
-    let mountpoint = easyio_fuse::check_mountpoint(&a.mountpoint)?;
+    let Some(dir) = &a.mountpoint else {
+        usage!("no directory to mount on: easyio mount IMAGE DIR (or --image IMAGE mount DIR)");
+    };
+    let image = a.at.path()?.to_path_buf();
+    let mountpoint = easyio_fuse::check_mountpoint(dir)?;
     easyio_fuse::check_fuse_device()?;
     if a.foreground {
-        return Ok(easyio_fuse::serve(&serve_options(a, mountpoint))?);
+        return Ok(easyio_fuse::serve(&serve_options(a, image, mountpoint))?);
     }
     let detach = DetachOptions {
         args: std::env::args_os()
@@ -97,7 +116,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         Detached::Mounted { pid, log } => {
             println!(
                 "easyio: {} mounted on {} (server pid {pid}, log {}){}",
-                a.image.display(),
+                image.display(),
                 mountpoint.display(),
                 log.display(),
                 easyio_fuse::label(a.slowmem.model())
@@ -112,7 +131,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
 }
 
 /// What `easyio mount --foreground` serves, as `a` says.
-fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
+fn serve_options(a: MountArgs, image: PathBuf, mountpoint: PathBuf) -> ServeOptions {
     let mount = easyio_fuse::Options {
         threads: a.threads,
         read_only: a.read_only,
@@ -127,7 +146,7 @@ fn serve_options(a: MountArgs, mountpoint: PathBuf) -> ServeOptions {
         transport: a.transport,
     };
     ServeOptions {
-        image: a.image,
+        image,
         mountpoint,
         mode: a.mode,
         read_only: a.read_only,

@@ -11,12 +11,17 @@ use easyio_fuse::Background;
 use fs::{FileSystem, Mode};
 use pmem::slowmem::Preset;
 
+use command::image::ImagePath;
 use command::signals;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// The image (a region file, e.g. in /dev/shm, or a devdax device).
-    image: PathBuf,
+    #[command(flatten)]
+    pub at: ImagePath,
+    /// The image (a region file, e.g. in /dev/shm, or a devdax device; the same as
+    /// --image).
+    #[arg(value_name = "IMAGE")]
+    pub given: Option<PathBuf>,
     /// The Unix socket clients connect to (a stale one left by a dead server is
     /// replaced).
     #[arg(long, value_name = "PATH")]
@@ -48,13 +53,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let image = a.at.path()?;
     let slowmem = a.slowmem.model();
-    let fs = Arc::new(easyio_fuse::open_image(&a.image, a.mode, false, slowmem)?);
+    let fs = Arc::new(easyio_fuse::open_image(image, a.mode, false, slowmem)?);
     // Clients read directly unless every read must pay for emulated slow memory.
     // Writes through FUSE keep the page tables as clients' do (`fs::DataChanges`).
     let direct = slowmem.is_none();
-    let server =
-        easyio_serve::Server::bind(fs.clone(), &a.image, &a.socket, a.allow_other, direct)?;
+    let server = easyio_serve::Server::bind(fs.clone(), image, &a.socket, a.allow_other, direct)?;
     let fuse = match &mount {
         Some(dir) => Some(mount_beside(fs.clone(), dir, a.mode)?),
         None => None,
@@ -63,7 +68,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // One line, on stdout: it also tells a script that the socket is ready.
     println!(
         "easyio: serving {} on socket {}{} (pid {}, mode {}, direct reads {}{})",
-        a.image.display(),
+        image.display(),
         a.socket.display(),
         mount
             .as_ref()
@@ -82,7 +87,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     let fs = Arc::try_unwrap(fs).map_err(|_| easyio_fuse::Error::StillHeld)?;
     fs.unmount().context("unmounting the image")?;
-    eprintln!("easyio: {} unmounted cleanly", a.image.display());
+    eprintln!("easyio: {} unmounted cleanly", image.display());
     Ok(())
 }
 

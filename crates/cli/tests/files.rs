@@ -288,17 +288,49 @@ fn the_image_may_be_given_before_the_command() {
     assert_eq!(easyio(&["--image", image, "ls", "/"], None), listed);
     assert_eq!(easyio(&["ls", "--image", image, "/"], None), listed);
     assert_eq!(easyio(&[&format!("--image={image}"), "ls"], None), listed);
-    // The option given before the command wins over the environment; one given after
-    // the command wins over both.
+    // The command line wins over the environment; two ways that name different
+    // images are a usage error that names both (the same image twice is fine).
     assert_eq!(easyio(&["--image", image, "ls"], Some(&other)), listed);
-    let after = ["--image", &other, "ls", "--image", image];
-    assert_eq!(easyio(&after, Some(&other)), listed);
-    // Without an image, and before a command that takes none: usage errors.
+    let twice = easyio(&["--image", &other, "ls", "--image", image], None);
+    assert_eq!(twice.0, Some(64), "{twice:?}");
+    assert!(twice.2.contains("two images given"), "{twice:?}");
+    assert!(
+        twice.2.contains(&other) && twice.2.contains(image),
+        "{twice:?}"
+    );
+    assert_eq!(
+        easyio(&["--image", image, "ls", "--image", image], None),
+        listed
+    );
+    // mkfs, fsck and info also take the image as their argument, alone or beside an
+    // --image that agrees.
+    let checked = easyio(&["fsck", image], Some(&other));
+    assert_eq!(checked.0, Some(0), "{checked:?}");
+    assert_eq!(easyio(&["--image", image, "fsck"], None).1, checked.1);
+    assert_eq!(easyio(&["--image", image, "info", image], None).0, Some(0));
+    let differ = easyio(&["--image", image, "fsck", &other], None);
+    assert_eq!(differ.0, Some(64), "{differ:?}");
+    assert!(differ.2.contains("the IMAGE argument"), "{differ:?}");
+    // Without an image, and before a command that opens none: usage errors.
     let none = easyio(&["ls", "/"], None);
     assert_eq!(none.0, Some(64), "{none:?}");
     assert!(none.2.contains("--image"), "{none:?}");
-    let mount = easyio(&["--image", image, "mount", image, "/mnt"], None);
+    let engines = easyio(&["--image", image, "engines"], None);
+    assert_eq!(engines.0, Some(64), "{engines:?}");
+    assert!(
+        engines.2.contains("`engines` opens no image"),
+        "{engines:?}"
+    );
+    // mount and serve take it either way too; two images are refused before any
+    // mount is tried, and so is a mount with no directory.
+    let mount = easyio(&["--image", image, "mount", &other, "/mnt"], None);
     assert_eq!(mount.0, Some(64), "{mount:?}");
-    assert!(mount.2.contains("`mount` takes none"), "{mount:?}");
+    assert!(mount.2.contains("two images given"), "{mount:?}");
+    let serve = easyio(&["serve", image, "--image", &other, "--socket", "/x"], None);
+    assert_eq!(serve.0, Some(64), "{serve:?}");
+    assert!(serve.2.contains("two images given"), "{serve:?}");
+    let nodir = easyio(&["--image", image, "mount"], None);
+    assert_eq!(nodir.0, Some(64), "{nodir:?}");
+    assert!(nodir.2.contains("no directory to mount on"), "{nodir:?}");
     assert!(!std::path::Path::new(&other).exists());
 }

@@ -749,9 +749,10 @@ fn bad_input_then_clean_unmounts_by_every_door() {
         "mount point",
     );
     one_line_error(&easyio(&["mount", img, img]), 20, "Not a directory");
-    // The detached server: up when `mount` returns, gone when `umount` returns.
+    // The detached server: up when `mount` returns, gone when `umount` returns (the
+    // image given before the command, as every command that opens one takes it).
     let log = s.0.join("server.log");
-    let out = easyio(&["mount", img, mps, "--log", log.to_str().unwrap()]);
+    let out = easyio(&["--image", img, "mount", mps, "--log", log.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),

@@ -73,28 +73,35 @@ impl LookupCounts {
     }
 }
 
+/// The attributes of an empty file or directory `ino` of this kind, for the tests of
+/// the crate's rooms.
+#[cfg(test)]
+pub(crate) fn test_stat(ino: u64, kind: fs::FileKind) -> Stat {
+    Stat {
+        ino,
+        generation: 1,
+        kind,
+        mode: 0o644,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        blocks: 0,
+        blksize: 4096,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn lookups_keep_names_of_files_and_say_which_is_first() {
-        let st = |ino, kind| Stat {
-            ino,
-            generation: 1,
-            kind,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            blocks: 0,
-            blksize: 4096,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-        };
+        let st = test_stat;
         let l = LookupCounts::default();
         assert!(l.add(&st(5, fs::FileKind::File), 1, "a"));
         assert!(!l.add(&st(5, fs::FileKind::File), 1, "a"));

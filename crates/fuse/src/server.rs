@@ -325,22 +325,7 @@ mod tests {
 
     #[test]
     fn a_directory_first_given_has_its_attributes_for_no_time() {
-        let st = |ino, kind| Stat {
-            ino,
-            generation: 1,
-            kind,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            blocks: 0,
-            blksize: 4096,
-            atime_ns: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-        };
+        let st = crate::lookups::test_stat;
         let dir = st(6, fs::FileKind::Dir);
         let ttl = Duration::from_secs(10);
         assert_eq!(Server::entry_attr_ttl(&dir, true, ttl), Duration::ZERO);

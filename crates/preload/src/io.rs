@@ -35,7 +35,7 @@ fn offset(off: off_t) -> Result<u64, i32> {
 fn easy_read(kfd: c_int, p: *mut c_void, n: size_t, off: Option<off_t>) -> Answer<ssize_t> {
     fd_call(kfd, |d, l| {
         let off = off.map(offset).transpose()?;
-        read_at(l, d.fd, buf_mut(p, n), off)
+        read_at(l, d.fd, &mut buf_mut(p, n), off)
             .map(|k| crate::mmap::read_done(kfd, p, k, off) as ssize_t)
     })
 }
@@ -43,7 +43,7 @@ fn easy_read(kfd: c_int, p: *mut c_void, n: size_t, off: Option<off_t>) -> Answe
 fn easy_write(kfd: c_int, p: *const c_void, n: size_t, off: Option<off_t>) -> Answer<ssize_t> {
     fd_call(kfd, |d, l| {
         let off = off.map(offset).transpose()?;
-        write_at(l, d.fd, buf(p, n), off)
+        write_at(l, d.fd, &buf(p, n), off)
             .map(|k| crate::mmap::write_done(kfd, p, k, off) as ssize_t)
     })
 }
@@ -58,7 +58,7 @@ fn easy_readv(kfd: c_int, iov: *const iovec, cnt: c_int, off: Option<off_t>) -> 
         let n = read_at(l, d.fd, &mut stage, off)?;
         let n = crate::mmap::read_done(kfd, stage.as_mut_ptr().cast(), n, off);
         let mut rest = &stage[..n];
-        for i in v {
+        for i in v.iter() {
             let k = rest.len().min(i.iov_len);
             buf_mut(i.iov_base, k).copy_from_slice(&rest[..k]);
             rest = &rest[k..];
@@ -73,8 +73,8 @@ fn easy_writev(kfd: c_int, iov: *const iovec, cnt: c_int, off: Option<off_t>) ->
         let v = iovecs(iov, cnt)?;
         let off = off.map(offset).transpose()?;
         let mut stage = Vec::with_capacity(v.iter().map(|i| i.iov_len).sum());
-        for i in v {
-            stage.extend_from_slice(buf(i.iov_base, i.iov_len));
+        for i in v.iter() {
+            stage.extend_from_slice(&buf(i.iov_base, i.iov_len));
         }
         write_at(l, d.fd, &stage, off)
             .map(|n| crate::mmap::write_done(kfd, stage.as_ptr().cast(), n, off) as ssize_t)

@@ -56,6 +56,13 @@ use object::{page, round_up, Key, Object, CHUNK};
 use shm::{open_object, release};
 use state::{key_of, object_of, remember, Entry, Piece, MAPPED, OBJECTS, OPS, STATE};
 
+/// Whether `[a, a + n)` meets a shared mapping of the shim's (one load while the
+/// process maps none): memory other processes store into at any time, which the shim
+/// reaches only through raw-pointer copies and system calls.
+pub(crate) fn shared(a: usize, n: usize) -> bool {
+    MAPPED.load(Ordering::Relaxed) != 0 && STATE.lock().overlaps(a, a.saturating_add(n))
+}
+
 // ---- mmap ----
 
 /// `mmap` of easyio descriptor `fd` (or, with `MAP_FIXED`, over a mapping of the
@@ -103,8 +110,8 @@ fn map_private(
     if p == libc::MAP_FAILED {
         return Err(errno());
     }
-    let dst = buf_mut(p, len);
-    let filled = file_read(&l, d, dst, off as u64).and_then(|got| {
+    let mut dst = buf_mut(p, len);
+    let filled = file_read(&l, d, &mut dst, off as u64).and_then(|got| {
         if OBJECTS.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
@@ -339,7 +346,7 @@ pub(crate) fn read_done(kfd: c_int, p: *mut c_void, n: usize, off: Option<u64>) 
     }
     if let Some((d, obj)) = object_of(kfd) {
         if let Ok(at) = start_of(&d, off, n) {
-            let _ = obj.overlay(buf_mut(p, n), at);
+            let _ = obj.overlay(&mut buf_mut(p, n), at);
         }
     }
     n
@@ -362,7 +369,7 @@ pub(crate) fn write_done(kfd: c_int, p: *const c_void, n: usize, off: Option<u64
                 if at > size {
                     grow(&obj, &l, &od, at)?;
                 }
-                obj.write(buf(p, n), at)
+                obj.write(&buf(p, n), at)
             })
         })();
     }

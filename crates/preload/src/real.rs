@@ -1,7 +1,10 @@
 //! The real libc functions, found once with `dlsym(RTLD_NEXT, ...)`, errno, and
 //! stderr written with libc's own `write`.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use easyio_serve::shared::Place;
 
 /// The next definition of C function `$name` (libc's) with C type `fn($t..) -> $r`,
 /// resolved on first use and kept.
@@ -87,42 +90,55 @@ macro_rules! libc_call {
 }
 pub(crate) use libc_call;
 
-/// The program's buffer of `n` bytes at `p` (empty when `n` is 0).
-pub(crate) fn buf<'a>(p: *const libc::c_void, n: usize) -> &'a [u8] {
+/// The program's buffer of `n` bytes at `p` (empty when `n` is 0), to read: the
+/// program's memory itself, or a private copy made through raw pointers where it lies
+/// in a shared mapping of the shim's, which other processes may store into at any
+/// time ([`crate::mmap::shared`]).
+pub(crate) fn buf<'a>(p: *const libc::c_void, n: usize) -> Cow<'a, [u8]> {
     if n == 0 || p.is_null() {
-        return &[];
+        return Cow::Borrowed(&[]);
     }
+    let shared = crate::mmap::shared(p as usize, n);
     // SAFETY: a read or write call's contract: `p` points to `n` readable bytes that
-    // live for the call.
-    unsafe { std::slice::from_raw_parts(p.cast(), n) }
+    // live for the call, unchanged by the program's other threads; `shared` says
+    // whether another process may store into them (the shim's shared mappings are
+    // the only memory it shares).
+    unsafe { easyio_serve::shared::view(p.cast(), n, shared) }
 }
 
-/// The program's writable buffer of `n` bytes at `p` (empty when `n` is 0).
-pub(crate) fn buf_mut<'a>(p: *mut libc::c_void, n: usize) -> &'a mut [u8] {
+/// The program's writable buffer of `n` bytes at `p` (empty when `n` is 0): its
+/// memory itself, or a private copy copied back when dropped where it lies in a
+/// shared mapping of the shim's (as [`buf`]).
+pub(crate) fn buf_mut<'a>(p: *mut libc::c_void, n: usize) -> Place<'a, u8> {
     if n == 0 || p.is_null() {
-        return &mut [];
+        return Place::Own(&mut []);
     }
+    let shared = crate::mmap::shared(p as usize, n);
     // SAFETY: a read call's contract: `p` points to `n` writable bytes that live for
-    // the call and nothing else reads them meanwhile.
-    unsafe { std::slice::from_raw_parts_mut(p.cast(), n) }
+    // the call and that the program's other threads do not touch meanwhile;
+    // `shared` as in `buf`.
+    unsafe { Place::new(p.cast(), n, shared) }
 }
 
 /// The program's `iovec` array.
 pub(crate) fn iovecs<'a>(
     iov: *const libc::iovec,
     n: libc::c_int,
-) -> Result<&'a [libc::iovec], i32> {
+) -> Result<Cow<'a, [libc::iovec]>, i32> {
     if !(0..=libc::UIO_MAXIOV).contains(&n) {
         return Err(libc::EINVAL);
     }
     if n == 0 {
-        return Ok(&[]);
+        return Ok(Cow::Borrowed(&[]));
     }
     if iov.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: a vector call's contract: `iov` points to `n` iovecs.
-    Ok(unsafe { std::slice::from_raw_parts(iov, n as usize) })
+    let n = n as usize;
+    let shared = crate::mmap::shared(iov as usize, n * std::mem::size_of::<libc::iovec>());
+    // SAFETY: a vector call's contract: `iov` points to `n` iovecs; `shared` as in
+    // `buf`.
+    Ok(unsafe { easyio_serve::shared::view(iov, n, shared) })
 }
 
 /// Writes `v` to the program's `*out`.

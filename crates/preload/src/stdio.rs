@@ -198,7 +198,7 @@ extern "C" fn std_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
     std_io(
         || {
             crate::call::fd_call(fd, |d, l| {
-                crate::io::read_at(l, d.fd, crate::real::buf_mut(buf.cast(), n), None)
+                crate::io::read_at(l, d.fd, &mut crate::real::buf_mut(buf.cast(), n), None)
             })
         },
         || crate::real::libc_call!(read: fn(c_int, *mut c_void, size_t) -> ssize_t, fd, buf.cast(), n),
@@ -211,7 +211,7 @@ extern "C" fn std_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_
     std_io(
         || {
             crate::call::fd_call(fd, |d, l| {
-                crate::io::write_at(l, d.fd, crate::real::buf(buf.cast(), n), None)
+                crate::io::write_at(l, d.fd, &crate::real::buf(buf.cast(), n), None)
             })
         },
         || crate::real::libc_call!(write: fn(c_int, *const c_void, size_t) -> ssize_t, fd, buf.cast(), n),

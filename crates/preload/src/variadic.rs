@@ -142,7 +142,7 @@ fn dents(kfd: c_int, out: *mut c_void, n: size_t, old: bool) -> Answer<ssize_t> 
     fd_call(kfd, |d, l| {
         let pos = l.fs.lseek(d.fd, 0, Whence::Cur).map_err(errno_of)?;
         let batch = l.fs.readdir_fd(d.fd, pos).map_err(errno_of)?;
-        let out = buf_mut(out, n);
+        let mut out = buf_mut(out, n);
         let (mut used, mut last) = (0, pos);
         for e in &batch {
             let rec = record(e, old);

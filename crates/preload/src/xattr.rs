@@ -42,7 +42,7 @@ fn get(
         Err(e) => return by_path(path, |_, _| Ok(())).map(|_| Err(e)),
     };
     by_path(path, |s, p| {
-        let b = buf_mut(v, size);
+        let b = &mut buf_mut(v, size);
         if follow {
             s.getxattr(p, nm, b)
         } else {
@@ -65,7 +65,7 @@ fn set(
         Err(e) => return by_path(path, |_, _| Ok(())).map(|_| Err(e)),
     };
     by_path(path, |s, p| {
-        let b = buf(v, size);
+        let b = &buf(v, size);
         if follow {
             s.setxattr(p, nm, b, flags)
         } else {
@@ -77,7 +77,7 @@ fn set(
 
 fn list(path: *const c_char, out: *mut c_char, size: size_t, follow: bool) -> Answer<ssize_t> {
     by_path(path, |s, p| {
-        let b = buf_mut(out.cast(), size);
+        let b = &mut buf_mut(out.cast(), size);
         if follow {
             s.listxattr(p, b)
         } else {
@@ -106,17 +106,17 @@ export! {
     fn getxattr(p: *const c_char, n: *const c_char, v: *mut c_void, size: size_t) -> ssize_t { get(p, n, v, size, true) }
     fn lgetxattr(p: *const c_char, n: *const c_char, v: *mut c_void, size: size_t) -> ssize_t { get(p, n, v, size, false) }
     fn fgetxattr(fd: c_int, n: *const c_char, v: *mut c_void, size: size_t) -> ssize_t {
-        fd_call(fd, |d, l| crate::call::session(l).fgetxattr(d.fd, name(n)?, buf_mut(v, size)).map(|n| n as ssize_t).map_err(errno_of))
+        fd_call(fd, |d, l| crate::call::session(l).fgetxattr(d.fd, name(n)?, &mut buf_mut(v, size)).map(|n| n as ssize_t).map_err(errno_of))
     }
     fn setxattr(p: *const c_char, n: *const c_char, v: *const c_void, size: size_t, f: c_int) -> c_int { set(p, n, v, size, f, true) }
     fn lsetxattr(p: *const c_char, n: *const c_char, v: *const c_void, size: size_t, f: c_int) -> c_int { set(p, n, v, size, f, false) }
     fn fsetxattr(fd: c_int, n: *const c_char, v: *const c_void, size: size_t, f: c_int) -> c_int {
-        fd_call(fd, |d, l| crate::call::session(l).fsetxattr(d.fd, name(n)?, buf(v, size), f).map(|_| 0).map_err(errno_of))
+        fd_call(fd, |d, l| crate::call::session(l).fsetxattr(d.fd, name(n)?, &buf(v, size), f).map(|_| 0).map_err(errno_of))
     }
     fn listxattr(p: *const c_char, out: *mut c_char, size: size_t) -> ssize_t { list(p, out, size, true) }
     fn llistxattr(p: *const c_char, out: *mut c_char, size: size_t) -> ssize_t { list(p, out, size, false) }
     fn flistxattr(fd: c_int, out: *mut c_char, size: size_t) -> ssize_t {
-        fd_call(fd, |d, l| crate::call::session(l).flistxattr(d.fd, buf_mut(out.cast(), size)).map(|n| n as ssize_t).map_err(errno_of))
+        fd_call(fd, |d, l| crate::call::session(l).flistxattr(d.fd, &mut buf_mut(out.cast(), size)).map(|n| n as ssize_t).map_err(errno_of))
     }
     fn removexattr(p: *const c_char, n: *const c_char) -> c_int { remove(p, n, true) }
     fn lremovexattr(p: *const c_char, n: *const c_char) -> c_int { remove(p, n, false) }

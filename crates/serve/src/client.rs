@@ -541,9 +541,6 @@ impl Client {
     }
 
     fn pread_requested(&self, fd: u32, buf: &mut [u8], off: u64) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
-            return self.staged_read(fd, at, buf.len(), Some(off));
-        }
         let mut done = 0;
         while done < buf.len() {
             let len = (buf.len() - done).min(MAX_IO) as u32;
@@ -560,9 +557,6 @@ impl Client {
 
     /// `read` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn read(&self, fd: u32, buf: &mut [u8]) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_mut_ptr(), buf.len()) {
-            return self.staged_read(fd, at, buf.len(), None);
-        }
         let len = buf.len().min(MAX_IO) as u32;
         let data = self.data(Request::Read { fd, len })?;
         buf[..data.len()].copy_from_slice(&data);
@@ -578,9 +572,6 @@ impl Client {
 
     /// `pwrite` of all of `buf` at `off` (in requests of at most [`MAX_IO`] bytes).
     pub fn pwrite(&self, fd: u32, buf: &[u8], off: u64) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
-            return self.staged_write(fd, at, buf.len(), Some(off));
-        }
         let mut done = 0;
         for piece in buf.chunks(MAX_IO) {
             let off = off + done as u64;
@@ -595,9 +586,6 @@ impl Client {
 
     /// `write` at the descriptor's position (at most [`MAX_IO`] bytes a call).
     pub fn write(&self, fd: u32, buf: &[u8]) -> Result<usize> {
-        if let Some(at) = self.staged(buf.as_ptr(), buf.len()) {
-            return self.staged_write(fd, at, buf.len(), None);
-        }
         let data = buf[..buf.len().min(MAX_IO)].into();
         Ok(self.count(Request::Write { fd, data })? as usize)
     }

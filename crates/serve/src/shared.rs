@@ -14,7 +14,14 @@
 //!   it as it checks any input;
 //! - by atomic 64-bit words ([`SharedBytes::word`]), for the headers both sides
 //!   look at (states, lengths, epochs, versions).
+//!
+//! A program's buffer given by a C pointer (to the C library or the preload shim)
+//! may lie in such memory too: a staging buffer the program was given, or a shared
+//! mapping of the shim's. [`view`] and [`Place`] turn such a pointer into bytes: a
+//! slice where the caller's own table says no other process stores into them, a
+//! private copy made through raw pointers where one may.
 
+use std::borrow::Cow;
 use std::io;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
@@ -208,6 +215,102 @@ impl postcard::ser_flavors::Flavor for Encoder<'_> {
 
     fn finalize(self) -> postcard::Result<usize> {
         Ok(self.at - self.start)
+    }
+}
+
+/// A program's `n` items at `p` (given by a C pointer, not NULL, `n` > 0), to read: a
+/// slice of them, or, where they lie in memory another process may store into
+/// (`shared`, as the caller found by its own table: [`crate::staging::overlaps`] for
+/// staging buffers), a private copy made through raw pointers. For the crates with a
+/// C face, whose callers' pointers may point into such memory.
+///
+/// # Safety
+/// `p` points to `n` readable items that live for the call, unchanged by the
+/// program's other threads (what a C call asks of its buffers); and where `shared`
+/// is false, nothing outside the program stores into them during the call.
+pub unsafe fn view<'a, T: Copy>(p: *const T, n: usize, shared: bool) -> Cow<'a, [T]> {
+    if shared {
+        let mut own = Vec::with_capacity(n);
+        // SAFETY: `p` points to `n` readable items (the caller's contract), read
+        // through a raw pointer only; `own` has room for them, all written before
+        // `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, own.as_mut_ptr(), n);
+            own.set_len(n);
+        }
+        return Cow::Owned(own);
+    }
+    // SAFETY: the caller's contract: readable, and stored into by nothing while the
+    // slice lives (not shared).
+    Cow::Borrowed(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// A program's items that a call writes into (given by a C pointer): a slice of them
+/// where nothing outside the program stores into them, a private copy where they lie
+/// in memory another process may store into, copied back through raw pointers when
+/// this is dropped (all of it: items the call did not write keep what they held when
+/// the copy was made, as a copy torn by the other process's stores may).
+pub enum Place<'a, T: Copy> {
+    /// The program's own memory.
+    Own(&'a mut [T]),
+    /// A copy of shared memory, and where it goes back.
+    Copied(Vec<T>, *mut T),
+}
+
+impl<'a, T: Copy> Place<'a, T> {
+    /// `n` items at `p` (not NULL, `n` > 0); `shared` as for [`view`].
+    ///
+    /// # Safety
+    /// `p` points to `n` writable items that live for the call and that the
+    /// program's other threads do not touch during it; and where `shared` is false,
+    /// nothing outside the program touches them during the call either.
+    pub unsafe fn new(p: *mut T, n: usize, shared: bool) -> Place<'a, T> {
+        if shared {
+            // SAFETY: as in `view`; the copy goes back in `drop`.
+            let own = unsafe { view(p, n, true) }.into_owned();
+            return Place::Copied(own, p);
+        }
+        // SAFETY: the caller's contract: writable, and touched by nothing else while
+        // the slice lives (not shared).
+        Place::Own(unsafe { std::slice::from_raw_parts_mut(p, n) })
+    }
+
+    /// The program's own memory, for a call that keeps it past this value's life (a
+    /// submitted read); the place itself back when it is a copy of shared memory.
+    pub fn into_own(mut self) -> std::result::Result<&'a mut [T], Self> {
+        match &mut self {
+            Place::Own(s) => Ok(std::mem::take(s)),
+            Place::Copied(..) => Err(self),
+        }
+    }
+}
+
+impl<T: Copy> std::ops::Deref for Place<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Place::Own(s) => s,
+            Place::Copied(v, _) => v,
+        }
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for Place<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Place::Own(s) => s,
+            Place::Copied(v, _) => v,
+        }
+    }
+}
+
+impl<T: Copy> Drop for Place<'_, T> {
+    fn drop(&mut self) {
+        if let Place::Copied(v, p) = self {
+            // SAFETY: `p` points to `v.len()` writable items for the call (`new`'s
+            // contract), written through a raw pointer only.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), *p, v.len()) };
+        }
     }
 }
 

@@ -16,6 +16,9 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::RwLock;
 
 use crate::shared::SharedBytes;
 
@@ -30,6 +33,24 @@ pub const SERVER_BYTES: u64 = 2 << 30;
 /// The most staging buffers all connections of a server hold at once (each is a
 /// mapping of the server's).
 pub const SERVER_COUNT: u64 = 1024;
+
+/// Where this process maps staging buffers, `[start, end)` each: every buffer from
+/// its mapping to its drop.
+static MAPPED: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+/// Entries of [`MAPPED`]: while 0, [`overlaps`] costs one load.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `[ptr, ptr + len)` meets a staging buffer this process maps (any
+/// connection's). A caller that hands out no reference to such bytes (the C ABI,
+/// given a program's pointer) asks this first: memory another process may store into
+/// is reached only by copies ([`crate::shared`]).
+pub fn overlaps(ptr: *const u8, len: usize) -> bool {
+    if len == 0 || COUNT.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let (a, b) = (ptr as usize, (ptr as usize).saturating_add(len));
+    MAPPED.read().iter().any(|&(s, e)| s < b && a < e)
+}
 
 /// A mapped staging buffer. Its bytes are the client's as much as the server's: they
 /// are reached only by copies ([`crate::shared`]).
@@ -58,10 +79,12 @@ impl Buffer {
 
     /// Maps `len` bytes of the buffer `fd` read-write (the client's side).
     pub fn map(fd: &impl AsFd, len: usize) -> io::Result<Buffer> {
-        Ok(Buffer {
-            bytes: SharedBytes::map(fd, len, true)?,
-            fd: None,
-        })
+        let bytes = SharedBytes::map(fd, len, true)?;
+        let at = bytes.as_ptr() as usize;
+        let mut mapped = MAPPED.write();
+        mapped.push((at, at + bytes.len()));
+        COUNT.store(mapped.len(), Ordering::Release);
+        Ok(Buffer { bytes, fd: None })
     }
 
     /// Bytes of the buffer.
@@ -126,6 +149,12 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        {
+            let at = self.as_ptr() as usize;
+            let mut mapped = MAPPED.write();
+            mapped.retain(|&(s, _)| s != at);
+            COUNT.store(mapped.len(), Ordering::Release);
+        }
         if let Some(fd) = &self.fd {
             // The client may keep its mapping: it then reads zeros, and pages it
             // writes again are its own.
@@ -184,5 +213,22 @@ mod tests {
         assert_eq!(b.offset_of(b.as_ptr().wrapping_sub(1), 1), None);
         assert!(Buffer::create(0).is_err());
         assert!(Buffer::create(MAX_BYTES + 1).is_err());
+    }
+
+    #[test]
+    fn overlaps_knows_every_mapped_buffer() {
+        let (b, fd) = Buffer::create(4096).unwrap();
+        let client = Buffer::map(&fd, b.len()).unwrap();
+        for m in [&b, &client] {
+            let p = m.as_ptr();
+            assert!(overlaps(p, 1));
+            assert!(overlaps(p.wrapping_add(4095), 100));
+            assert!(overlaps(p.wrapping_sub(10), 11));
+            assert!(!overlaps(p, 0));
+        }
+        let own = [0u8; 64];
+        assert!(!overlaps(own.as_ptr(), own.len()));
+        drop(client);
+        assert!(overlaps(b.as_ptr(), 1));
     }
 }

@@ -316,6 +316,16 @@ static void buffers(struct log *l, const struct ops *o) {
     memset(b, 0, N);
     CALL("pread after submitted writes", o->pread(fd, b, N, 0));
     note(l, "%s%lld %lld %lld", "", sum(b, N), b[2], b[N - 1]);
+    /* The other calls given such a buffer (through a server: copied, never referred to). */
+    struct iovec v[2] = {{b, 10}, {b + 5000, 20}};
+    CALL("writev from a buffer", o->writev(fd, v, 2));
+    CALL("lseek SET 0", o->lseek(fd, 0, SEEK_SET));
+    memset(b, 0, N);
+    CALL("readv into a buffer", o->readv(fd, v, 2));
+    note(l, "%s%lld %lld %lld", "", sum(b, 10), sum(b + 5000, 20), 0);
+    struct stat *st = (struct stat *)(b + 8192);
+    CALL("fstat into a buffer", o->fstat(fd, st));
+    note(l, "%s%lld %lld %lld", "", (long long)st->st_size, 0, 0);
     CALL("close big", o->close(fd));
     CALL("unlink big", o->unlink("big"));
     CALL("free the buffer", o->unbuffer(b));

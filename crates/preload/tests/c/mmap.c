@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -118,6 +119,19 @@ static void basic(const char *dir) {
         die("two maps");
     p[7] = 'x';
     printf("second map sees the first: %d\n", q[7] == 'x');
+    /* A write from a shared mapping to another file, a read back into it, and a
+     * vector write from it (the shim copies such memory, which other processes may
+     * store into, and refers to it never). */
+    char other[4096];
+    snprintf(other, sizeof other, "%s/g", dir);
+    int g = open(other, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    printf("write from a mapping: %zd\n", write(g, p, 64));
+    struct iovec v[2] = {{p + 7, 3}, {q + 100, 5}};
+    printf("writev from a mapping: %zd\n", writev(g, v, 2));
+    printf("pread into a mapping: %zd\n", pread(g, p + 200, 72, 0));
+    printf("mapping holds what was read: %d\n", same(p + 200, p, 64) && p[264] == 'x' &&
+                                                      same(p + 267, (unsigned char *)"HELLO", 5));
+    close(g);
     /* A private map is a copy of what the file holds now: its stores stay in it. */
     unsigned char *r = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (r == MAP_FAILED)

@@ -1,8 +1,9 @@
 //! Staging buffers on the client's side (see the crate's `staging` module): shared
 //! memory the server copies from when the client writes and into when it reads, so
 //! that the data makes no trip through the mailbox. A [`StagingBuf`] has data calls
-//! of its own; the client's data calls also recognise a buffer of the C ABI's
-//! ([`Client::map_staging`]) that lies inside one.
+//! of its own; a buffer of the C ABI's ([`Client::map_staging`]) has the data calls
+//! that take its address ([`Client::write_staged_at`], [`Client::read_staged_at`],
+//! [`Client::submit_staged_at`]), which never make a reference to its bytes.
 
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -157,10 +158,9 @@ impl Drop for StagingBuf<'_> {
 
 impl Client {
     /// A staging buffer of at least `len` bytes (at most 64 MiB; 16 buffers and
-    /// 256 MiB a connection, and what the server allows in all): [`Client::pwrite`],
-    /// [`Client::write`], [`Client::pread`] and [`Client::read`] of a buffer inside it
-    /// make no copy through the mailbox. Like any shared mapping, it is shared with
-    /// the children this process forks.
+    /// 256 MiB a connection, and what the server allows in all): its data calls make
+    /// no copy through the mailbox. Like any shared mapping, it is shared with the
+    /// children this process forks.
     pub fn staging_buffer(&self, len: usize) -> Result<StagingBuf<'_>> {
         let (id, buffer) = self.new_staging(len)?;
         Ok(StagingBuf {
@@ -172,7 +172,10 @@ impl Client {
 
     /// [`Client::staging_buffer`] for a caller that keeps the buffer itself (the C
     /// ABI): where it starts and how long it is (at least `len`). It stays mapped
-    /// until [`Client::release_staging`] or the end of the client.
+    /// until [`Client::release_staging`] or the end of the client. Its bytes are
+    /// shared with the server: reach them through raw pointers only, and move them
+    /// with the data calls that take an address ([`Client::write_staged_at`] and the
+    /// others); [`crate::staging::overlaps`] tells such an address from others.
     pub fn map_staging(&self, len: usize) -> Result<(NonNull<u8>, usize)> {
         self.new_staging(len).map(|(_, b)| (b.ptr(), b.len()))
     }
@@ -260,6 +263,53 @@ impl Client {
             self.staged_calls.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    /// `pwrite` (at `off`) or `write` (`None`: at the position) of the `len` bytes at
+    /// `ptr`, when they lie inside a staging buffer of this client's
+    /// ([`Client::map_staging`], the C ABI's): the server copies them out of the
+    /// buffer, and this process does not touch them. `None`, and nothing done, when
+    /// they do not lie inside one: they are then the caller's own memory, for
+    /// [`Client::pwrite`].
+    pub fn write_staged_at(
+        &self,
+        fd: u32,
+        ptr: *const u8,
+        len: usize,
+        off: Option<u64>,
+    ) -> Option<Result<usize>> {
+        let at = self.staged(ptr, len)?;
+        Some(self.staged_write(fd, at, len, off))
+    }
+
+    /// `pread` (from `off`) or `read` (`None`: from the position) of up to `len`
+    /// bytes into `ptr`, when they lie inside a staging buffer of this client's: the
+    /// server stores them there before this returns, and this process does not touch
+    /// them. `None`, and nothing done, when they do not lie inside one.
+    pub fn read_staged_at(
+        &self,
+        fd: u32,
+        ptr: *mut u8,
+        len: usize,
+        off: Option<u64>,
+    ) -> Option<Result<usize>> {
+        let at = self.staged(ptr, len)?;
+        Some(self.staged_read(fd, at, len, off))
+    }
+
+    /// [`Client::submit_pwrite`] of the `len` bytes at `ptr`, when they lie inside a
+    /// staging buffer of this client's: the server's copy goes on after this returns,
+    /// and the caller keeps the bytes unchanged until the write is waited for. `None`,
+    /// and nothing done, when they do not lie inside one.
+    pub fn submit_staged_at<'b>(
+        &self,
+        fd: u32,
+        ptr: *const u8,
+        len: usize,
+        off: u64,
+    ) -> Option<Result<Submitted<'_, 'b>>> {
+        let at = self.staged(ptr, len)?;
+        Some(self.submit_staged(fd, at, len, off))
     }
 
     /// A write of `len` bytes at `at` in staging buffer `id`, at `off` or (`None`)

@@ -45,18 +45,13 @@ pub struct Submitted<'c, 'b> {
 
 impl Client {
     /// Starts writing `buf` at `off` of descriptor `fd` (at the end on an appending
-    /// descriptor), as `pwrite`, and returns once the write is committed: a read
-    /// from then on sees it. When `buf` lies inside a staging buffer of the C ABI
-    /// ([`Client::map_staging`]; in Rust, [`super::StagingBuf::submit_pwrite`]) of a
-    /// client that maps the image, the copy goes
-    /// on after this returns and the caller computes meanwhile; the data is durable
-    /// once [`Submitted::is_done`] says so or [`Submitted::wait`] returns. Any other
-    /// buffer is written before this returns.
+    /// descriptor), as `pwrite`. A buffer of this process's memory is written before
+    /// this returns; the copy goes on after it returns only from a staging buffer
+    /// ([`super::StagingBuf::submit_pwrite`], or for the C ABI's
+    /// [`Client::submit_staged_at`]), with the data durable once [`Submitted::is_done`]
+    /// says so or [`Submitted::wait`] returns.
     pub fn submit_pwrite<'b>(&self, fd: u32, buf: &'b [u8], off: u64) -> Result<Submitted<'_, 'b>> {
-        match self.staged(buf.as_ptr(), buf.len()) {
-            Some(at) => self.submit_staged(fd, at, buf.len(), off),
-            None => Ok(self.submitted(0, self.pwrite(fd, buf, off)?)),
-        }
+        Ok(self.submitted(0, self.pwrite(fd, buf, off)?))
     }
 
     /// A submitted write of `len` bytes at `at` in staging buffer `id`.

@@ -130,14 +130,14 @@ impl Conn<'_> {
                 at,
                 len,
                 off,
-            } => Answer::Count(self.write_staged(fd, id, at, len, off)? as u64),
+            } => Answer::Count(self.write_staged((fd, id, at, len, off))? as u64),
             Request::ReadStaged {
                 fd,
                 id,
                 at,
                 len,
                 off,
-            } => Answer::Count(self.read_staged(fd, id, at, len, off)? as u64),
+            } => Answer::Count(self.read_staged((fd, id, at, len, off))? as u64),
             Request::SubmitStaged {
                 fd,
                 id,

@@ -10,6 +10,10 @@ use crate::wire::Answer;
 #[cfg(doc)]
 use crate::wire::Request;
 
+/// A staged read or write as the request says it: descriptor, buffer, offset and
+/// length in the buffer, and the file offset (`None`: the descriptor's position).
+pub(super) type Staged = (u32, u32, u64, u64, Option<u64>);
+
 /// The largest scratch buffer kept between staged calls, bytes.
 const SCRATCH_KEPT: usize = 1 << 20;
 
@@ -82,14 +86,7 @@ impl Conn<'_> {
 
     /// A write from staging buffer `id`, as [`Request::WriteStaged`] says; `EFAULT`
     /// for bytes outside the buffer.
-    pub(super) fn write_staged(
-        &mut self,
-        fd: u32,
-        id: u32,
-        at: u64,
-        len: u64,
-        off: Option<u64>,
-    ) -> fs::Result<usize> {
+    pub(super) fn write_staged(&mut self, (fd, id, at, len, off): Staged) -> fs::Result<usize> {
         let (fd, o) = self.own(fd)?;
         let fs = self.fs;
         // The bytes are copied out of the shared buffer first: the client may change
@@ -201,14 +198,7 @@ impl Conn<'_> {
 
     /// A read into staging buffer `id`, as [`Request::ReadStaged`] says; `EFAULT` for
     /// bytes outside the buffer.
-    pub(super) fn read_staged(
-        &mut self,
-        fd: u32,
-        id: u32,
-        at: u64,
-        len: u64,
-        off: Option<u64>,
-    ) -> fs::Result<usize> {
+    pub(super) fn read_staged(&mut self, (fd, id, at, len, off): Staged) -> fs::Result<usize> {
         let (fd, o) = self.own(fd)?;
         if !self.staging(id)?.holds(at, len) {
             return Err(fs::Error::Errno(libc::EFAULT));
