@@ -58,8 +58,10 @@ const PAYLOAD_OFFSET: usize = 2 * PAGE;
 /// The page size the buffers are laid out by (the kernel's on every Linux this runs on
 /// is at most this, and the buffers need no more alignment than a page).
 const PAGE: usize = 4096;
-/// Payloads up to this size are copied beside the request's headers.
-const SMALL_PAYLOAD: usize = 16 * 1024;
+/// Payloads up to this size (names, short values) are copied beside the request's
+/// headers; a write of a page or more is read in place (copying a 4 KiB write's data
+/// cost its round trip about 0.4 µs more than holding its reply).
+const SMALL_PAYLOAD: usize = PAGE - 1;
 /// `user_data` of the read of the queue's eventfd, which completes when another
 /// thread wakes the queue's (a reply to submit, or the transport stopping).
 const WAKE: u64 = u64::MAX;
