@@ -4,12 +4,14 @@
 //! back from the same buffers with the command that also waits for the next request.
 //!
 //! Each queue is an io_uring of 128-byte submission entries served by one thread
-//! pinned to the queue's CPU, the ring's only issuer (`IORING_SETUP_SINGLE_ISSUER`),
-//! which runs the ring's task work (the kernel's copy of a request into the entry)
-//! only when it waits for completions (`IORING_SETUP_DEFER_TASKRUN`): no signal-like
-//! interruption of the thread per request. A reply sent from another thread (a uthread
-//! handler's) is pushed there and the queue's thread woken through an eventfd to
-//! submit it. Each of its ring entries has a header buffer (the
+//! pinned to the queue's CPU. Where every reply is sent from that thread (handlers that
+//! answer before they return), it is the ring's only issuer
+//! (`IORING_SETUP_SINGLE_ISSUER`) and runs the ring's task work (the kernel's copy of a
+//! request into the entry) only when it waits for completions
+//! (`IORING_SETUP_DEFER_TASKRUN`): no signal-like interruption of the thread per
+//! request. Where replies come later from other threads (uthread handlers), those
+//! threads submit them themselves, as handing each to the queue's thread costs a
+//! wake-up more. Each of its ring entries has a header buffer (the
 //! request's `fuse_in_header`, its operation's own header, and the entry's
 //! `commit_id` and payload size) and a payload buffer (names and data), registered
 //! with `FUSE_IO_URING_CMD_REGISTER` on the `/dev/fuse` descriptor; a reply goes back
@@ -145,6 +147,8 @@ pub struct UringTransport {
     device: OwnedFd,
     max_payload: usize,
     depth: usize,
+    /// Replies are sent from other threads than the queues' (see [`Self::late_replies`]).
+    late_replies: bool,
     queues: Vec<Arc<Queue>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
 }
@@ -159,9 +163,18 @@ impl UringTransport {
             device,
             max_payload,
             depth: depth.max(1),
+            late_replies: false,
             queues: Vec::new(),
             threads: Vec::new(),
         }
+    }
+
+    /// Says whether handlers reply after they return, from other threads (uthread
+    /// handlers): then those threads submit their replies, and the queues' threads are
+    /// not their rings' only issuers.
+    pub fn late_replies(mut self, late: bool) -> UringTransport {
+        self.late_replies = late;
+        self
     }
 
     /// Entries of each queue.
@@ -184,6 +197,7 @@ impl<FS: Filesystem> Transport<FS> for UringTransport {
                 self.device.as_raw_fd(),
                 self.depth,
                 self.max_payload,
+                !self.late_replies,
                 self.stats.clone(),
             )?);
             self.queues.push(q.clone());
@@ -251,6 +265,9 @@ struct Queue {
     entries: Box<[Entry]>,
     stopping: AtomicBool,
     stats: Arc<RingStats>,
+    /// The queue's thread is the ring's only issuer: replies from other threads are
+    /// handed to it (through `wake_fd`).
+    single_issuer: bool,
     /// Written by another thread to wake the queue's.
     wake_fd: OwnedFd,
     /// Where the ring's read of `wake_fd` puts the count (never looked at).
@@ -424,15 +441,19 @@ impl Queue {
         device: i32,
         depth: usize,
         max_payload: usize,
+        single_issuer: bool,
         stats: Arc<RingStats>,
     ) -> io::Result<Queue> {
-        // Enabled by the queue's thread, which becomes its only issuer.
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_cqsize(2 * depth as u32 + 2)
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_r_disabled()
-            .build(depth as u32 + 1)?;
+        let mut builder = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+        builder.setup_cqsize(2 * depth as u32 + 2);
+        if single_issuer {
+            // Enabled by the queue's thread, which becomes its only issuer.
+            builder
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_r_disabled();
+        }
+        let ring = builder.build(depth as u32 + 1)?;
         // Blocking: the ring's read of it waits (a non-blocking one would fail).
         let wake_fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
         let entries = (0..depth)
@@ -447,6 +468,7 @@ impl Queue {
             entries,
             stopping: AtomicBool::new(false),
             stats,
+            single_issuer,
             wake_fd,
             wake_count: AtomicU64::new(0),
         })
@@ -515,9 +537,13 @@ impl Queue {
         Ok(())
     }
 
-    /// Enables the ring from the queue's thread (its only issuer from then on).
+    /// Enables a ring of a single issuer from the queue's thread (its only issuer
+    /// from then on).
     fn enable(&self) -> io::Result<()> {
-        self.ring.submitter().register_enable_rings()
+        match self.single_issuer {
+            true => self.ring.submitter().register_enable_rings(),
+            false => Ok(()),
+        }
     }
 
     /// Pushes the read of the wake eventfd (not yet submitted).
@@ -683,11 +709,19 @@ impl Queue {
     }
 
     /// Commits the reply in entry `idx` and fetches the next request: submitted with
-    /// the next wait of the queue's thread, which another thread wakes for it.
+    /// the next wait of the queue's thread; from another thread, at once or, to a
+    /// single issuer's ring, by the queue's thread, woken for it.
     fn commit(&self, idx: usize, unique: u64) {
         self.push(idx, CMD_COMMIT_AND_FETCH, unique);
-        if !ON_QUEUE_THREAD.with(|q| q.get() == self as *const Queue as usize) {
-            self.wake();
+        if ON_QUEUE_THREAD.with(|q| q.get() == self as *const Queue as usize) {
+            return;
+        }
+        if self.single_issuer {
+            return self.wake();
+        }
+        let _g = self.submit.lock();
+        if let Err(e) = self.ring.submit() {
+            eprintln!("easyio: fuse ring {}: submitting a reply: {e}", self.qid);
         }
     }
 
