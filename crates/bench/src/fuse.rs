@@ -12,6 +12,7 @@
 //! | seqread   | `pread` 1 MiB after 1 MiB from its start, starting over at its end |
 //! | seqwrite  | `pwrite` 1 MiB after 1 MiB from its start, starting over at its end |
 //! | create    | create a file in one directory, write 4 KiB, close               |
+//! | roundtrip | `statx` of the directory, `AT_STATX_FORCE_SYNC`: one `getattr` request |
 //! | programs  | real programs (tar, cp, git, make, sqlite3, rm) timed beside tmpfs: [`programs`] |
 //!
 //! Every byte is checked: each 4 KiB block of the data file carries its block number
@@ -95,7 +96,7 @@ pub struct FuseArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "randread,randwrite,seqread,seqwrite,create"
+        default_value = "roundtrip,randread,randwrite,seqread,seqwrite,create"
     )]
     workload: Vec<Workload>,
     /// Who moves file data in the server (and in the library column).
@@ -480,6 +481,7 @@ fn compare(rows: &mut [Row]) -> Vec<Goal> {
     }
     rows.iter()
         .filter(|r| matches!(r.door, Door::EasyioFuse | Door::EasyioFuseUring))
+        .filter(|r| r.workload != Workload::Roundtrip)
         .filter_map(|r| {
             let asked = if r.workload.sequential() {
                 SEQ_TARGET
@@ -628,14 +630,22 @@ fn table(rows: &[Row]) -> String {
         .map(|r| {
             vec![
                 r.workload.name().to_string(),
-                report::size_label(r.io_size),
+                match r.io_size {
+                    0 => "-".to_string(),
+                    n => report::size_label(n),
+                },
                 r.door.name().to_string(),
                 format!("{:.0}", r.ops_per_s),
                 format!("{:.3}", r.gib_per_s),
                 format!("{:.1}", r.p50_us),
                 format!("{:.1}", r.p99_us),
-                format!("{:.2}", r.cpu_s_per_gib),
+                // Per GiB moved: nothing for a workload that moves no data.
+                match r.bytes {
+                    0 => String::new(),
+                    _ => format!("{:.2}", r.cpu_s_per_gib),
+                },
                 r.server_cpu_s
+                    .filter(|_| r.bytes > 0)
                     .map_or(String::new(), |s| format!("{:.2}", s / gib(r.bytes))),
                 r.vs_tmpfs.map_or(String::new(), |v| format!("{v:.2}x")),
                 r.first_pass_gib_per_s

@@ -234,6 +234,27 @@ impl Mount {
         Ok(())
     }
 
+    /// Asks for the attributes of the root (of easyio) or of the directory (of the
+    /// kernel's), with `AT_STATX_FORCE_SYNC`: a FUSE mount asks its server every time,
+    /// whatever it caches.
+    pub fn stat_uncached(&self) -> anyhow::Result<()> {
+        use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
+        match self {
+            Mount::Easyio(fs) => {
+                fs.getattr(fs::ROOT_INO)?;
+            }
+            Mount::Kernel(root) => {
+                statx(
+                    CWD,
+                    &root.0,
+                    AtFlags::STATX_FORCE_SYNC,
+                    StatxFlags::BASIC_STATS,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
     /// Creates the directory `p`.
     pub fn mkdir(&self, p: &str) -> anyhow::Result<()> {
         match self {

@@ -68,7 +68,10 @@ fn check_row(r: &serde_json::Value, file_bytes: u64) {
     let (ops, bytes, io) = (u(&r["ops"]), u(&r["bytes"]), u(&r["io_size"]));
     assert!(ops > 0, "{r}");
     assert_eq!(bytes, ops * io, "every operation moved its whole size: {r}");
-    assert!(f(&r["ops_per_s"]) > 0.0 && f(&r["gib_per_s"]) > 0.0, "{r}");
+    // The round trip moves no data.
+    let roundtrip = r["workload"] == "roundtrip";
+    assert!(f(&r["ops_per_s"]) > 0.0, "{r}");
+    assert_eq!(f(&r["gib_per_s"]) > 0.0, !roundtrip, "{r}");
     assert!(f(&r["p99_us"]) >= f(&r["p50_us"]), "{r}");
     assert!(f(&r["cpu_s_per_gib"]) >= 0.0, "{r}");
     let fuse = r["door"] == "easyio-fuse" || r["door"] == "easyio-fuse-uring";
@@ -82,6 +85,7 @@ fn check_row(r: &serde_json::Value, file_bytes: u64) {
             assert_eq!(u(&r["files_checked"]), ops, "{r}");
             assert_eq!(checked, ops, "{r}");
         }
+        "roundtrip" => assert_eq!((io, checked), (0, 0), "{r}"),
         w => panic!("unknown workload {w}"),
     }
 }
@@ -135,7 +139,14 @@ fn every_workload_runs_through_the_mount_tmpfs_and_the_library() {
     }
     seen.sort();
     let mut want = Vec::new();
-    for w in ["randread", "randwrite", "seqread", "seqwrite", "create"] {
+    for w in [
+        "roundtrip",
+        "randread",
+        "randwrite",
+        "seqread",
+        "seqwrite",
+        "create",
+    ] {
         for d in ["easyio-fuse", "tmpfs", "easyio-lib"] {
             want.push(format!("\"{w}\" \"{d}\""));
         }

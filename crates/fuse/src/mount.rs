@@ -127,11 +127,10 @@ impl Mount {
         let session = fuser::Session::new(server, mountpoint, &config(opts))?;
         let uring = if session.over_io_uring() {
             let device = session.as_fd().try_clone_to_owned()?;
-            Some(UringTransport::new(
-                device,
-                session.max_payload(),
-                ring_depth(opts),
-            ))
+            Some(
+                UringTransport::new(device, session.max_payload(), ring_depth(opts))
+                    .late_replies(opts.uthread_workers > 0),
+            )
         } else if opts.transport == TransportChoice::Uring {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,

@@ -4,7 +4,14 @@
 //! back from the same buffers with the command that also waits for the next request.
 //!
 //! Each queue is an io_uring of 128-byte submission entries served by one thread
-//! pinned to the queue's CPU. Each of its ring entries has a header buffer (the
+//! pinned to the queue's CPU. Where every reply is sent from that thread (handlers that
+//! answer before they return), it is the ring's only issuer
+//! (`IORING_SETUP_SINGLE_ISSUER`) and runs the ring's task work (the kernel's copy of a
+//! request into the entry) only when it waits for completions
+//! (`IORING_SETUP_DEFER_TASKRUN`): no signal-like interruption of the thread per
+//! request. Where replies come later from other threads (uthread handlers), those
+//! threads submit them themselves, as handing each to the queue's thread costs a
+//! wake-up more. Each of its ring entries has a header buffer (the
 //! request's `fuse_in_header`, its operation's own header, and the entry's
 //! `commit_id` and payload size) and a payload buffer (names and data), registered
 //! with `FUSE_IO_URING_CMD_REGISTER` on the `/dev/fuse` descriptor; a reply goes back
@@ -13,9 +20,12 @@
 //!
 //! The request is handed to `fuser`'s dispatcher as a read of `/dev/fuse` would give
 //! it: the headers and the payload laid out one after the other. A small payload is
-//! copied beside the headers; a large one (a write's data) is read where the kernel
-//! put it, with the headers copied just before it, and the reply waits until the
-//! handler has returned before it is written into the payload buffer.
+//! copied beside the headers (into a buffer the queue's thread reuses); a large one
+//! (a write's data) is read where the kernel put it, with the headers copied just
+//! before it, and the reply waits until the handler has returned before it is
+//! written into the payload buffer. A request that was copied leaves the payload
+//! buffer free: a read's handler fills it directly ([`reply_buffer`]), and the reply,
+//! already in place, is not copied again.
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -50,9 +60,12 @@ const PAYLOAD_OFFSET: usize = 2 * PAGE;
 /// The page size the buffers are laid out by (the kernel's on every Linux this runs on
 /// is at most this, and the buffers need no more alignment than a page).
 const PAGE: usize = 4096;
-/// Payloads up to this size are copied beside the request's headers.
-const SMALL_PAYLOAD: usize = 16 * 1024;
-/// `user_data` of the no-op that wakes a queue's thread to stop.
+/// Payloads up to this size (names, short values) are copied beside the request's
+/// headers; a write of a page or more is read in place (copying a 4 KiB write's data
+/// cost its round trip about 0.4 µs more than holding its reply).
+const SMALL_PAYLOAD: usize = PAGE - 1;
+/// `user_data` of the read of the queue's eventfd, which completes when another
+/// thread wakes the queue's (a reply to submit, or the transport stopping).
 const WAKE: u64 = u64::MAX;
 
 /// Which transport the mount uses.
@@ -106,6 +119,7 @@ pub(crate) fn possible_cpus() -> usize {
 pub struct RingStats {
     ready: AtomicBool,
     requests: AtomicU64,
+    replies_in_place: AtomicU64,
 }
 
 impl RingStats {
@@ -119,6 +133,12 @@ impl RingStats {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
+
+    /// Replies whose data a handler put straight into its entry's payload buffer (a
+    /// read's), so far.
+    pub fn replies_in_place(&self) -> u64 {
+        self.replies_in_place.load(Ordering::Relaxed)
+    }
 }
 
 /// Serves FUSE over io_uring: one queue per possible CPU, each with `depth` entries.
@@ -127,6 +147,8 @@ pub struct UringTransport {
     device: OwnedFd,
     max_payload: usize,
     depth: usize,
+    /// Replies are sent from other threads than the queues' (see [`Self::late_replies`]).
+    late_replies: bool,
     queues: Vec<Arc<Queue>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
 }
@@ -141,9 +163,18 @@ impl UringTransport {
             device,
             max_payload,
             depth: depth.max(1),
+            late_replies: false,
             queues: Vec::new(),
             threads: Vec::new(),
         }
+    }
+
+    /// Says whether handlers reply after they return, from other threads (uthread
+    /// handlers): then those threads submit their replies, and the queues' threads are
+    /// not their rings' only issuers.
+    pub fn late_replies(mut self, late: bool) -> UringTransport {
+        self.late_replies = late;
+        self
     }
 
     /// Entries of each queue.
@@ -166,6 +197,7 @@ impl<FS: Filesystem> Transport<FS> for UringTransport {
                 self.device.as_raw_fd(),
                 self.depth,
                 self.max_payload,
+                !self.late_replies,
                 self.stats.clone(),
             )?);
             self.queues.push(q.clone());
@@ -227,11 +259,19 @@ struct Queue {
     qid: u16,
     device: i32,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    /// Taken to push submissions (from the queue's thread and repliers on others).
+    /// Taken to push submissions (from the queue's thread and repliers on others;
+    /// only the queue's thread submits them to the kernel).
     submit: Mutex<()>,
     entries: Box<[Entry]>,
     stopping: AtomicBool,
     stats: Arc<RingStats>,
+    /// The queue's thread is the ring's only issuer: replies from other threads are
+    /// handed to it (through `wake_fd`).
+    single_issuer: bool,
+    /// Written by another thread to wake the queue's.
+    wake_fd: OwnedFd,
+    /// Where the ring's read of `wake_fd` puts the count (never looked at).
+    wake_count: AtomicU64,
 }
 
 /// A ring entry's buffers (memory the kernel writes requests into and reads replies
@@ -263,8 +303,11 @@ struct EntryState {
     /// The handler is running on a request read in place from the payload buffer:
     /// a reply must wait (in `stash`) until it has returned.
     in_place: bool,
-    /// A reply sent while the handler of an in-place request was running.
-    stash: Option<Vec<u8>>,
+    /// A reply sent while the handler of an in-place request was running (its
+    /// allocation kept from one request to the next).
+    stash: Vec<u8>,
+    /// `stash` holds a reply.
+    stashed: bool,
     /// The reply was sent (by the handler or after it).
     replied: bool,
 }
@@ -340,26 +383,38 @@ impl Entry {
     /// Writes a reply (`fuse_out_header` then its arguments, as `data` lays them out)
     /// into the buffers: the header into `in_out`, the rest into the payload, its
     /// size into `payload_sz`. Called with the entry's lock held, while no handler
-    /// reads the payload buffer.
-    fn write_reply(&self, data: &[&[u8]]) {
+    /// reads the payload buffer. A slice that is already where it goes (a read's data
+    /// that its handler put in the payload buffer) is not copied; says whether there
+    /// was one.
+    fn write_reply(&self, data: &[IoSlice<'_>]) -> bool {
         let total: usize = data.iter().map(|d| d.len()).sum();
         if total < OUT_HEADER || total - OUT_HEADER > self.max_payload {
             let unique = self.header_u64(ENT_IN_OUT + 8);
-            return self.write_error(libc::EIO, unique);
+            self.write_error(libc::EIO, unique);
+            return false;
         }
-        let mut at = 0usize;
+        let (mut at, mut in_place) = (0usize, false);
         for d in data {
             let head = OUT_HEADER.saturating_sub(at).min(d.len());
             // SAFETY: `at + head` <= 16 bytes of `in_out`; the rest at `at + head - 16`
-            // within the payload buffer (`total - 16` <= `max_payload`).
+            // within the payload buffer (`total - 16` <= `max_payload`). A source that
+            // is not its destination does not overlap it: the handlers' buffers are
+            // their own, and only a read's handler writes into the payload buffer
+            // (`reply_buffer`), from its start, where its data goes.
             unsafe {
                 std::ptr::copy_nonoverlapping(d.as_ptr(), self.base.add(at), head);
                 let payload = self.base.add(PAYLOAD_OFFSET + at + head - OUT_HEADER);
-                std::ptr::copy_nonoverlapping(d.as_ptr().add(head), payload, d.len() - head);
+                let rest = d.as_ptr().add(head);
+                if std::ptr::eq(rest, payload) {
+                    in_place |= d.len() > head;
+                } else {
+                    std::ptr::copy_nonoverlapping(rest, payload, d.len() - head);
+                }
             }
             at += d.len();
         }
         self.set_payload_size(total - OUT_HEADER);
+        in_place
     }
 
     /// Writes an error reply with no payload.
@@ -386,11 +441,21 @@ impl Queue {
         device: i32,
         depth: usize,
         max_payload: usize,
+        single_issuer: bool,
         stats: Arc<RingStats>,
     ) -> io::Result<Queue> {
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_cqsize(2 * depth as u32 + 2)
-            .build(depth as u32 + 1)?;
+        let mut builder = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+        builder.setup_cqsize(2 * depth as u32 + 2);
+        if single_issuer {
+            // Enabled by the queue's thread, which becomes its only issuer.
+            builder
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_r_disabled();
+        }
+        let ring = builder.build(depth as u32 + 1)?;
+        // Blocking: the ring's read of it waits (a non-blocking one would fail).
+        let wake_fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
         let entries = (0..depth)
             .map(|_| Entry::new(max_payload))
             .collect::<io::Result<Vec<_>>>()?
@@ -403,6 +468,9 @@ impl Queue {
             entries,
             stopping: AtomicBool::new(false),
             stats,
+            single_issuer,
+            wake_fd,
+            wake_count: AtomicU64::new(0),
         })
     }
 
@@ -417,7 +485,7 @@ impl Queue {
         pin_to_cpu(self.qid as usize);
         ON_QUEUE_THREAD.with(|q| q.set(Arc::as_ptr(&self) as usize));
         // Requests may already have come while the entries were registered.
-        let mut done = match self.register() {
+        let mut done = match self.enable().and_then(|()| self.register()) {
             Ok(done) => {
                 let _ = ready.send(Ok(()));
                 done
@@ -428,6 +496,7 @@ impl Queue {
             }
         };
         let sink: Arc<dyn ReplySink> = self.clone();
+        let mut scratch = Vec::new();
         let mut ended = 0;
         while ended < self.entries.len() {
             if done.is_empty() {
@@ -443,13 +512,15 @@ impl Queue {
                     if self.stopping.load(Ordering::SeqCst) {
                         return Ok(());
                     }
+                    // The replies pushed by other threads go with the next wait.
+                    self.arm_wake();
                     continue;
                 }
                 let idx = idx as usize;
                 match res {
                     0 => {
                         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                        self.handle(d, &sink, idx)
+                        self.handle(d, &sink, idx, &mut scratch)
                     }
                     r if r == -libc::EINTR || r == -libc::EAGAIN => self.resubmit(idx),
                     r => {
@@ -466,10 +537,31 @@ impl Queue {
         Ok(())
     }
 
+    /// Enables a ring of a single issuer from the queue's thread (its only issuer
+    /// from then on).
+    fn enable(&self) -> io::Result<()> {
+        match self.single_issuer {
+            true => self.ring.submitter().register_enable_rings(),
+            false => Ok(()),
+        }
+    }
+
+    /// Pushes the read of the wake eventfd (not yet submitted).
+    fn arm_wake(&self) {
+        let read = opcode::Read::new(
+            types::Fd(self.wake_fd.as_raw_fd()),
+            self.wake_count.as_ptr().cast::<u8>(),
+            8,
+        );
+        let sqe = squeue::Entry128::from(read.build().user_data(WAKE));
+        self.push_sqe(&sqe);
+    }
+
     /// Registers every entry and checks that the kernel took them: a refusal
     /// completes at once, an accepted entry completes only with a request. Gives
     /// back the completions read (requests that came already).
     fn register(&self) -> io::Result<Vec<(u64, i32)>> {
+        self.arm_wake();
         for idx in 0..self.entries.len() {
             self.push(idx, CMD_REGISTER, 0);
         }
@@ -500,14 +592,19 @@ impl Queue {
             .addr(Some(e.iov.as_ptr() as u64))
             .build()
             .user_data(idx as u64);
-        let sqe = with_len(sqe, 2);
+        self.push_sqe(&with_len(sqe, 2));
+    }
+
+    /// Pushes `sqe` (not yet submitted): a command of an entry, or the read of the
+    /// wake eventfd, whose memory lives as long as the queue (and so the ring).
+    fn push_sqe(&self, sqe: &squeue::Entry128) {
         let _g = self.submit.lock();
-        // SAFETY: the SQE points at the entry's iovecs and buffers, which live as long
-        // as the queue (and so the ring).
+        // SAFETY: only under `submit`; the SQE points at the queue's own memory.
         let mut sq = unsafe { self.ring.submission_shared() };
         // SAFETY: as above.
-        if unsafe { sq.push(&sqe) }.is_err() {
-            // Never full: one command per entry at a time, and the ring has one more.
+        if unsafe { sq.push(sqe) }.is_err() {
+            // Never full: one command per entry at a time, and one read of the
+            // eventfd: the ring has room for one more than the entries.
             unreachable!("fuse ring submission queue full");
         }
     }
@@ -522,8 +619,15 @@ impl Queue {
         self.push(idx, cmd, unique);
     }
 
-    /// Serves the request in entry `idx`.
-    fn handle<FS: Filesystem>(&self, d: &Dispatcher<FS>, sink: &Arc<dyn ReplySink>, idx: usize) {
+    /// Serves the request in entry `idx`, copying it into `scratch` unless it is read
+    /// in place.
+    fn handle<FS: Filesystem>(
+        &self,
+        d: &Dispatcher<FS>,
+        sink: &Arc<dyn ReplySink>,
+        idx: usize,
+        scratch: &mut Vec<u64>,
+    ) {
         let e = &self.entries[idx];
         let len = e.header_u32(0) as usize;
         let unique = e.header_u64(ENT_IN_OUT + 8);
@@ -539,12 +643,12 @@ impl Queue {
             let mut s = e.state.lock();
             s.unique = unique;
             s.in_place = in_place;
+            s.stashed = false;
             s.replied = false;
         }
         let Some(op) = op.filter(|_| payload <= e.max_payload) else {
             return self.reply_error(idx, libc::EIO);
         };
-        let mut copy;
         let request: &[u8] = if in_place {
             let start = PAYLOAD_OFFSET - IN_HEADER - op;
             // SAFETY: `start` is within the page before the payload; the headers are
@@ -557,8 +661,12 @@ impl Queue {
                 std::slice::from_raw_parts(e.base.add(start), len)
             }
         } else {
-            copy = vec![0u64; len.div_ceil(8)];
-            let bytes = as_bytes_mut(&mut copy);
+            // Grown once to the largest request copied, never cleared: every byte
+            // of the request is written before it is read.
+            if scratch.len() < len.div_ceil(8) {
+                scratch.resize(len.div_ceil(8), 0);
+            }
+            let bytes = as_bytes_mut(scratch);
             e.header(0, &mut bytes[..IN_HEADER]);
             e.header(OP_IN, &mut bytes[IN_HEADER..IN_HEADER + op]);
             // SAFETY: `payload` bytes of the payload buffer, written by the kernel
@@ -572,13 +680,20 @@ impl Queue {
             };
             &bytes[..len]
         };
-        if d.dispatch(request, sink.clone(), idx as u64).is_err() {
+        // A copied request leaves the payload buffer to the reply.
+        if !in_place {
+            REPLY_BUFFER
+                .with(|b| b.set(Some((e.base.wrapping_add(PAYLOAD_OFFSET), e.max_payload))));
+        }
+        let r = d.dispatch(request, sink.clone(), idx as u64);
+        REPLY_BUFFER.with(|b| b.set(None));
+        if r.is_err() {
             return self.reply_error(idx, libc::EIO);
         }
         let mut s = e.state.lock();
         s.in_place = false;
-        if let Some(stash) = s.stash.take() {
-            e.write_reply(&[&stash]);
+        if std::mem::take(&mut s.stashed) {
+            e.write_reply(&[IoSlice::new(&s.stash)]);
             self.commit(idx, s.unique);
         }
     }
@@ -587,40 +702,76 @@ impl Queue {
         let e = &self.entries[idx];
         let mut s = e.state.lock();
         s.in_place = false;
-        s.stash = None;
+        s.stashed = false;
         s.replied = true;
         e.write_error(errno, s.unique);
         self.commit(idx, s.unique);
     }
 
-    /// Commits the reply in entry `idx` and fetches the next request: submitted at
-    /// once from another thread, with the next wait on the queue's own.
+    /// Commits the reply in entry `idx` and fetches the next request: submitted with
+    /// the next wait of the queue's thread; from another thread, at once or, to a
+    /// single issuer's ring, by the queue's thread, woken for it.
     fn commit(&self, idx: usize, unique: u64) {
         self.push(idx, CMD_COMMIT_AND_FETCH, unique);
-        if !ON_QUEUE_THREAD.with(|q| q.get() == self as *const Queue as usize) {
-            let _g = self.submit.lock();
-            if let Err(e) = self.ring.submit() {
-                eprintln!("easyio: fuse ring {}: submitting a reply: {e}", self.qid);
-            }
+        if ON_QUEUE_THREAD.with(|q| q.get() == self as *const Queue as usize) {
+            return;
+        }
+        if self.single_issuer {
+            return self.wake();
+        }
+        let _g = self.submit.lock();
+        if let Err(e) = self.ring.submit() {
+            eprintln!("easyio: fuse ring {}: submitting a reply: {e}", self.qid);
         }
     }
 
-    /// Wakes the queue's thread (a no-op completion).
+    /// Wakes the queue's thread (its read of the eventfd completes).
     fn wake(&self) {
-        let nop = squeue::Entry128::from(opcode::Nop::new().build().user_data(WAKE));
-        let _g = self.submit.lock();
-        // SAFETY: a no-op refers to no memory.
-        let mut sq = unsafe { self.ring.submission_shared() };
-        // SAFETY: as above.
-        let _ = unsafe { sq.push(&nop) };
-        drop(sq);
-        let _ = self.ring.submit();
+        // An eventfd takes an 8-byte count to add.
+        if let Err(e) = rustix::io::write(&self.wake_fd, &1u64.to_ne_bytes()) {
+            eprintln!("easyio: fuse ring {}: waking the queue: {e}", self.qid);
+        }
     }
 }
 
 thread_local! {
     /// The queue whose thread this is (its address), 0 on other threads.
     static ON_QUEUE_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// While a queue's thread dispatches a copied request: its entry's payload buffer
+    /// (start, length), which the reply is written into.
+    static REPLY_BUFFER: std::cell::Cell<Option<(*mut u8, usize)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The buffer the reply to the request being dispatched on this thread is written
+/// into, taken by a handler that puts a read's data there itself (it is then not
+/// copied again): `None` on other threads, for a request read in place, once taken,
+/// or if `len` bytes do not fit.
+pub(crate) fn reply_buffer(len: usize) -> Option<ReplyBuffer> {
+    let (ptr, room) = REPLY_BUFFER.with(|b| b.take())?;
+    (len <= room).then_some(ReplyBuffer { ptr, len })
+}
+
+/// A ring entry's payload buffer, lent to the handler of the request the entry holds
+/// until it replies (see [`reply_buffer`]).
+pub(crate) struct ReplyBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is the entry's, which the kernel and the queue leave alone until
+// the request is replied to; the handler that took it may reply from any thread.
+unsafe impl Send for ReplyBuffer {}
+
+impl ReplyBuffer {
+    /// The buffer, to fill and then reply with (a part of it, from its start).
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes of the entry's payload buffer (checked against its
+        // size), which nothing else reads or writes until the reply is sent: the
+        // request was copied out, the kernel reads the buffer only once the reply is
+        // committed, and the reply's writer skips the bytes already in place.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
 }
 
 impl std::fmt::Debug for Queue {
@@ -639,15 +790,16 @@ impl ReplySink for Queue {
         }
         s.replied = true;
         if s.in_place {
-            let mut stash = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
+            s.stash.clear();
             for d in data {
-                stash.extend_from_slice(d);
+                s.stash.extend_from_slice(d);
             }
-            s.stash = Some(stash);
+            s.stashed = true;
             return Ok(());
         }
-        let slices: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
-        e.write_reply(&slices);
+        if e.write_reply(data) {
+            self.stats.replies_in_place.fetch_add(1, Ordering::Relaxed);
+        }
         self.commit(idx, s.unique);
         Ok(())
     }

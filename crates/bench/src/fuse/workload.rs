@@ -36,6 +36,10 @@ pub enum Workload {
     Create,
     /// Real programs on the mount and on tmpfs, by wall time (see [`programs`](super::programs)).
     Programs,
+    /// `statx` of the directory with `AT_STATX_FORCE_SYNC`: through the mount one
+    /// `getattr` request, which the kernel sends whatever it caches, to the server and
+    /// back (the cheapest request; the floor of every other).
+    Roundtrip,
 }
 
 impl Workload {
@@ -43,6 +47,7 @@ impl Workload {
     pub(super) fn io(self) -> usize {
         match self {
             Workload::Seqread | Workload::Seqwrite => SEQ_IO,
+            Workload::Roundtrip => 0,
             _ => BLOCK,
         }
     }
@@ -63,6 +68,7 @@ impl Workload {
             Workload::Seqwrite => "seqwrite",
             Workload::Create => "create",
             Workload::Programs => "programs",
+            Workload::Roundtrip => "roundtrip",
         }
     }
 }
@@ -169,6 +175,18 @@ fn create_loop(t: &Mount, deadline: Instant, direct: bool) -> anyhow::Result<(Th
     Ok((r, files))
 }
 
+/// The timed round-trip workload: the directory's attributes, uncached, again and again.
+fn roundtrip_loop(t: &Mount, deadline: Instant) -> anyhow::Result<ThreadResult> {
+    timed_loop(
+        deadline,
+        |_| {
+            t.stat_uncached()?;
+            Ok(0)
+        },
+        |_| Ok(false),
+    )
+}
+
 /// How a run goes: its length, the data file's size, and whether files are opened
 /// with `O_DIRECT`.
 #[derive(Clone, Copy)]
@@ -187,17 +205,17 @@ pub(super) fn measure(
     server: Option<&server::Server>,
 ) -> anyhow::Result<Measured> {
     let (size, direct) = (plan.size, plan.direct);
-    if w != Workload::Create {
+    let data = !matches!(w, Workload::Create | Workload::Roundtrip);
+    if data {
         prefill(t, size)?;
     }
-    let h = (w != Workload::Create)
-        .then(|| open(t, DATA, false, direct))
-        .transpose()?;
+    let h = data.then(|| open(t, DATA, false, direct)).transpose()?;
     let server_cpu = || server.map(server::Server::cpu_seconds).transpose();
     let (cpu0, srv0) = (cpu_seconds(), server_cpu()?);
     let deadline = Instant::now() + plan.duration;
     let (result, checked, first_pass) = match &h {
         Some(h) => data_loop(t, h, w, size, deadline)?,
+        None if w == Workload::Roundtrip => (roundtrip_loop(t, deadline)?, 0, None),
         None => {
             let (r, files) = create_loop(t, deadline, direct)?;
             (r, files, None)

@@ -286,7 +286,16 @@ impl Filesystem for Server {
         inval::handling();
         let (fs, fill_pages) = (self.fs.clone(), self.writeback_cache);
         let buffers = self.buffers.clone();
+        // Through io_uring, the data is read straight into the ring entry's buffer.
+        let ring = crate::uring::reply_buffer(size as usize);
         self.dispatch(move || {
+            if let Some(mut ring) = ring {
+                let buf = ring.as_mut_slice();
+                return match read_at(&fs, (ino.0, fh), buf, offset, fill_pages) {
+                    Ok(n) => reply.data(&buf[..n]),
+                    Err(e) => reply.error(errno(&e)),
+                };
+            }
             let mut buf = buffers.take(size as usize);
             match read_at(&fs, (ino.0, fh), &mut buf, offset, fill_pages) {
                 Ok(n) => reply.data(&buf[..n]),
