@@ -119,6 +119,9 @@ impl FileSystem {
         let plan = plan_places(log, &entries);
         let new_pages = self.fresh_log_pages(ino, plan.pages_needed)?;
         self.link_log_pages(ino, log, &new_pages, &plan.moved_on);
+        if seal.is_some() && !plan.moved_on.is_empty() && log.tail != 0 {
+            self.store_moved_on_tail(ino, log.tail);
+        }
         log.pages.extend_from_slice(&new_pages);
         let mut new_tail = log.tail;
         for (e, &(idx, slot)) in entries.iter().zip(&plan.places) {
@@ -138,6 +141,19 @@ impl FileSystem {
             new_data: Vec::new(),
             sealed: seal.is_some(),
         })
+    }
+
+    /// Stores `tail` — the end of the committed entries, which a sealed write
+    /// about to go to the next log page leaves behind — as the inode's tail word,
+    /// written back but not fenced (staging's fence covers it). Every sealed entry of
+    /// the page left behind then lies below a stored tail, where recovery checks it
+    /// as part of the log: a damaged one is reported, not read as the end of the log
+    /// (which would drop the writes after it unseen). One store per log page.
+    fn store_moved_on_tail(&self, ino: u64, tail: u64) {
+        let off = self.geo.inode_off(ino) + TAIL_OFF;
+        self.pm
+            .store_u64(off, seal_log_word(ino, LogWord::Tail, tail));
+        self.pm.flush(off, 8);
     }
 
     /// `n` fresh log pages owned by `ino`, their trailers durable before anything
