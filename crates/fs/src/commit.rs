@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::alloc::Extent;
+use crate::alloc::{Extent, Extents};
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
 use crate::layout::{put64, seal_log_word, LogWord, BLOCK_SIZE};
@@ -48,9 +48,9 @@ pub const CLEAN_FACTOR: u64 = 2;
 pub struct Staged {
     pub ino: u64,
     pub new_tail: u64,
-    pub entries: Vec<Entry>,
+    pub entries: SmallVec<[Entry; 1]>,
     /// Data blocks written for these entries (given back if the commit never happens).
-    pub new_data: Vec<Extent>,
+    pub new_data: Extents,
     /// Whether the entry is a sealed write, committed by itself once staging's fence
     /// returns ([`crate::log::Entry::encode_sealed`]): [`FileSystem::commit_one`] then
     /// stores no tail.
@@ -91,7 +91,7 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
-        self.stage_unfenced_with(ino, st, entries, None)
+        self.stage_unfenced_with(ino, st, SmallVec::from_vec(entries), None)
     }
 
     /// [`Self::stage_unfenced`] of one write entry sealed with `seal`, the seal of its
@@ -104,14 +104,14 @@ impl FileSystem {
         entry: Entry,
         seal: u64,
     ) -> Result<Staged> {
-        self.stage_unfenced_with(ino, st, vec![entry], Some(seal))
+        self.stage_unfenced_with(ino, st, smallvec::smallvec![entry], Some(seal))
     }
 
     fn stage_unfenced_with(
         &self,
         ino: u64,
         st: &mut InodeState,
-        entries: Vec<Entry>,
+        entries: SmallVec<[Entry; 1]>,
         seal: Option<u64>,
     ) -> Result<Staged> {
         self.check_writable()?;
@@ -138,7 +138,7 @@ impl FileSystem {
             ino,
             new_tail,
             entries,
-            new_data: Vec::new(),
+            new_data: Extents::new(),
             sealed: seal.is_some(),
         })
     }
@@ -390,7 +390,7 @@ impl FileSystem {
     }
 
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
-    pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
+    pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Extents> {
         self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),
@@ -454,38 +454,43 @@ impl FileSystem {
 
     /// Writes `entries` into a fresh chain of pages owned by `ino`, durably, without
     /// publishing it anywhere. Returns the chain and the tail after the last entry.
+    /// Each page is encoded in one page buffer and written whole: a log of many
+    /// thousand entries is cleaned without holding its encoded entries in memory.
     fn stage_detached(&self, ino: u64, entries: &[Entry]) -> Result<(LogState, u64)> {
         let pm = &*self.pm;
-        let mut layout: Vec<Vec<crate::log::Encoded>> = vec![Vec::new()];
+        // Entries in order, none split across pages: where each page starts.
+        let mut starts = vec![0usize];
         let mut used = 0;
-        for e in entries {
+        for (i, e) in entries.iter().enumerate() {
             if used + e.slots() > SLOTS_PER_PAGE {
-                layout.push(Vec::new());
+                starts.push(i);
                 used = 0;
             }
             used += e.slots();
-            layout.last_mut().unwrap().push(e.encode());
         }
-        let mut pages = Vec::new();
-        for ext in self.alloc_blocks(layout.len() as u64)? {
+        let mut pages = Vec::with_capacity(starts.len());
+        for ext in self.alloc_blocks(starts.len() as u64)? {
             pages.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
         }
         let mut tail = 0;
-        for (i, (page_entries, &p)) in layout.iter().zip(&pages).enumerate() {
-            let mut at = p;
-            for bytes in page_entries {
-                pm.write(at, bytes);
-                at += bytes.len() as u64;
-            }
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        for (i, &p) in pages.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(entries.len());
             // The rest of the page zeroed, as in every fresh log page.
-            pm.write(at, &ZERO_SLOTS[..(p + TRAILER_OFF - at) as usize]);
+            buf.fill(0);
+            let mut at = 0;
+            for e in &entries[starts[i]..end] {
+                let bytes = e.encode();
+                buf[at..at + bytes.len()].copy_from_slice(&bytes);
+                at += bytes.len();
+            }
             let next = pages.get(i + 1).copied().unwrap_or(0);
-            let mut t = [0u8; 32];
-            t[..24].copy_from_slice(&trailer(next, ino));
-            put64(&mut t, 24, (at - p) / SLOT);
-            pm.write(p + TRAILER_OFF, &t);
+            let t = TRAILER_OFF as usize;
+            buf[t..t + 24].copy_from_slice(&trailer(next, ino));
+            put64(&mut buf, t + 24, at as u64 / SLOT);
+            pm.write(p, &buf);
             pm.flush(p, BLOCK_SIZE);
-            tail = at;
+            tail = p + at as u64;
         }
         pm.fence();
         let log = LogState {
