@@ -21,10 +21,6 @@ pub fn cpu_slot() -> usize {
     cpu.max(0) as usize % SHARDS
 }
 
-/// The extents of one allocation: inline for up to two (every write of one run of
-/// blocks allocates nothing on the heap for them).
-pub type Extents = smallvec::SmallVec<[Extent; 2]>;
-
 /// A run of `len` blocks starting at block `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
@@ -310,8 +306,8 @@ impl BlockAlloc {
     }
 
     /// Allocates `n` blocks as few extents as the free space allows; all or nothing.
-    pub fn alloc(&self, n: u64) -> Result<Extents> {
-        let mut got = Extents::new();
+    pub fn alloc(&self, n: u64) -> Result<Vec<Extent>> {
+        let mut got = Vec::new();
         let mut have = 0;
         while have < n {
             match self.take(n - have) {
@@ -640,7 +636,7 @@ mod tests {
         assert_eq!(a.snapshot(), vec![Extent { start: 0, len: 8 }]);
         let one = a.alloc(1).unwrap();
         assert_eq!(
-            one.to_vec(),
+            one,
             vec![Extent { start: 0, len: 1 }],
             "last freed goes first"
         );

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::alloc::{Extent, Extents};
+use crate::alloc::Extent;
 use crate::error::Result;
 use crate::inode::{push_block, Inode, InodeState, HEAD_OFF, TAIL_OFF};
 use crate::layout::{put64, seal_log_word, LogWord, BLOCK_SIZE};
@@ -48,9 +48,9 @@ pub const CLEAN_FACTOR: u64 = 2;
 pub struct Staged {
     pub ino: u64,
     pub new_tail: u64,
-    pub entries: SmallVec<[Entry; 1]>,
+    pub entries: Vec<Entry>,
     /// Data blocks written for these entries (given back if the commit never happens).
-    pub new_data: Extents,
+    pub new_data: Vec<Extent>,
     /// Whether the entry is a sealed write, committed by itself once staging's fence
     /// returns ([`crate::log::Entry::encode_sealed`]): [`FileSystem::commit_one`] then
     /// stores no tail.
@@ -91,7 +91,7 @@ impl FileSystem {
         st: &mut InodeState,
         entries: Vec<Entry>,
     ) -> Result<Staged> {
-        self.stage_unfenced_with(ino, st, SmallVec::from_vec(entries), None)
+        self.stage_unfenced_with(ino, st, entries, None)
     }
 
     /// [`Self::stage_unfenced`] of one write entry sealed with `seal`, the seal of its
@@ -104,14 +104,14 @@ impl FileSystem {
         entry: Entry,
         seal: u64,
     ) -> Result<Staged> {
-        self.stage_unfenced_with(ino, st, smallvec::smallvec![entry], Some(seal))
+        self.stage_unfenced_with(ino, st, vec![entry], Some(seal))
     }
 
     fn stage_unfenced_with(
         &self,
         ino: u64,
         st: &mut InodeState,
-        entries: SmallVec<[Entry; 1]>,
+        entries: Vec<Entry>,
         seal: Option<u64>,
     ) -> Result<Staged> {
         self.check_writable()?;
@@ -138,7 +138,7 @@ impl FileSystem {
             ino,
             new_tail,
             entries,
-            new_data: Extents::new(),
+            new_data: Vec::new(),
             sealed: seal.is_some(),
         })
     }
@@ -390,7 +390,7 @@ impl FileSystem {
     }
 
     /// Allocates blocks, collecting retired blocks first if the pool looks full.
-    pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Extents> {
+    pub(crate) fn alloc_blocks(&self, n: u64) -> Result<Vec<Extent>> {
         self.check_writable()?;
         match self.blocks.alloc(n) {
             Ok(x) => Ok(x),

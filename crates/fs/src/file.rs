@@ -677,7 +677,7 @@ impl FileSystem {
         }
         let now = now_ns();
         let mut entries = Vec::new();
-        let mut cow = crate::alloc::Extents::new();
+        let mut cow: Vec<Extent> = Vec::new();
         // Shrinking into the middle of a page: copy that page with its tail zeroed, so
         // bytes past the size are always zero on the region and a later grow exposes
         // no stale data.

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use crate::alloc::{Extent, Extents};
+use crate::alloc::Extent;
 use crate::error::{Error, Result};
 use crate::file::{Fd, Whence};
 use crate::handle::Session;
@@ -104,7 +104,7 @@ impl FileSystem {
                 return Ok(());
             }
             let e = size_entry(size, now);
-            return self.commit_space(inode, &mut st, vec![e], Extents::new());
+            return self.commit_space(inode, &mut st, vec![e], Vec::new());
         }
         let extents = self.alloc_blocks(missing.len() as u64)?;
         let blocks: Vec<u64> = extents
@@ -125,7 +125,7 @@ impl FileSystem {
         let now = now_ns();
         let mut entries = Vec::new();
         let partial = partial_pages(off, end);
-        let mut cow = Extents::new();
+        let mut cow = Vec::new();
         let mapped: Vec<(u64, u64, u64, u64)> = partial
             .into_iter()
             .filter_map(|(pg, lo, hi)| st.pages.get(pg).map(|b| (pg, b, lo, hi)))
@@ -169,7 +169,7 @@ impl FileSystem {
         inode: &Arc<Inode>,
         st: &mut InodeState,
         entries: Vec<Entry>,
-        fresh: Extents,
+        fresh: Vec<Extent>,
     ) -> Result<()> {
         let staged = match self.stage(inode.ino, st, entries) {
             Ok(s) => s,

@@ -360,7 +360,7 @@ impl FileSystem {
                 at += n;
             }
             Some(SetRef {
-                extents: extents.into_vec(),
+                extents,
                 bytes: bytes.len() as u32,
                 crc: crc32c::crc32c(&bytes),
             })
