@@ -170,9 +170,26 @@ impl FileSystem {
         Ok(())
     }
 
-    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+    /// The descriptor table, for reading (a panic elsewhere leaves it usable).
+    pub(crate) fn fds_read(
+        &self,
+    ) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, Vec<Option<Arc<OpenFile>>>> {
         self.fds
             .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The descriptor table, for changing (a panic elsewhere leaves it usable).
+    pub(crate) fn fds_write(
+        &self,
+    ) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, Vec<Option<Arc<OpenFile>>>> {
+        self.fds
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        self.fds_read()
             .get(fd.0 as usize)
             .and_then(Clone::clone)
             .ok_or(Error::BadFd)
@@ -181,7 +198,7 @@ impl FileSystem {
     /// Closes a descriptor; an unlinked file is freed with its last descriptor.
     pub fn close(&self, fd: Fd) -> Result<()> {
         let file = {
-            let mut fds = self.fds.write();
+            let mut fds = self.fds_write();
             fds.get_mut(fd.0 as usize)
                 .and_then(Option::take)
                 .ok_or(Error::BadFd)?
