@@ -170,26 +170,9 @@ impl FileSystem {
         Ok(())
     }
 
-    /// The descriptor table, for reading (a panic elsewhere leaves it usable).
-    pub(crate) fn fds_read(
-        &self,
-    ) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, Vec<Option<Arc<OpenFile>>>> {
+    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         self.fds
             .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The descriptor table, for changing (a panic elsewhere leaves it usable).
-    pub(crate) fn fds_write(
-        &self,
-    ) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, Vec<Option<Arc<OpenFile>>>> {
-        self.fds
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
-        self.fds_read()
             .get(fd.0 as usize)
             .and_then(Clone::clone)
             .ok_or(Error::BadFd)
@@ -198,7 +181,7 @@ impl FileSystem {
     /// Closes a descriptor; an unlinked file is freed with its last descriptor.
     pub fn close(&self, fd: Fd) -> Result<()> {
         let file = {
-            let mut fds = self.fds_write();
+            let mut fds = self.fds.write();
             fds.get_mut(fd.0 as usize)
                 .and_then(Option::take)
                 .ok_or(Error::BadFd)?

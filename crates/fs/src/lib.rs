@@ -237,10 +237,7 @@ pub struct FileSystem {
     inos: InoAlloc,
     journals: Vec<Mutex<()>>,
     epoch: Epoch,
-    /// The open files by descriptor: read by every call on a descriptor, from many
-    /// threads at once, and changed only by open and close — a lock sharded by
-    /// thread, so readers on different CPUs share no line.
-    fds: crossbeam_utils::sync::ShardedLock<Vec<Option<Arc<OpenFile>>>>,
+    fds: RwLock<Vec<Option<Arc<OpenFile>>>>,
     rename_lock: Mutex<()>,
     mover: Box<dyn Mover>,
     /// Data blocks of freed inodes whose last write's copy was still running: retired
@@ -302,7 +299,8 @@ impl FileSystem {
             return;
         }
         let open: Vec<Fd> = self
-            .fds_read()
+            .fds
+            .read()
             .iter()
             .enumerate()
             .filter(|(_, f)| f.is_some())

@@ -180,7 +180,7 @@ impl FileSystem {
             client: self.mover.register(class),
             drop_privs,
         });
-        let mut fds = self.fds_write();
+        let mut fds = self.fds.write();
         let slot = fds.iter().position(Option::is_none).unwrap_or_else(|| {
             fds.push(None);
             fds.len() - 1
