@@ -12,7 +12,10 @@
 //! are allocated, so no page holds an older log's entries. A sealed write that moves
 //! the log on to a new page stores the tail it leaves behind (the end of the full
 //! page), so only the last page's sealed entries lie past a stored tail: a damaged
-//! entry of an earlier page is reported, not read as the end of the log.
+//! entry of an earlier page is reported, not read as the end of the log. Where the
+//! sealed writes end at a full page, its count of used slots must be 0 (the log had
+//! not durably moved on) or full, and a count of 0 with sealed writes past the first
+//! slot of the next page is damage too: reported, not read as the end of the log.
 //!
 //! Log page (one block):
 //!
