@@ -163,10 +163,13 @@ impl OpenFile {
 /// Ids of descriptor tables, one per mount: a thread's last lookup ([`LAST_FILE`]) names its table.
 static TABLE_IDS: AtomicU64 = AtomicU64::new(1);
 
+/// A thread's last descriptor lookup: (table id, generation, descriptor, open file).
+type LastFile = (u64, u64, u32, Weak<OpenFile>);
+
 thread_local! {
     /// This thread's last descriptor lookup: (table id, generation, descriptor, open
     /// file). Weak, so a closed file is not kept by a thread that looked it up.
-    static LAST_FILE: RefCell<Option<(u64, u64, u32, Weak<OpenFile>)>> = const { RefCell::new(None) };
+    static LAST_FILE: RefCell<Option<LastFile>> = const { RefCell::new(None) };
 }
 
 /// The open files of a mount by descriptor. A thread that calls on one descriptor
