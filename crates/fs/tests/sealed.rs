@@ -161,3 +161,42 @@ fn damage_to_the_last_sealed_entry_of_a_log_page_is_reported_after_a_crash() {
         r.problems
     );
 }
+
+#[test]
+fn a_damaged_count_of_used_slots_where_the_sealed_writes_end_is_reported() {
+    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+    let (ino, pages) = {
+        let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+        // Exactly one full page and one write on the next: the stored tail is the
+        // end of the first page, where the sealed writes past it start.
+        for i in 0..64 {
+            write_file(&fs, "/u", &vec![i as u8; 4096]);
+        }
+        let ino = fs.lstat("/u").unwrap().ino;
+        let pages = log_pages(&*pm, &fs, ino);
+        fs.abandon();
+        (ino, pages)
+    };
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    // The first page's count of used slots (trailer + 24), 63, loses a bit.
+    let used = pages[0] + 63 * 64 + 24;
+    assert_eq!(pm.load_u64(used), 63);
+    pm.write_persist(used, &62u64.to_le_bytes());
+    let strict = MountOptions {
+        read_only_on_damage: false,
+        ..MountOptions::default()
+    };
+    let e = match FileSystem::mount(pm.clone(), strict) {
+        Err(e) => e,
+        Ok((fs, _)) => {
+            let r = fs.open("/u", OpenFlags::RDONLY, 0).map(|_| ());
+            fs.abandon();
+            r.expect_err("the damaged count read as the end of the log: a write dropped unseen")
+        }
+    };
+    assert_eq!(e.errno(), libc::EUCLEAN, "{e}");
+    assert!(e.to_string().contains(&format!("inode {ino}")), "{e}");
+    let r = fs::fsck::check(&*pm).unwrap();
+    assert!(!r.ok(), "fsck found nothing");
+}
