@@ -119,6 +119,9 @@ impl FileSystem {
         let plan = plan_places(log, &entries);
         let new_pages = self.fresh_log_pages(ino, plan.pages_needed)?;
         self.link_log_pages(ino, log, &new_pages, &plan.moved_on);
+        if seal.is_some() && !plan.moved_on.is_empty() && log.tail != 0 {
+            self.store_moved_on_tail(ino, log.tail);
+        }
         log.pages.extend_from_slice(&new_pages);
         let mut new_tail = log.tail;
         for (e, &(idx, slot)) in entries.iter().zip(&plan.places) {
@@ -138,6 +141,19 @@ impl FileSystem {
             new_data: Vec::new(),
             sealed: seal.is_some(),
         })
+    }
+
+    /// Stores `tail` — the end of the committed entries, which a sealed write
+    /// about to go to the next log page leaves behind — as the inode's tail word,
+    /// written back but not fenced (staging's fence covers it). Every sealed entry of
+    /// the page left behind then lies below a stored tail, where recovery checks it
+    /// as part of the log: a damaged one is reported, not read as the end of the log
+    /// (which would drop the writes after it unseen). One store per log page.
+    fn store_moved_on_tail(&self, ino: u64, tail: u64) {
+        let off = self.geo.inode_off(ino) + TAIL_OFF;
+        self.pm
+            .store_u64(off, seal_log_word(ino, LogWord::Tail, tail));
+        self.pm.flush(off, 8);
     }
 
     /// `n` fresh log pages owned by `ino`, their trailers durable before anything
@@ -438,38 +454,43 @@ impl FileSystem {
 
     /// Writes `entries` into a fresh chain of pages owned by `ino`, durably, without
     /// publishing it anywhere. Returns the chain and the tail after the last entry.
+    /// Each page is encoded in one page buffer and written whole: a log of many
+    /// thousand entries is cleaned without holding its encoded entries in memory.
     fn stage_detached(&self, ino: u64, entries: &[Entry]) -> Result<(LogState, u64)> {
         let pm = &*self.pm;
-        let mut layout: Vec<Vec<crate::log::Encoded>> = vec![Vec::new()];
+        // Entries in order, none split across pages: where each page starts.
+        let mut starts = vec![0usize];
         let mut used = 0;
-        for e in entries {
+        for (i, e) in entries.iter().enumerate() {
             if used + e.slots() > SLOTS_PER_PAGE {
-                layout.push(Vec::new());
+                starts.push(i);
                 used = 0;
             }
             used += e.slots();
-            layout.last_mut().unwrap().push(e.encode());
         }
-        let mut pages = Vec::new();
-        for ext in self.alloc_blocks(layout.len() as u64)? {
+        let mut pages = Vec::with_capacity(starts.len());
+        for ext in self.alloc_blocks(starts.len() as u64)? {
             pages.extend((ext.start..ext.start + ext.len).map(|b| b * BLOCK_SIZE));
         }
         let mut tail = 0;
-        for (i, (page_entries, &p)) in layout.iter().zip(&pages).enumerate() {
-            let mut at = p;
-            for bytes in page_entries {
-                pm.write(at, bytes);
-                at += bytes.len() as u64;
-            }
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        for (i, &p) in pages.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(entries.len());
             // The rest of the page zeroed, as in every fresh log page.
-            pm.write(at, &ZERO_SLOTS[..(p + TRAILER_OFF - at) as usize]);
+            buf.fill(0);
+            let mut at = 0;
+            for e in &entries[starts[i]..end] {
+                let bytes = e.encode();
+                buf[at..at + bytes.len()].copy_from_slice(&bytes);
+                at += bytes.len();
+            }
             let next = pages.get(i + 1).copied().unwrap_or(0);
-            let mut t = [0u8; 32];
-            t[..24].copy_from_slice(&trailer(next, ino));
-            put64(&mut t, 24, (at - p) / SLOT);
-            pm.write(p + TRAILER_OFF, &t);
+            let t = TRAILER_OFF as usize;
+            buf[t..t + 24].copy_from_slice(&trailer(next, ino));
+            put64(&mut buf, t + 24, at as u64 / SLOT);
+            pm.write(p, &buf);
             pm.flush(p, BLOCK_SIZE);
-            tail = at;
+            tail = p + at as u64;
         }
         pm.fence();
         let log = LogState {

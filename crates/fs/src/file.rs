@@ -1,10 +1,11 @@
 //! Files: descriptors, open flags, copy-on-write writes, reads, truncate (opening is in
 //! `open`, attributes in `attr`).
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use crate::alloc::Extent;
@@ -159,6 +160,85 @@ impl OpenFile {
     }
 }
 
+/// Ids of descriptor tables, one per mount: a thread's last lookup ([`LAST_FILE`]) names its table.
+static TABLE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// A thread's last descriptor lookup: (table id, generation, descriptor, open file).
+type LastFile = (u64, u64, u32, Weak<OpenFile>);
+
+thread_local! {
+    /// This thread's last descriptor lookup: (table id, generation, descriptor, open
+    /// file). Weak, so a closed file is not kept by a thread that looked it up.
+    static LAST_FILE: RefCell<Option<LastFile>> = const { RefCell::new(None) };
+}
+
+/// The open files of a mount by descriptor. A thread that calls on one descriptor
+/// again and again (a read or write loop) finds it in its last lookup, valid while
+/// the table's generation is unchanged, without taking the table's lock — whose
+/// word threads on different CPUs would otherwise pass between them on every call.
+pub(crate) struct FdTable {
+    pub(crate) files: RwLock<Vec<Option<Arc<OpenFile>>>>,
+    id: u64,
+    /// Bumped by every open and close, under the write lock.
+    generation: AtomicU64,
+}
+
+impl Default for FdTable {
+    fn default() -> FdTable {
+        FdTable {
+            files: RwLock::new(Vec::new()),
+            id: TABLE_IDS.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
+impl FdTable {
+    /// The open file of `fd`.
+    fn get(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let hit = LAST_FILE.try_with(|last| match &*last.borrow() {
+            Some((id, g, f, file)) if (*id, *g, *f) == (self.id, generation, fd.0) => {
+                file.upgrade()
+            }
+            _ => None,
+        });
+        if let Ok(Some(file)) = hit {
+            return Ok(file);
+        }
+        let file = self
+            .files
+            .read()
+            .get(fd.0 as usize)
+            .and_then(Clone::clone)
+            .ok_or(Error::BadFd)?;
+        let _ = LAST_FILE.try_with(|last| {
+            *last.borrow_mut() = Some((self.id, generation, fd.0, Arc::downgrade(&file)));
+        });
+        Ok(file)
+    }
+
+    /// Gives `file` the lowest free descriptor.
+    pub(crate) fn insert(&self, file: Arc<OpenFile>) -> Fd {
+        let mut fds = self.files.write();
+        let slot = fds.iter().position(Option::is_none).unwrap_or_else(|| {
+            fds.push(None);
+            fds.len() - 1
+        });
+        fds[slot] = Some(file);
+        self.generation.fetch_add(1, Ordering::Release);
+        Fd(slot as u32)
+    }
+
+    /// Takes the open file of `fd` out of the table.
+    fn take(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        let mut fds = self.files.write();
+        let file = fds.get_mut(fd.0 as usize).and_then(Option::take);
+        self.generation.fetch_add(1, Ordering::Release);
+        file.ok_or(Error::BadFd)
+    }
+}
+
 impl FileSystem {
     /// What every write of `len` bytes through open file `f` does first: clears the
     /// file's setuid/setgid bits when `f` was opened by a caller without root's
@@ -171,21 +251,12 @@ impl FileSystem {
     }
 
     pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
-        self.fds
-            .read()
-            .get(fd.0 as usize)
-            .and_then(Clone::clone)
-            .ok_or(Error::BadFd)
+        self.fds.get(fd)
     }
 
     /// Closes a descriptor; an unlinked file is freed with its last descriptor.
     pub fn close(&self, fd: Fd) -> Result<()> {
-        let file = {
-            let mut fds = self.fds.write();
-            fds.get_mut(fd.0 as usize)
-                .and_then(Option::take)
-                .ok_or(Error::BadFd)?
-        };
+        let file = self.fds.take(fd)?;
         self.drop_open(&file.inode);
         Ok(())
     }

@@ -77,7 +77,6 @@ pub use xattr::{XATTR_CREATE, XATTR_REPLACE};
 use alloc::InoAlloc;
 use epoch::Epoch;
 pub use epoch::ExternalReaders;
-use file::OpenFile;
 use inode::Inode;
 pub use watch::{DataChanges, InodeChanges, MAX_INODE_LISTENERS};
 
@@ -237,7 +236,7 @@ pub struct FileSystem {
     inos: InoAlloc,
     journals: Vec<Mutex<()>>,
     epoch: Epoch,
-    fds: RwLock<Vec<Option<Arc<OpenFile>>>>,
+    fds: file::FdTable,
     rename_lock: Mutex<()>,
     mover: Box<dyn Mover>,
     /// Data blocks of freed inodes whose last write's copy was still running: retired
@@ -300,6 +299,7 @@ impl FileSystem {
         }
         let open: Vec<Fd> = self
             .fds
+            .files
             .read()
             .iter()
             .enumerate()

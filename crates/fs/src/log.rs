@@ -9,7 +9,13 @@
 //! (it is the only one whose data may not have been durable). Anything after that is
 //! garbage; a writable mount voids a sealed write it finds there, so it cannot come to
 //! life when a later entry fills the slot before it. Log pages are zeroed when they
-//! are allocated, so no page holds an older log's entries.
+//! are allocated, so no page holds an older log's entries. A sealed write that moves
+//! the log on to a new page stores the tail it leaves behind (the end of the full
+//! page), so only the last page's sealed entries lie past a stored tail: a damaged
+//! entry of an earlier page is reported, not read as the end of the log. Where the
+//! sealed writes end at a full page, its count of used slots must be 0 (the log had
+//! not durably moved on) or full, and a count of 0 with sealed writes past the first
+//! slot of the next page is damage too: reported, not read as the end of the log.
 //!
 //! Log page (one block):
 //!

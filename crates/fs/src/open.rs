@@ -180,13 +180,7 @@ impl FileSystem {
             client: self.mover.register(class),
             drop_privs,
         });
-        let mut fds = self.fds.write();
-        let slot = fds.iter().position(Option::is_none).unwrap_or_else(|| {
-            fds.push(None);
-            fds.len() - 1
-        });
-        fds[slot] = Some(file);
-        Ok(Fd(slot as u32))
+        Ok(self.fds.insert(file))
     }
 
     /// `O_TMPFILE`: an unnamed regular file in the directory `path` names, open for

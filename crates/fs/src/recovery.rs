@@ -462,6 +462,9 @@ fn replay_sealed(
         }
     }
     let mut end = log.pages[pos.0] + pos.1 * SLOT;
+    if let Some(why) = damaged_page_end(pm, log, pos) {
+        return Err(Error::Corrupt(format!("inode {ino}: {why}")));
+    }
     if sealed_follows(pm, log, pos) {
         // Only a write in flight can leave a slot that is not a valid entry past the
         // committed ones, and nothing is written after it.
@@ -558,6 +561,34 @@ fn sealed_follows(pm: &dyn Pmem, log: &ScannedLog<'_>, (i, slot): (usize, u64)) 
     let mut next = [0u8; SLOT as usize];
     pm.read(log.pages[i] + (slot + 1) * SLOT, &mut next);
     Entry::seal_of(&next).is_some() && Entry::decode(&next).is_ok()
+}
+
+/// Damage that ends the sealed writes at the end `(i, slot)` of a full log page
+/// with a page after it: the page's count of used slots is neither 0 (the writer
+/// had not yet durably moved on: the first slot of the next page may be a write in
+/// flight) nor full; or it is 0 while the next page holds a sealed write past its
+/// first slot, which only a write after a returned one can have put there.
+fn damaged_page_end(
+    pm: &dyn Pmem,
+    log: &ScannedLog<'_>,
+    (i, slot): (usize, u64),
+) -> Option<String> {
+    let next = *log.pages.get(i + 1)?;
+    if slot != SLOTS_PER_PAGE {
+        return None;
+    }
+    let (page, used) = (log.pages[i], log.used_in[i]);
+    if used != 0 && used != slot {
+        return Some(format!(
+            "log page {page:#x} is full but claims {used} used slots"
+        ));
+    }
+    let mut second = [0u8; SLOT as usize];
+    pm.read(next + SLOT, &mut second);
+    let written = used == 0 && Entry::seal_of(&second).is_some() && Entry::decode(&second).is_ok();
+    written.then(|| {
+        format!("log page {next:#x} holds sealed writes, but the full page {page:#x} before it does not record that the log moved on")
+    })
 }
 
 /// The seal of what is durable in the blocks a sealed write names.

@@ -90,3 +90,113 @@ fn sealed_writes_past_the_stored_tail_survive_a_crash_and_a_clean_unmount_stores
     assert_eq!(read_file(&fs, "/g"), data(149));
     fs.unmount().unwrap();
 }
+
+/// Byte offsets of the log pages of inode `ino`, head first.
+fn log_pages(pm: &dyn Pmem, fs: &FileSystem, ino: u64) -> Vec<u64> {
+    use fs::layout::{unseal_log_word, LogWord};
+    let off = fs.geometry().inode_off(ino);
+    let head = unseal_log_word(ino, LogWord::Head, pm.load_u64(off + 8)).unwrap();
+    let mut out = Vec::new();
+    let mut at = head;
+    while at != 0 {
+        out.push(at);
+        at = pm.load_u64(at + 63 * 64);
+    }
+    out
+}
+
+#[test]
+fn damage_to_the_last_sealed_entry_of_a_log_page_is_reported_after_a_crash() {
+    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+    let data = |i: usize| vec![i as u8; 4096];
+    let (ino, first_page) = {
+        let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+        // More sealed writes than a log page has slots: the log moves on to a
+        // second page, and the writes there return before the power fails.
+        for i in 0..80 {
+            write_file(&fs, "/h", &data(i));
+        }
+        let ino = fs.lstat("/h").unwrap().ino;
+        let pages = log_pages(&*pm, &fs, ino);
+        assert!(pages.len() >= 2, "{pages:?}");
+        fs.abandon();
+        (ino, pages[0])
+    };
+    // The last entry of the first page (a write that returned long ago) is damaged.
+    let last = first_page + 62 * 64;
+    let mut entry = [0u8; 64];
+    pm.read(last, &mut entry);
+    assert_eq!(
+        entry[0], 8,
+        "a sealed write entry (kind 8) ends the first page"
+    );
+    pm.write_persist(last + 20, &[entry[20] ^ 0x10]);
+    let strict = MountOptions {
+        read_only_on_damage: false,
+        ..MountOptions::default()
+    };
+    let reported = match FileSystem::mount(pm.clone(), strict) {
+        Err(e) => Some(e),
+        Ok((fs, _)) => {
+            let r = fs
+                .open("/h", OpenFlags::RDONLY, 0)
+                .and_then(|fd| fs.close(fd))
+                .err();
+            fs.abandon();
+            r
+        }
+    };
+    let e = reported.expect("the damaged entry read as the end of the log: writes dropped unseen");
+    assert_eq!(e.errno(), libc::EUCLEAN, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("inode {ino}")), "{msg}");
+    assert!(msg.contains(&format!("{last:#x}")), "{msg}");
+    let r = fs::fsck::check(&*pm).unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains(&format!("inode {ino}"))),
+        "{:#?}",
+        r.problems
+    );
+}
+
+#[test]
+fn a_damaged_count_of_used_slots_where_the_sealed_writes_end_is_reported() {
+    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+    let (ino, pages) = {
+        let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+        // Exactly one full page and one write on the next: the stored tail is the
+        // end of the first page, where the sealed writes past it start.
+        for i in 0..64 {
+            write_file(&fs, "/u", &vec![i as u8; 4096]);
+        }
+        let ino = fs.lstat("/u").unwrap().ino;
+        let pages = log_pages(&*pm, &fs, ino);
+        fs.abandon();
+        (ino, pages)
+    };
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    // The first page's count of used slots (trailer + 24), 63, loses a bit.
+    let used = pages[0] + 63 * 64 + 24;
+    assert_eq!(pm.load_u64(used), 63);
+    pm.write_persist(used, &62u64.to_le_bytes());
+    let strict = MountOptions {
+        read_only_on_damage: false,
+        ..MountOptions::default()
+    };
+    let e = match FileSystem::mount(pm.clone(), strict) {
+        Err(e) => e,
+        Ok((fs, _)) => {
+            let r = fs.open("/u", OpenFlags::RDONLY, 0).map(|_| ());
+            fs.abandon();
+            r.expect_err("the damaged count read as the end of the log: a write dropped unseen")
+        }
+    };
+    assert_eq!(e.errno(), libc::EUCLEAN, "{e}");
+    assert!(e.to_string().contains(&format!("inode {ino}")), "{e}");
+    let r = fs::fsck::check(&*pm).unwrap();
+    assert!(!r.ok(), "fsck found nothing");
+}

@@ -4,9 +4,10 @@
 //! descriptors. `dup`s share one [`Desc`] (one open file description: one offset),
 //! which closes the file system's descriptor when the last of them goes.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 
@@ -48,12 +49,44 @@ static TABLE: RwLock<BTreeMap<i32, Slot>> = RwLock::new(BTreeMap::new());
 /// Slots in the table: while 0, a descriptor call costs one load.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// The description behind kernel descriptor `kfd`, if it is the mount's.
+/// Bumped by every change of the table: a thread's last lookup stands while it is
+/// unchanged.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last lookup: the generation it was made in, the descriptor and
+    /// its description. Weak, so a closed description is not kept open by a
+    /// thread that looked it up; a thread being torn down just misses it.
+    static LAST: RefCell<Option<(u64, i32, Weak<Desc>)>> = const { RefCell::new(None) };
+}
+
+/// Notes a change of the table (after it, made under its write lock).
+fn changed() {
+    GENERATION.fetch_add(1, Ordering::Release);
+}
+
+/// The description behind kernel descriptor `kfd`, if it is the mount's. A thread
+/// that calls on one descriptor again and again (a program's read or write loop)
+/// finds it in its last lookup without taking the table's lock, whose line the
+/// threads of a program on several CPUs would otherwise pass between them on every
+/// call.
 pub(crate) fn get(kfd: i32) -> Option<Arc<Desc>> {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    TABLE.read().get(&kfd).map(|s| s.desc.clone())
+    let generation = GENERATION.load(Ordering::Acquire);
+    let hit = LAST.try_with(|last| match &*last.borrow() {
+        Some((g, k, d)) if *g == generation && *k == kfd => d.upgrade(),
+        _ => None,
+    });
+    if let Ok(Some(d)) = hit {
+        return Some(d);
+    }
+    let d = TABLE.read().get(&kfd).map(|s| s.desc.clone())?;
+    let _ = LAST.try_with(|last| {
+        *last.borrow_mut() = Some((generation, kfd, Arc::downgrade(&d)));
+    });
+    Some(d)
 }
 
 /// Whether `kfd` is the mount's.
@@ -63,18 +96,25 @@ pub(crate) fn is_ours(kfd: i32) -> bool {
 
 /// Makes `kfd` (a placeholder the caller opened) name `desc`.
 pub(crate) fn insert(kfd: i32, desc: Arc<Desc>, cloexec: bool) {
-    if TABLE.write().insert(kfd, Slot { desc, cloexec }).is_none() {
+    let mut table = TABLE.write();
+    if table.insert(kfd, Slot { desc, cloexec }).is_none() {
         COUNT.fetch_add(1, Ordering::Relaxed);
     }
+    changed();
 }
 
 /// Forgets `kfd`; its description closes if it was the last. Returns whether it
 /// was the mount's.
 pub(crate) fn remove(kfd: i32) -> bool {
-    let slot = TABLE.write().remove(&kfd);
-    if slot.is_some() {
-        COUNT.fetch_sub(1, Ordering::Relaxed);
-    }
+    let slot = {
+        let mut table = TABLE.write();
+        let slot = table.remove(&kfd);
+        if slot.is_some() {
+            COUNT.fetch_sub(1, Ordering::Relaxed);
+            changed();
+        }
+        slot
+    };
     // Dropped outside the lock: closing may wait for the file system.
     slot.is_some()
 }
@@ -100,8 +140,12 @@ pub(crate) fn is_idle() -> bool {
 /// Drops every descriptor (before an unmount); their placeholders stay open as
 /// `/dev/null`, so no number is reused behind the program's back.
 pub(crate) fn clear() {
-    let all = std::mem::take(&mut *TABLE.write());
-    COUNT.store(0, Ordering::Relaxed);
+    let all = {
+        let mut table = TABLE.write();
+        COUNT.store(0, Ordering::Relaxed);
+        changed();
+        std::mem::take(&mut *table)
+    };
     drop(all);
 }
 
