@@ -199,6 +199,34 @@ fn formatted() -> (Vec<u8>, Geometry) {
     (mem.into_image(), geo)
 }
 
+/// The calling thread held on the CPU it runs on until dropped, its former CPUs then
+/// given back. The file system's allocator and retired blocks are kept per CPU slot, so
+/// a recording that moved between CPUs would place blocks, and so lay out its trace,
+/// differently from run to run: pinned, the same workload and seed give the same trace.
+struct Pinned(Option<rustix::thread::CpuSet>);
+
+impl Pinned {
+    fn here() -> Pinned {
+        let Ok(before) = rustix::thread::sched_getaffinity(None) else {
+            return Pinned(None);
+        };
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(rustix::thread::sched_getcpu());
+        match rustix::thread::sched_setaffinity(None, &one) {
+            Ok(()) => Pinned(Some(before)),
+            Err(_) => Pinned(None),
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, before);
+        }
+    }
+}
+
 /// The copies made off the caller's thread in a trace, as (position of the first data
 /// store, position of the event that ends the copy):
 ///
@@ -247,6 +275,7 @@ fn model_states(ops: &[Op]) -> Result<Vec<Snapshot>, Error> {
 /// traced. Fails if an operation fails or the live file system disagrees with the
 /// model at the end (the workload or the file system is wrong, not the recovery).
 pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, Error> {
+    let _pinned = Pinned::here();
     let states = model_states(&ops)?;
     let (image, geo) = formatted();
     let records = records_area(&geo);
