@@ -168,6 +168,22 @@ fn find_mount(info: &str, want: &str) -> Option<String> {
     })
 }
 
+/// The device number (`major:minor`) of the last mount at `p` (as given, not
+/// resolved: resolving a FUSE mount point would ask its server), from the kernel's
+/// mount table.
+pub(crate) fn device_of(p: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    find_device(&info, &p.to_string_lossy())
+}
+
+/// The device number of the last mount at `want` in mountinfo text `info`.
+fn find_device(info: &str, want: &str) -> Option<String> {
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (unescape(f.get(4)?) == want).then(|| f.get(2).map(|d| d.to_string()))?
+    })
+}
+
 /// A mountinfo path: spaces, tabs, newlines and backslashes are octal escapes.
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();
@@ -350,6 +366,8 @@ mod tests {
         assert_eq!(find_mount(info, "/mnt/a b").as_deref(), Some("fuse.easyio"));
         assert_eq!(find_mount(info, "/").as_deref(), Some("ext4"));
         assert_eq!(find_mount(info, "/mnt"), None);
+        assert_eq!(find_device(info, "/mnt/a b").as_deref(), Some("0:51"));
+        assert_eq!(find_device(info, "/mnt"), None);
     }
 
     #[test]

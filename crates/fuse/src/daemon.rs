@@ -136,6 +136,9 @@ pub fn serve(o: &ServeOptions) -> Result<()> {
     let fs = Arc::new(open_image(&o.image, o.mode, o.read_only, o.slowmem)?);
     let m = crate::Mount::new(fs.clone(), &o.mountpoint, &o.mount)
         .map_err(|e| Error::os(format!("mounting on {}", o.mountpoint.display()), e))?;
+    if let Some(line) = m.dirty_limit() {
+        eprintln!("easyio: {line}");
+    }
     let state = state_file(&o.mountpoint);
     if let Err(e) = write_state(&state, std::process::id(), &o.image) {
         eprintln!(

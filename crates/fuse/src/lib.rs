@@ -26,6 +26,7 @@
 #![warn(clippy::too_many_lines)]
 
 mod attr;
+mod bdi;
 mod buffers;
 mod control;
 mod cred;

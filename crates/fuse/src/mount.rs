@@ -57,6 +57,7 @@ fn config_as(opts: &Options, root: bool) -> Config {
     for o in &opts.extra {
         let opt = match o.as_str() {
             "default_permissions" | "rw" | WRITEBACK_CACHE => continue,
+            x if x.starts_with(crate::bdi::MAX_RATIO_OPTION) => continue,
             "allow_other" => {
                 c.acl = SessionACL::All;
                 continue;
@@ -113,12 +114,18 @@ pub struct Mount {
     mountpoint: PathBuf,
     /// The FUSE-over-io_uring transport, if the kernel granted it.
     uring: Option<UringTransport>,
+    /// What was done to the kernel's dirty-page limit of the mount (writeback cache).
+    dirty_limit: Option<String>,
 }
 
 impl Mount {
     /// Mounts `fs` at `mountpoint` (the kernel's handshake included: the mount is up
     /// when this returns).
     pub fn new(fs: Arc<FileSystem>, mountpoint: &Path, opts: &Options) -> io::Result<Mount> {
+        let max_ratio = opts.bdi_max_ratio()?;
+        // Resolved before mounting: once mounted, resolving it would ask the server,
+        // which serves nothing until `run`.
+        let at = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
         let server = Server::with_options(fs.clone(), opts)?;
         let lookups = server.lookups();
         let handler_stats = server.handler_stats();
@@ -142,6 +149,14 @@ impl Mount {
         } else {
             None
         };
+        let dirty_limit = opts.writeback_cache().then(|| {
+            let dev = crate::control::device_of(&at);
+            crate::bdi::relax(
+                dev.as_deref(),
+                max_ratio,
+                rustix::process::geteuid().is_root(),
+            )
+        });
         // From here on, every change made through another door of this process is
         // invalidated in the kernel's caches.
         let inval_thread = inval.start(session.notifier())?;
@@ -155,7 +170,14 @@ impl Mount {
             flushes,
             mountpoint: mountpoint.to_path_buf(),
             uring,
+            dirty_limit,
         })
+    }
+
+    /// With the writeback cache, what was done to the kernel's limit on the mount's
+    /// dirty pages (see `bdi.rs`), for the log; `None` without it.
+    pub fn dirty_limit(&self) -> Option<&str> {
+        self.dirty_limit.as_deref()
     }
 
     /// The transport requests come through, for the log: FUSE over io_uring (its
@@ -351,6 +373,22 @@ mod tests {
             .mount_options
             .iter()
             .any(|o| matches!(o, MountOption::CUSTOM(x) if x.contains("writeback"))));
+        let ratio = Options {
+            extra: parse_options("writeback_cache,bdi_max_ratio=30"),
+            ..Options::default()
+        };
+        assert_eq!(ratio.bdi_max_ratio().unwrap(), 30);
+        assert!(!config(&ratio)
+            .mount_options
+            .iter()
+            .any(|o| matches!(o, MountOption::CUSTOM(x) if x.contains("bdi"))));
+        for bad in ["bdi_max_ratio=0", "bdi_max_ratio=101", "bdi_max_ratio=x"] {
+            let o = Options {
+                extra: parse_options(bad),
+                ..Options::default()
+            };
+            assert!(o.bdi_max_ratio().is_err(), "{bad}");
+        }
         let flag = Options {
             writeback_cache: true,
             ..Options::default()

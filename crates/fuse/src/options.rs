@@ -48,6 +48,31 @@ impl Options {
     }
 }
 
+impl Options {
+    /// The share (per cent, 1 to 100) of the machine's dirty limit that the mount's
+    /// device may hold with the writeback cache once relaxed (as root): `-o
+    /// bdi_max_ratio=N`, or 50.
+    pub fn bdi_max_ratio(&self) -> std::io::Result<u32> {
+        let Some(v) = self
+            .extra
+            .iter()
+            .rev()
+            .find_map(|o| o.strip_prefix(crate::bdi::MAX_RATIO_OPTION))
+        else {
+            return Ok(crate::bdi::DEFAULT_MAX_RATIO);
+        };
+        v.parse()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("bdi_max_ratio={v}: a whole number from 1 to 100 is needed"),
+                )
+            })
+    }
+}
+
 /// The `-o` option that turns the writeback cache on (an option of the server, not of
 /// the kernel's mount).
 pub(crate) const WRITEBACK_CACHE: &str = "writeback_cache";

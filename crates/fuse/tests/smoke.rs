@@ -23,6 +23,8 @@ struct Served {
     handlers: Option<HandlerStats>,
     inval: Arc<Invalidator>,
     flushes: Flushes,
+    /// The mount's line on the kernel's dirty-page limit (writeback cache only).
+    dirty_limit: Option<String>,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     watchdog: Watchdog,
 }
@@ -48,6 +50,7 @@ impl Served {
         let handlers = m.handler_stats();
         let inval = m.invalidator();
         let flushes = m.flushes();
+        let dirty_limit = m.dirty_limit().map(String::from);
         let thread = Some(std::thread::spawn(move || m.run()));
         let d = dir.clone();
         let watchdog = Watchdog::arm(LIMIT, format!("unmounting {}", dir.display()), move || {
@@ -60,6 +63,7 @@ impl Served {
             handlers,
             inval,
             flushes,
+            dirty_limit,
             thread,
             watchdog,
         })
@@ -500,6 +504,59 @@ fn the_kernel_sends_flush_once_with_the_writeback_cache_and_never_without() {
         0,
         "FLUSH requests without the writeback cache"
     );
+    s.finish().unmount().unwrap();
+}
+
+/// The knobs `strict_limit` and `max_ratio` of the kernel's backing device of the
+/// mount on `dir` (its device number, from `/proc/self/mountinfo`), or `None` where
+/// this kernel has no such knob.
+fn dirty_knobs_of(dir: &Path) -> Option<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_str().unwrap();
+    let line = info
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(dir));
+    let bdi = Path::new("/sys/class/bdi").join(line.unwrap().split(' ').nth(2).unwrap());
+    let knob = |k| std::fs::read_to_string(bdi.join(k)).map(|v| v.trim().to_string());
+    Some((knob("strict_limit").ok()?, knob("max_ratio").ok()?))
+}
+
+#[test]
+fn the_writeback_cache_lifts_the_kernels_strict_dirty_limit_of_the_mount() {
+    // Without the writeback cache nothing is changed: the kernel's limits of a FUSE
+    // mount (1 % of the dirty limit, enforced strictly) stay.
+    let Some(s) = Served::new("bdi-plain") else {
+        return;
+    };
+    let Some(plain) = dirty_knobs_of(&s.dir) else {
+        return testkit::skip("this kernel has no strict_limit knob in /sys/class/bdi");
+    };
+    assert_eq!(plain, ("1".to_string(), "1".to_string()));
+    assert_eq!(s.dirty_limit, None);
+    s.finish().unmount().unwrap();
+    let opts = Options {
+        writeback_cache: true,
+        extra: easyio_fuse::parse_options("bdi_max_ratio=40"),
+        ..Options::default()
+    };
+    let Some(s) = Served::with("bdi-wb", MountOptions::default(), &opts) else {
+        return;
+    };
+    let line = s.dirty_limit.clone().expect("a line for the log");
+    let knobs = dirty_knobs_of(&s.dir).unwrap();
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(knobs, ("0".to_string(), "40".to_string()), "{line}");
+        assert!(
+            line.contains("relaxed to strict_limit 0, max_ratio 40"),
+            "{line}"
+        );
+    } else {
+        assert_eq!(knobs, plain, "{line}");
+        assert!(line.contains("left as it is"), "{line}");
+    }
+    // Written and closed, every file is whole in the image at once.
+    write_and_close_files(&s, 4);
     s.finish().unmount().unwrap();
 }
 
