@@ -27,8 +27,11 @@ pub struct MountArgs {
     #[arg(short, long)]
     foreground: bool,
     /// Mount options, comma-separated (allow_other, allow_root, ro, nosuid, nodev,
-    /// noexec, noatime, fsname=..., subtype=..., writeback_cache, default_permissions);
-    /// default_permissions is on unless root mounts without allow_other or allow_root.
+    /// noexec, noatime, fsname=..., subtype=..., writeback_cache, default_permissions,
+    /// bdi_max_ratio=N); default_permissions is on unless root mounts without
+    /// allow_other or allow_root. With the writeback cache, a mount by root lifts the
+    /// kernel's strict limit on its dirty pages and lets them hold bdi_max_ratio
+    /// (1-100, default 50) per cent of the machine's dirty limit.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// Who moves file data. In async mode reads, writes and fsyncs are served by
