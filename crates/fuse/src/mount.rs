@@ -123,9 +123,11 @@ impl Mount {
     /// when this returns).
     pub fn new(fs: Arc<FileSystem>, mountpoint: &Path, opts: &Options) -> io::Result<Mount> {
         let max_ratio = opts.bdi_max_ratio()?;
-        // Resolved before mounting: once mounted, resolving it would ask the server,
-        // which serves nothing until `run`.
-        let at = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
+        // The path the mount table will show, resolved before mounting: once mounted,
+        // resolving it would ask the server, which serves nothing until `run`.
+        let at = opts
+            .writeback_cache()
+            .then(|| std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into()));
         let server = Server::with_options(fs.clone(), opts)?;
         let lookups = server.lookups();
         let handler_stats = server.handler_stats();
@@ -149,7 +151,7 @@ impl Mount {
         } else {
             None
         };
-        let dirty_limit = opts.writeback_cache().then(|| {
+        let dirty_limit = at.map(|at| {
             let dev = crate::control::device_of(&at);
             crate::bdi::relax(
                 dev.as_deref(),
