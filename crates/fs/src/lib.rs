@@ -34,6 +34,7 @@ pub mod fsck;
 mod handle;
 mod index;
 mod inode;
+mod inode_count;
 mod journal;
 pub mod layout;
 mod log;
@@ -234,6 +235,8 @@ pub struct FileSystem {
     lazy: bool,
     blocks: alloc::Blocks,
     inos: InoAlloc,
+    /// Inodes in use, kept for `statfs` when `lazy`.
+    inode_count: inode_count::InodeCount,
     journals: Vec<Mutex<()>>,
     epoch: Epoch,
     fds: file::FdTable,
@@ -385,10 +388,11 @@ impl FileSystem {
         if !self.lazy {
             return self.inodes.read().len() as u64;
         }
-        // Not all read: count the valid words (as many loads as there are inodes, so
-        // only here, never on the way to a file).
+        // Not all read: the valid words are counted once (as many loads as there are
+        // inodes), then the count follows each inode made and freed.
         let valid = |i: &u64| self.pm.load_u64(self.geo.inode_off(*i) + inode::VALID_OFF) != 0;
-        (ROOT_INO..self.geo.inodes).filter(valid).count() as u64
+        self.inode_count
+            .used(|| (ROOT_INO..self.geo.inodes).filter(valid).count() as u64)
     }
 
     /// An inode already in DRAM: the root, an ancestor of one reached by a path, or

@@ -153,6 +153,7 @@ fn mount_with(
         unmounted: AtomicBool::new(false),
         watcher: std::sync::OnceLock::new(),
         changes: Default::default(),
+        inode_count: Default::default(),
     };
     report.mount_us = start.elapsed().as_micros() as u64;
     Ok((fs, report, fixes))
@@ -292,6 +293,7 @@ fn mount_read_only(
         unmounted: AtomicBool::new(false),
         watcher: std::sync::OnceLock::new(),
         changes: Default::default(),
+        inode_count: Default::default(),
     };
     Ok((fs, report))
 }

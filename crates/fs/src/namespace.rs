@@ -318,9 +318,11 @@ impl FileSystem {
                 0
             },
         };
+        let change = self.inode_count.start();
         let result = self.commit_create(dir, dst, name, &rec, new.data);
         match result {
             Ok(st) => {
+                change.made();
                 let inode = Arc::new(Inode {
                     ino,
                     state: parking_lot::RwLock::new(st),
@@ -451,7 +453,9 @@ impl FileSystem {
                 return Err(e);
             }
         };
+        let change = self.inode_count.start();
         self.commit_journaled(&[&staged], &[(ioff + VALID_OFF, VALID)]);
+        change.made();
         Self::apply_staged(&mut st, staged);
         st.linkable = linkable;
         let inode = Arc::new(Inode {
@@ -731,8 +735,10 @@ impl FileSystem {
         if st.nlink != 0 || st.freed || inode.opens.load(Ordering::SeqCst) != 0 || self.read_only {
             return;
         }
+        let change = self.inode_count.start();
         self.pm
             .store_u64_persist(self.geo.inode_off(inode.ino) + VALID_OFF, 0);
+        change.freed();
         st.freed = true;
         self.free_log_pages(st);
         let data = st.data_extents();

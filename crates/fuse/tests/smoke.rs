@@ -608,3 +608,89 @@ fn a_mount_only_root_reaches_is_checked_by_the_server_as_root_is_by_linux() {
     mode(&d, 0o755).unwrap();
     s.finish().unmount().unwrap();
 }
+
+/// Free inodes as `statfs` through the mount says, which the kernel never caches.
+fn free_inodes(dir: &Path) -> u64 {
+    rustix::fs::statvfs(dir).unwrap().f_ffree
+}
+
+#[test]
+fn statfs_counts_inodes_made_and_freed_through_every_door() {
+    let Some(s) = Served::new("statfs") else {
+        return;
+    };
+    let fs = s.fs.clone().unwrap();
+    let start = free_inodes(&s.dir);
+    assert_eq!(start, fs.statfs().unwrap().ffree);
+    for i in 0..10 {
+        std::fs::write(s.dir.join(format!("m{i}")), b"x").unwrap();
+    }
+    std::fs::create_dir(s.dir.join("d")).unwrap();
+    assert_eq!(free_inodes(&s.dir), start - 11);
+    // Made and removed through the library: seen on the mount's next call.
+    for i in 0..3 {
+        let fd = fs
+            .open(
+                &format!("/l{i}"),
+                fs::OpenFlags::WRONLY | fs::OpenFlags::CREAT,
+                0o644,
+            )
+            .unwrap();
+        fs.close(fd).unwrap();
+    }
+    assert_eq!(free_inodes(&s.dir), start - 14);
+    fs.unlink("/l0").unwrap();
+    for i in 0..5 {
+        std::fs::remove_file(s.dir.join(format!("m{i}"))).unwrap();
+    }
+    assert_eq!(free_inodes(&s.dir), start - 8);
+    // A file unlinked while open is freed at its last close.
+    let open = std::fs::File::open(s.dir.join("m5")).unwrap();
+    std::fs::remove_file(s.dir.join("m5")).unwrap();
+    assert_eq!(free_inodes(&s.dir), start - 8);
+    drop(open);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The kernel sends `release` after `close` returns.
+    while free_inodes(&s.dir) != start - 7 {
+        assert!(Instant::now() < deadline, "the unlinked file was not freed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(fs);
+    let fs = s.finish();
+    assert_eq!(fs.statfs().unwrap().ffree, start - 7);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_write_through_the_mount_removes_security_capability() {
+    if !rustix::process::getuid().is_root() {
+        return testkit::skip("setting security.capability needs CAP_SETFCAP");
+    }
+    let Some(s) = Served::new("killcap") else {
+        return;
+    };
+    let f = s.dir.join("f");
+    std::fs::write(&f, b"#!/bin/sh\n").unwrap();
+    // `cap_net_raw=ep`, as `setcap` writes it (VFS_CAP_REVISION_2, effective).
+    let mut cap = Vec::new();
+    for word in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        cap.extend_from_slice(&word.to_le_bytes());
+    }
+    let name = "security.capability";
+    rustix::fs::setxattr(&f, name, &cap, rustix::fs::XattrFlags::empty()).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(rustix::fs::getxattr(&f, name, &mut buf).unwrap(), cap.len());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"exit 0\n")
+        .unwrap();
+    let gone = rustix::fs::getxattr(&f, name, &mut buf).map_err(|e| e.raw_os_error());
+    assert_eq!(gone, Err(libc::ENODATA));
+    let fs = s.finish();
+    let ino = fs.stat("/f").unwrap().ino;
+    let left = fs.getxattr_ino(ino, name, &mut buf).map_err(|e| e.errno());
+    assert_eq!(left, Err(libc::ENODATA));
+    fs.unmount().unwrap();
+}
