@@ -199,19 +199,23 @@ fn formatted() -> (Vec<u8>, Geometry) {
     (mem.into_image(), geo)
 }
 
-/// The calling thread held on the CPU it runs on until dropped, its former CPUs then
-/// given back. The file system's allocator and retired blocks are kept per CPU slot, so
-/// a recording that moved between CPUs would place blocks, and so lay out its trace,
-/// differently from run to run: pinned, the same workload and seed give the same trace.
+/// The calling thread held on the first CPU it may run on until dropped, its former
+/// CPUs then given back. The file system's allocator, retired blocks and journals are
+/// kept per CPU slot, so a recording that ran on another CPU, or moved between CPUs,
+/// would place blocks, and so lay out its trace, differently from run to run: pinned to
+/// the same CPU every time, the same workload and seed give the same trace.
 struct Pinned(Option<rustix::thread::CpuSet>);
 
 impl Pinned {
-    fn here() -> Pinned {
+    fn first() -> Pinned {
         let Ok(before) = rustix::thread::sched_getaffinity(None) else {
             return Pinned(None);
         };
+        let Some(cpu) = (0..rustix::thread::CpuSet::MAX_CPU).find(|&c| before.is_set(c)) else {
+            return Pinned(None);
+        };
         let mut one = rustix::thread::CpuSet::new();
-        one.set(rustix::thread::sched_getcpu());
+        one.set(cpu);
         match rustix::thread::sched_setaffinity(None, &one) {
             Ok(()) => Pinned(Some(before)),
             Err(_) => Pinned(None),
@@ -275,7 +279,7 @@ fn model_states(ops: &[Op]) -> Result<Vec<Snapshot>, Error> {
 /// traced. Fails if an operation fails or the live file system disagrees with the
 /// model at the end (the workload or the file system is wrong, not the recovery).
 pub fn record(ops: Vec<Op>, mode: Mode) -> Result<Recording, Error> {
-    let _pinned = Pinned::here();
+    let _pinned = Pinned::first();
     let states = model_states(&ops)?;
     let (image, geo) = formatted();
     let records = records_area(&geo);

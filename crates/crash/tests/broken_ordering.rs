@@ -5,13 +5,20 @@
 //! issued before it too (so a write hides a missing staging fence, an attribute change
 //! does not); in `delegate` and `dma-sync` the caller's fence covers its entries only,
 //! the data being fenced by the thread that copied it. (A process of its own: the
-//! fault switch is global.)
+//! fault switch is global; the tests here take turns with it.)
 
 use crash::{run, Config, Mode, Workload};
 use fs::fault::{inject, Fault};
+use std::sync::Mutex;
+
+/// Held while a fault is on: the switch is global, and the tests of this file run on
+/// threads of one process, so one test's fault must not be on (or turned off) while
+/// another's run is recording.
+static SWITCH: Mutex<()> = Mutex::new(());
 
 /// The first failure a default run with `fault` on finds, as a line to print.
 fn caught(fault: Fault, workload: Workload, mode: Mode) -> Option<String> {
+    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     inject(fault);
     let cfg = Config {
         stop_at_first_failure: true,
