@@ -20,6 +20,11 @@ const COLLECT_EVERY: usize = 64;
 #[derive(Default)]
 struct Counters([AtomicU64; 2]);
 
+/// Extents retired on one CPU slot, with the epoch of their retirement: a line of
+/// its own, so writers on different CPUs do not contend on one lock.
+#[repr(align(64))]
+struct Limbo(Mutex<Vec<(u64, Extent)>>);
+
 /// Readers outside this process — clients of a server that copy file data straight
 /// from a read-only mapping of the region — taking part in reclamation: each
 /// registers in the epoch last published, then looks blocks up.
@@ -34,7 +39,7 @@ pub trait ExternalReaders: Send + Sync {
 pub struct Epoch {
     global: AtomicU64,
     active: Vec<Counters>,
-    limbo: Mutex<Vec<(u64, Extent)>>,
+    limbo: Vec<Limbo>,
     external: Mutex<Option<std::sync::Arc<dyn ExternalReaders>>>,
 }
 
@@ -51,7 +56,7 @@ impl Epoch {
         Epoch {
             global: AtomicU64::new(2),
             active: (0..SHARDS).map(|_| Counters::default()).collect(),
-            limbo: Mutex::new(Vec::new()),
+            limbo: (0..SHARDS).map(|_| Limbo(Mutex::new(Vec::new()))).collect(),
             external: Mutex::new(None),
         }
     }
@@ -83,21 +88,33 @@ impl Epoch {
 
     /// Hands `ext` to `free` once no reader can still be using it. Must be called after
     /// the blocks were removed from every index a reader could look them up in.
+    /// The extent waits in the limbo of the caller's CPU slot, whose blocks a
+    /// collection there hands back.
     pub fn retire(&self, ext: Extent, free: impl FnMut(Extent)) {
         let e = self.global.load(Ordering::SeqCst);
+        let shard = cpu_slot();
         let len = {
-            let mut limbo = self.limbo.lock();
+            let mut limbo = self.limbo[shard].0.lock();
             limbo.push((e, ext));
             limbo.len()
         };
         if len >= COLLECT_EVERY {
-            self.collect(free);
+            self.advance();
+            self.free_ready(shard, free);
         }
     }
 
     /// Advances the epoch as far as readers allow and frees what became safe. Returns
     /// the number of extents freed.
     pub fn collect(&self, mut free: impl FnMut(Extent)) -> usize {
+        self.advance();
+        (0..self.limbo.len())
+            .map(|shard| self.free_ready(shard, &mut free))
+            .sum()
+    }
+
+    /// Advances the epoch by up to two steps, as far as readers allow.
+    fn advance(&self) {
         let external = self.external.lock().clone();
         for _ in 0..2 {
             let e = self.global.load(Ordering::SeqCst);
@@ -117,26 +134,40 @@ impl Epoch {
                 x.publish(e + 1);
             }
         }
+    }
+
+    /// Hands the extents of limbo `shard` retired two epochs ago or more to `free`
+    /// (under the limbo's lock: nothing that frees blocks takes a limbo lock).
+    /// Returns how many.
+    fn free_ready(&self, shard: usize, mut free: impl FnMut(Extent)) -> usize {
         let now = self.global.load(Ordering::SeqCst);
-        let ready: Vec<Extent> = {
-            let mut limbo = self.limbo.lock();
-            let (ready, keep) = limbo.drain(..).partition(|(e, _)| e + 2 <= now);
-            *limbo = keep;
-            ready.into_iter().map(|(_, x)| x).collect()
-        };
-        let n = ready.len();
-        ready.into_iter().for_each(&mut free);
-        n
+        let mut limbo = self.limbo[shard].0.lock();
+        let before = limbo.len();
+        limbo.retain(|&(e, x)| {
+            let ready = e + 2 <= now;
+            if ready {
+                free(x);
+            }
+            !ready
+        });
+        before - limbo.len()
     }
 
     /// Blocks retired and not yet handed back.
     pub fn waiting_blocks(&self) -> u64 {
-        self.limbo.lock().iter().map(|(_, x)| x.len).sum()
+        let limbo = self.limbo.iter();
+        limbo
+            .map(|l| l.0.lock().iter().map(|(_, x)| x.len).sum::<u64>())
+            .sum()
     }
 
     /// Everything still waiting, handed back regardless of readers (unmount).
     pub fn drain(&self) -> Vec<Extent> {
-        self.limbo.lock().drain(..).map(|(_, x)| x).collect()
+        let limbo = self.limbo.iter();
+        limbo
+            .flat_map(|l| std::mem::take(&mut *l.0.lock()))
+            .map(|(_, x)| x)
+            .collect()
     }
 }
 
