@@ -13,8 +13,14 @@
 use super::facade::{AtomicU64, Mutex, Ordering};
 use crate::alloc::{cpu_slot, Extent, SHARDS};
 
-/// Retired extents kept before a collection is attempted on the retiring path.
+/// Retired extents a CPU slot keeps before a collection is attempted on its
+/// retiring path.
 const COLLECT_EVERY: usize = 64;
+/// Share of the pool one CPU slot may keep retired before a collection is attempted
+/// on its retiring path, whatever the number of extents: `1 / RETIRED_SHARE` of the
+/// pool divided among the slots, so that at most that share of the pool waits in
+/// every limbo together without a collection having tried to free it.
+pub const RETIRED_SHARE: u64 = 8;
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -23,7 +29,14 @@ struct Counters([AtomicU64; 2]);
 /// Extents retired on one CPU slot, with the epoch of their retirement: a line of
 /// its own, so writers on different CPUs do not contend on one lock.
 #[repr(align(64))]
-struct Limbo(Mutex<Vec<(u64, Extent)>>);
+struct Limbo(Mutex<Retired>);
+
+/// The extents of one limbo and how many blocks they hold.
+#[derive(Default)]
+struct Retired {
+    extents: Vec<(u64, Extent)>,
+    blocks: u64,
+}
 
 /// Readers outside this process — clients of a server that copy file data straight
 /// from a read-only mapping of the region — taking part in reclamation: each
@@ -40,6 +53,9 @@ pub struct Epoch {
     global: AtomicU64,
     active: Vec<Counters>,
     limbo: Vec<Limbo>,
+    /// Blocks a limbo may hold before its retiring path collects (see
+    /// [`RETIRED_SHARE`]).
+    slot_blocks: u64,
     external: Mutex<Option<std::sync::Arc<dyn ExternalReaders>>>,
 }
 
@@ -52,11 +68,22 @@ pub struct ReadGuard<'a> {
 }
 
 impl Epoch {
+    /// A domain whose limbos are bounded by extents only.
     pub fn new() -> Epoch {
+        Epoch::for_pool(u64::MAX)
+    }
+
+    /// A domain for a pool of `pool_blocks` blocks: each CPU slot's limbo collects
+    /// on its retiring path once it holds [`COLLECT_EVERY`] extents or its share of
+    /// `1 / RETIRED_SHARE` of the pool in blocks.
+    pub fn for_pool(pool_blocks: u64) -> Epoch {
         Epoch {
             global: AtomicU64::new(2),
             active: (0..SHARDS).map(|_| Counters::default()).collect(),
-            limbo: (0..SHARDS).map(|_| Limbo(Mutex::new(Vec::new()))).collect(),
+            limbo: (0..SHARDS)
+                .map(|_| Limbo(Mutex::new(Retired::default())))
+                .collect(),
+            slot_blocks: (pool_blocks / RETIRED_SHARE / SHARDS as u64).max(1),
             external: Mutex::new(None),
         }
     }
@@ -89,16 +116,20 @@ impl Epoch {
     /// Hands `ext` to `free` once no reader can still be using it. Must be called after
     /// the blocks were removed from every index a reader could look them up in.
     /// The extent waits in the limbo of the caller's CPU slot, whose blocks a
-    /// collection there hands back.
+    /// collection there hands back; the slot collects once it holds
+    /// [`COLLECT_EVERY`] extents or its share of the pool in blocks (large extents
+    /// retired on a few CPUs would otherwise leave most of the pool waiting, all of
+    /// it in the newest epochs, where one reader in flight holds it all back).
     pub fn retire(&self, ext: Extent, free: impl FnMut(Extent)) {
         let e = self.global.load(Ordering::SeqCst);
         let shard = cpu_slot();
-        let len = {
+        let full = {
             let mut limbo = self.limbo[shard].0.lock();
-            limbo.push((e, ext));
-            limbo.len()
+            limbo.extents.push((e, ext));
+            limbo.blocks += ext.len;
+            limbo.extents.len() >= COLLECT_EVERY || limbo.blocks >= self.slot_blocks
         };
-        if len >= COLLECT_EVERY {
+        if full {
             self.advance();
             self.free_ready(shard, free);
         }
@@ -142,30 +173,30 @@ impl Epoch {
     fn free_ready(&self, shard: usize, mut free: impl FnMut(Extent)) -> usize {
         let now = self.global.load(Ordering::SeqCst);
         let mut limbo = self.limbo[shard].0.lock();
-        let before = limbo.len();
-        limbo.retain(|&(e, x)| {
+        let Retired { extents, blocks } = &mut *limbo;
+        let before = extents.len();
+        extents.retain(|&(e, x)| {
             let ready = e + 2 <= now;
             if ready {
+                *blocks -= x.len;
                 free(x);
             }
             !ready
         });
-        before - limbo.len()
+        before - extents.len()
     }
 
     /// Blocks retired and not yet handed back.
     pub fn waiting_blocks(&self) -> u64 {
         let limbo = self.limbo.iter();
-        limbo
-            .map(|l| l.0.lock().iter().map(|(_, x)| x.len).sum::<u64>())
-            .sum()
+        limbo.map(|l| l.0.lock().blocks).sum()
     }
 
     /// Everything still waiting, handed back regardless of readers (unmount).
     pub fn drain(&self) -> Vec<Extent> {
         let limbo = self.limbo.iter();
         limbo
-            .flat_map(|l| std::mem::take(&mut *l.0.lock()))
+            .flat_map(|l| std::mem::take(&mut *l.0.lock()).extents)
             .map(|(_, x)| x)
             .collect()
     }
