@@ -75,7 +75,9 @@ impl Epoch {
 
     /// A domain for a pool of `pool_blocks` blocks: each CPU slot's limbo collects
     /// on its retiring path once it holds [`COLLECT_EVERY`] extents or its share of
-    /// `1 / RETIRED_SHARE` of the pool in blocks.
+    /// `1 / RETIRED_SHARE` of the pool in blocks — but never fewer than
+    /// [`COLLECT_EVERY`] blocks, so that single blocks are collected as often as
+    /// before on a small pool, and only larger extents are collected sooner.
     pub fn for_pool(pool_blocks: u64) -> Epoch {
         Epoch {
             global: AtomicU64::new(2),
@@ -83,7 +85,7 @@ impl Epoch {
             limbo: (0..SHARDS)
                 .map(|_| Limbo(Mutex::new(Retired::default())))
                 .collect(),
-            slot_blocks: (pool_blocks / RETIRED_SHARE / SHARDS as u64).max(1),
+            slot_blocks: (pool_blocks / RETIRED_SHARE / SHARDS as u64).max(COLLECT_EVERY as u64),
             external: Mutex::new(None),
         }
     }
