@@ -19,7 +19,9 @@ const COLLECT_EVERY: usize = 64;
 /// Share of the pool one CPU slot may keep retired before a collection is attempted
 /// on its retiring path, whatever the number of extents: `1 / RETIRED_SHARE` of the
 /// pool divided among the slots, so that at most that share of the pool waits in
-/// every limbo together without a collection having tried to free it.
+/// every limbo together without a collection having tried to free it (on a pool of
+/// at least 8,192 blocks: on a smaller one a slot keeps up to [`COLLECT_EVERY`]
+/// blocks).
 pub const RETIRED_SHARE: u64 = 8;
 
 #[repr(align(64))]
