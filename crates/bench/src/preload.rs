@@ -38,9 +38,11 @@ const SHIM: &str = "libeasyio_preload.so";
 /// is killed and the run fails.
 const GRACE: Duration = Duration::from_secs(120);
 
-/// What each target of issue 20 asks: (job, block, easyio over tmpfs).
+/// What each target asks: (job, block, easyio over tmpfs). Issue 20 asked for the
+/// reads and the sequential write; the 4 KiB random write's target is issue 37's
+/// (a durable write against tmpfs's, which is not).
 const GOALS: [(&str, u64, f64); 3] = [
-    ("randwrite", 4 << 10, 1.5),
+    ("randwrite", 4 << 10, 1.3),
     ("randread", 4 << 10, 1.5),
     ("seqwrite", 1 << 20, 1.0),
 ];
@@ -166,7 +168,7 @@ struct Row {
     files_checked: u64,
 }
 
-/// A target of issue 20 and whether this run met it.
+/// A target (issue 20's or 37's) and whether this run met it.
 #[derive(Serialize)]
 struct Goal {
     job: &'static str,
@@ -483,7 +485,7 @@ fn measure_all(a: &PreloadArgs, shim: &Path) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The targets of issue 20, for each number of fio jobs.
+/// The targets of issues 20 and 37, for each number of fio jobs.
 fn goals(rows: &[Row]) -> Vec<Goal> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.target == Target::EasyioPreload) {

@@ -43,11 +43,27 @@ pub struct BlockAlloc {
     first: u64,
     end: u64,
     shard_len: u64,
-    shards: Vec<Mutex<Shard>>,
-    free: AtomicU64,
-    /// Allocations and frees since [`BlockAlloc::mark_saved`]: none means the saved
-    /// bitmap still describes this allocator.
+    shards: Vec<ShardCell>,
+    /// Whether anything was allocated or freed since [`BlockAlloc::mark_saved`]
+    /// (0: the saved bitmap still describes this allocator). Written only when it
+    /// changes, so that writers on different CPUs do not contend on its line.
     changes: AtomicU64,
+}
+
+/// A shard and its count of free blocks, on lines of their own: the counts of the
+/// pool are per shard, so a thread allocating and freeing in its own shard touches
+/// no line another CPU writes.
+#[repr(align(64))]
+struct ShardCell {
+    shard: Mutex<Shard>,
+    free: AtomicU64,
+}
+
+impl std::ops::Deref for ShardCell {
+    type Target = Mutex<Shard>;
+    fn deref(&self) -> &Mutex<Shard> {
+        &self.shard
+    }
 }
 
 /// One shard's free blocks: coalesced extents (start → length), a stack of single
@@ -179,14 +195,15 @@ impl BlockAlloc {
             end,
             shard_len,
             shards: (0..SHARDS as u64)
-                .map(|i| Mutex::new(Shard::new(first + i * shard_len, shard_len)))
+                .map(|i| ShardCell {
+                    shard: Mutex::new(Shard::new(first + i * shard_len, shard_len)),
+                    free: AtomicU64::new(0),
+                })
                 .collect(),
-            free: AtomicU64::new(0),
             // No saved bitmap is known to describe it until `mark_saved`.
             changes: AtomicU64::new(1),
         };
         let mut at = first;
-        let mut total = 0;
         for e in free.into_iter().chain([Extent { start: end, len: 0 }]) {
             assert!(
                 e.start >= at && e.start + e.len <= end,
@@ -196,10 +213,12 @@ impl BlockAlloc {
             a.for_each_shard_piece(e.start, e.start + e.len, |s, start, end| {
                 insert_coalesced(&mut s.extents, start, end - start)
             });
-            total += e.len;
             at = e.start + e.len;
         }
-        a.free.store(total, Ordering::Relaxed);
+        for c in &a.shards {
+            let n = c.lock().extents.values().sum();
+            c.free.store(n, Ordering::Relaxed);
+        }
         a
     }
 
@@ -237,7 +256,10 @@ impl BlockAlloc {
 
     /// Free blocks now.
     pub fn free_blocks(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.shards
+            .iter()
+            .map(|c| c.free.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn shard_of(&self, block: u64) -> usize {
@@ -254,20 +276,29 @@ impl BlockAlloc {
         while start < end {
             let shard = self.shard_of(start);
             let shard_end = (self.first + (shard as u64 + 1) * self.shard_len).min(end);
-            self.shards[shard].lock().free(start, shard_end - start);
+            let cell = &self.shards[shard];
+            cell.lock().free(start, shard_end - start);
+            cell.free.fetch_add(shard_end - start, Ordering::Relaxed);
             start = shard_end;
         }
-        self.free.fetch_add(ext.len, Ordering::Relaxed);
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.changed();
+    }
+
+    /// Notes an allocation or a free (see `changes`).
+    fn changed(&self) {
+        if self.changes.load(Ordering::Relaxed) == 0 {
+            self.changes.store(1, Ordering::Relaxed);
+        }
     }
 
     /// Takes one extent of at most `want` blocks, preferring the caller's CPU shard.
     fn take(&self, want: u64) -> Option<Extent> {
         let home = cpu_slot();
         for i in 0..SHARDS {
-            if let Some(e) = self.shards[(home + i) % SHARDS].lock().take(want) {
-                self.free.fetch_sub(e.len, Ordering::Relaxed);
-                self.changes.fetch_add(1, Ordering::Relaxed);
+            let cell = &self.shards[(home + i) % SHARDS];
+            if let Some(e) = cell.lock().take(want) {
+                cell.free.fetch_sub(e.len, Ordering::Relaxed);
+                self.changed();
                 return Some(e);
             }
         }
@@ -611,19 +642,31 @@ mod tests {
         );
         a.free(one[0]);
         // A request for all eight spills the stack into the map: one extent.
-        assert_eq!(a.alloc(8).unwrap(), vec![Extent { start: 0, len: 8 }]);
+        assert_eq!(
+            a.alloc(8).unwrap().to_vec(),
+            vec![Extent { start: 0, len: 8 }]
+        );
         assert_eq!(a.free_blocks(), 0);
         assert!(matches!(a.alloc(1), Err(Error::NoSpace)));
         // Short extents come back whole, newest first.
         a.free(Extent { start: 0, len: 4 });
         a.free(Extent { start: 4, len: 4 });
-        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 4, len: 4 }]);
-        assert_eq!(a.alloc(4).unwrap(), vec![Extent { start: 0, len: 4 }]);
+        assert_eq!(
+            a.alloc(4).unwrap().to_vec(),
+            vec![Extent { start: 4, len: 4 }]
+        );
+        assert_eq!(
+            a.alloc(4).unwrap().to_vec(),
+            vec![Extent { start: 0, len: 4 }]
+        );
         // A request no stacked extent matches spills the stacks and coalesces.
         a.free(Extent { start: 0, len: 2 });
         a.free(Extent { start: 2, len: 2 });
         a.free(Extent { start: 4, len: 1 });
-        assert_eq!(a.alloc(5).unwrap(), vec![Extent { start: 0, len: 5 }]);
+        assert_eq!(
+            a.alloc(5).unwrap().to_vec(),
+            vec![Extent { start: 0, len: 5 }]
+        );
     }
 
     #[test]

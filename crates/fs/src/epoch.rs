@@ -13,12 +13,32 @@
 use super::facade::{AtomicU64, Mutex, Ordering};
 use crate::alloc::{cpu_slot, Extent, SHARDS};
 
-/// Retired extents kept before a collection is attempted on the retiring path.
+/// Retired extents a CPU slot keeps before a collection is attempted on its
+/// retiring path.
 const COLLECT_EVERY: usize = 64;
+/// Share of the pool one CPU slot may keep retired before a collection is attempted
+/// on its retiring path, whatever the number of extents: `1 / RETIRED_SHARE` of the
+/// pool divided among the slots, so that at most that share of the pool waits in
+/// every limbo together without a collection having tried to free it (on a pool of
+/// at least 8,192 blocks: on a smaller one a slot keeps up to [`COLLECT_EVERY`]
+/// blocks).
+pub const RETIRED_SHARE: u64 = 8;
 
 #[repr(align(64))]
 #[derive(Default)]
 struct Counters([AtomicU64; 2]);
+
+/// Extents retired on one CPU slot, with the epoch of their retirement: a line of
+/// its own, so writers on different CPUs do not contend on one lock.
+#[repr(align(64))]
+struct Limbo(Mutex<Retired>);
+
+/// The extents of one limbo and how many blocks they hold.
+#[derive(Default)]
+struct Retired {
+    extents: Vec<(u64, Extent)>,
+    blocks: u64,
+}
 
 /// Readers outside this process — clients of a server that copy file data straight
 /// from a read-only mapping of the region — taking part in reclamation: each
@@ -34,7 +54,10 @@ pub trait ExternalReaders: Send + Sync {
 pub struct Epoch {
     global: AtomicU64,
     active: Vec<Counters>,
-    limbo: Mutex<Vec<(u64, Extent)>>,
+    limbo: Vec<Limbo>,
+    /// Blocks a limbo may hold before its retiring path collects (see
+    /// [`RETIRED_SHARE`]).
+    slot_blocks: u64,
     external: Mutex<Option<std::sync::Arc<dyn ExternalReaders>>>,
 }
 
@@ -47,11 +70,24 @@ pub struct ReadGuard<'a> {
 }
 
 impl Epoch {
+    /// A domain whose limbos are bounded by extents only.
     pub fn new() -> Epoch {
+        Epoch::for_pool(u64::MAX)
+    }
+
+    /// A domain for a pool of `pool_blocks` blocks: each CPU slot's limbo collects
+    /// on its retiring path once it holds [`COLLECT_EVERY`] extents or its share of
+    /// `1 / RETIRED_SHARE` of the pool in blocks — but never fewer than
+    /// [`COLLECT_EVERY`] blocks, so that single blocks are collected as often as
+    /// before on a small pool, and only larger extents are collected sooner.
+    pub fn for_pool(pool_blocks: u64) -> Epoch {
         Epoch {
             global: AtomicU64::new(2),
             active: (0..SHARDS).map(|_| Counters::default()).collect(),
-            limbo: Mutex::new(Vec::new()),
+            limbo: (0..SHARDS)
+                .map(|_| Limbo(Mutex::new(Retired::default())))
+                .collect(),
+            slot_blocks: (pool_blocks / RETIRED_SHARE / SHARDS as u64).max(COLLECT_EVERY as u64),
             external: Mutex::new(None),
         }
     }
@@ -83,21 +119,37 @@ impl Epoch {
 
     /// Hands `ext` to `free` once no reader can still be using it. Must be called after
     /// the blocks were removed from every index a reader could look them up in.
+    /// The extent waits in the limbo of the caller's CPU slot, whose blocks a
+    /// collection there hands back; the slot collects once it holds
+    /// [`COLLECT_EVERY`] extents or its share of the pool in blocks (large extents
+    /// retired on a few CPUs would otherwise leave most of the pool waiting, all of
+    /// it in the newest epochs, where one reader in flight holds it all back).
     pub fn retire(&self, ext: Extent, free: impl FnMut(Extent)) {
         let e = self.global.load(Ordering::SeqCst);
-        let len = {
-            let mut limbo = self.limbo.lock();
-            limbo.push((e, ext));
-            limbo.len()
+        let shard = cpu_slot();
+        let full = {
+            let mut limbo = self.limbo[shard].0.lock();
+            limbo.extents.push((e, ext));
+            limbo.blocks += ext.len;
+            limbo.extents.len() >= COLLECT_EVERY || limbo.blocks >= self.slot_blocks
         };
-        if len >= COLLECT_EVERY {
-            self.collect(free);
+        if full {
+            self.advance();
+            self.free_ready(shard, free);
         }
     }
 
     /// Advances the epoch as far as readers allow and frees what became safe. Returns
     /// the number of extents freed.
     pub fn collect(&self, mut free: impl FnMut(Extent)) -> usize {
+        self.advance();
+        (0..self.limbo.len())
+            .map(|shard| self.free_ready(shard, &mut free))
+            .sum()
+    }
+
+    /// Advances the epoch by up to two steps, as far as readers allow.
+    fn advance(&self) {
         let external = self.external.lock().clone();
         for _ in 0..2 {
             let e = self.global.load(Ordering::SeqCst);
@@ -117,26 +169,40 @@ impl Epoch {
                 x.publish(e + 1);
             }
         }
+    }
+
+    /// Hands the extents of limbo `shard` retired two epochs ago or more to `free`
+    /// (under the limbo's lock: nothing that frees blocks takes a limbo lock).
+    /// Returns how many.
+    fn free_ready(&self, shard: usize, mut free: impl FnMut(Extent)) -> usize {
         let now = self.global.load(Ordering::SeqCst);
-        let ready: Vec<Extent> = {
-            let mut limbo = self.limbo.lock();
-            let (ready, keep) = limbo.drain(..).partition(|(e, _)| e + 2 <= now);
-            *limbo = keep;
-            ready.into_iter().map(|(_, x)| x).collect()
-        };
-        let n = ready.len();
-        ready.into_iter().for_each(&mut free);
-        n
+        let mut limbo = self.limbo[shard].0.lock();
+        let Retired { extents, blocks } = &mut *limbo;
+        let before = extents.len();
+        extents.retain(|&(e, x)| {
+            let ready = e + 2 <= now;
+            if ready {
+                *blocks -= x.len;
+                free(x);
+            }
+            !ready
+        });
+        before - extents.len()
     }
 
     /// Blocks retired and not yet handed back.
     pub fn waiting_blocks(&self) -> u64 {
-        self.limbo.lock().iter().map(|(_, x)| x.len).sum()
+        let limbo = self.limbo.iter();
+        limbo.map(|l| l.0.lock().blocks).sum()
     }
 
     /// Everything still waiting, handed back regardless of readers (unmount).
     pub fn drain(&self) -> Vec<Extent> {
-        self.limbo.lock().drain(..).map(|(_, x)| x).collect()
+        let limbo = self.limbo.iter();
+        limbo
+            .flat_map(|l| std::mem::take(&mut *l.0.lock()).extents)
+            .map(|(_, x)| x)
+            .collect()
     }
 }
 
