@@ -11,7 +11,8 @@
 //! | damage | repair |
 //! |--------|--------|
 //! | an inode that cannot be read: valid word neither valid nor free, record checksum, log head/tail seal, a log page or entry that fails its checks, a pointer out of range | the inode is dropped: its valid word cleared, every directory entry naming it removed, the link count of those directories fixed, the blocks it referenced freed |
-//! | a block referenced by two inodes | the lower-numbered inode keeps it; the other is dropped as above |
+//! | a file page in a block another reference claims (a log page, a page of a lower-numbered inode, or an earlier page of the same file) | the page gets a copy of the block, so that both read what they read before; the block stays with the other |
+//! | a log page or extended-attribute block referenced by two inodes | the lower-numbered inode keeps it; the other is dropped as above |
 //! | a directory entry naming an inode not in use | the entry is removed |
 //! | a link count that is not the references the tree holds | set to those references |
 //! | after a clean unmount: orphan inodes, a saved allocator that is corrupt or disagrees with the references | orphans are freed and the allocator rebuilt, as recovery after a crash does |
@@ -361,6 +362,7 @@ fn refuse_unfixable(s: &crate::recovery::Scan, refused: &mut Vec<String>) {
             }
             Fix::LinkCount { ino, .. } => format!("inode {ino}: link count"),
             Fix::Lost { ino } => format!("inode {ino} is not in any directory"),
+            Fix::Shared { ino, pgoff, .. } => format!("inode {ino}: page {pgoff} is in block"),
         });
     }
     for p in &s.problems {
@@ -415,9 +417,13 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
     type InodeFixes = (Vec<(String, u64)>, Option<u32>);
     let mut per_inode: std::collections::BTreeMap<u64, InodeFixes> = Default::default();
     let mut lost = Vec::new();
+    let mut shared: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
     for f in fixes {
         match f {
             Fix::Lost { ino } => lost.push(*ino),
+            Fix::Shared { ino, pgoff, block } => {
+                shared.entry(*ino).or_default().push((*pgoff, *block));
+            }
             Fix::Dangling { dir, name, ino } => per_inode
                 .entry(*dir)
                 .or_default()
@@ -425,6 +431,9 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
                 .push((name.clone(), *ino)),
             Fix::LinkCount { ino, expect } => per_inode.entry(*ino).or_default().1 = Some(*expect),
         }
+    }
+    for (ino, pages) in shared {
+        copy_shared(fs, ino, &pages, actions)?;
     }
     for (ino, (dangling, nlink)) in per_inode {
         let inode = fs.inode(ino)?;
@@ -456,6 +465,48 @@ fn apply_fixes(fs: &crate::FileSystem, fixes: &[Fix], actions: &mut Vec<String>)
     if !lost.is_empty() {
         keep_lost(fs, &lost, actions)?;
     }
+    Ok(())
+}
+
+/// Gives each page `(pgoff, block)` of file `ino` a copy of `block` of its own,
+/// committed by one tail store; `block` stays with the reference that claimed it
+/// first (it is not freed).
+fn copy_shared(
+    fs: &crate::FileSystem,
+    ino: u64,
+    pages: &[(u64, u64)],
+    actions: &mut Vec<String>,
+) -> Result<()> {
+    let inode = fs.inode(ino)?;
+    let mut st = fs.write_state(&inode);
+    let fresh = fs.alloc_blocks(pages.len() as u64)?;
+    let blocks = fresh.iter().flat_map(|e| e.start..e.start + e.len);
+    let mut buf = vec![0u8; BLOCK_SIZE as usize];
+    let mut entries = Vec::new();
+    for (&(pgoff, block), new) in pages.iter().zip(blocks) {
+        fs.pm.read(block * BLOCK_SIZE, &mut buf);
+        fs.pm.copy_nt(new * BLOCK_SIZE, &buf);
+        entries.push(Entry::Write {
+            pgoff,
+            block: new,
+            npages: 1,
+            size: st.size,
+            mtime: st.mtime,
+            sn: 0,
+        });
+        actions.push(format!(
+            "copied block {block}, which page {pgoff} of inode {ino} shared, to block {new}"
+        ));
+    }
+    let staged = match fs.stage(ino, &mut st, entries) {
+        Ok(s) => s,
+        Err(e) => {
+            fresh.into_iter().for_each(|x| fs.blocks.free(x));
+            return Err(e);
+        }
+    };
+    // What the copies displace is the shared blocks: kept, not freed.
+    fs.commit_one(&mut st, staged);
     Ok(())
 }
 

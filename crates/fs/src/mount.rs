@@ -298,6 +298,45 @@ fn mount_read_only(
     Ok((fs, report))
 }
 
+/// The blocks freeing orphan `ino` (state `st`) frees, taking its [`Fix::Shared`]
+/// out of `fixes`: not a block an earlier reference claimed (it stays with that one),
+/// and not one a later file page shares (that page, its copy no longer needed, keeps
+/// it).
+fn orphan_blocks(st: &InodeState, ino: u64, fixes: &mut Vec<Fix>) -> Vec<u64> {
+    let mut later: HashMap<u64, usize> = HashMap::new();
+    fixes.retain(|f| match f {
+        Fix::Shared { ino: i, block, .. } if *i == ino => {
+            *later.entry(*block).or_default() += 1;
+            false
+        }
+        _ => true,
+    });
+    let mut out = Vec::new();
+    for (_, b) in st.pages.iter() {
+        match later.get_mut(&b) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => {
+                let heir = fixes
+                    .iter()
+                    .position(|f| matches!(f, Fix::Shared { block, .. } if *block == b));
+                match heir {
+                    Some(i) => {
+                        fixes.remove(i);
+                    }
+                    None => out.push(b),
+                }
+            }
+        }
+    }
+    out.extend(
+        st.xattr
+            .iter()
+            .flat_map(|x| &x.extents)
+            .flat_map(|e| e.start..e.start + e.len),
+    );
+    out
+}
+
 /// Mount after a crash (or with a saved allocator that fails its checksum): every
 /// inode read and checked, orphans freed, the allocator rebuilt from what the logs
 /// reference.
@@ -344,10 +383,8 @@ fn full_scan(
             for p in &st.log.pages {
                 scan.used[(p / BLOCK_SIZE - geo.pool_start) as usize] = false;
             }
-            for e in st.data_extents() {
-                for b in e.start..e.start + e.len {
-                    scan.used[(b - geo.pool_start) as usize] = false;
-                }
+            for b in orphan_blocks(&st, ino, &mut scan.fixes) {
+                scan.used[(b - geo.pool_start) as usize] = false;
             }
         }
     }

@@ -82,6 +82,10 @@ pub(crate) enum Fix {
     /// Inode `ino` has links but no directory the tree reaches names it: what only a
     /// dropped directory reached. Kept, for `/lost+found`, with what it reaches.
     Lost { ino: u64 },
+    /// Page `pgoff` of file `ino` lives in `block`, which a log page or an earlier
+    /// file page (of a lower-numbered inode, or of this one) also claims: the page
+    /// gets a copy of its own, so that both read what they read before.
+    Shared { ino: u64, pgoff: u64, block: u64 },
 }
 
 /// Reads inode `ino`, named by directory `parent`, for a mount that did not read them
@@ -111,7 +115,7 @@ pub(crate) fn load_inode(
     let mut report = MountReport::default();
     let mut notes = Vec::new();
     let mut referenced = Vec::new();
-    let mut mark = |b: u64| {
+    let mut mark = |b: u64, _: Option<u64>| {
         crate::inode::push_block(&mut referenced, b);
         Ok(())
     };
@@ -142,7 +146,7 @@ pub(crate) fn referenced_free(pm: &dyn Pmem, geo: &Geometry) -> Vec<Extent> {
         if pm.load_u64(geo.inode_off(ino) + VALID_OFF) != VALID {
             continue;
         }
-        let mut mark = |b: u64| {
+        let mut mark = |b: u64, _: Option<u64>| {
             used[(b - geo.pool_start) as usize] = true;
             Ok(())
         };
@@ -169,6 +173,7 @@ pub(crate) fn free_extents(used: &[bool], pool_start: u64) -> Vec<Extent> {
 /// Walks the whole region. With `repair`, voids committed writes whose SN is not done
 /// (so they can never come back); without, only notes them.
 pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
+    let logs = log_page_blocks(pm, &geo);
     let mut s = Scan {
         states: HashMap::new(),
         used: vec![false; geo.pool_blocks() as usize],
@@ -194,10 +199,26 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
             notes: &mut s.notes,
         };
         let (used, pool_start) = (&mut s.used, geo.pool_start);
-        let mut mark = |block: u64| mark_used(used, pool_start, block);
+        let mut shared = Vec::new();
+        let mut mark = |block: u64, pgoff: Option<u64>| match pgoff {
+            // A file page in a block already claimed, or in a log page (whose trailer
+            // names its owner): repair gives the file page a copy.
+            Some(pgoff) if used[(block - pool_start) as usize] || logs.contains(&block) => {
+                shared.push((pgoff, block));
+                Ok(())
+            }
+            _ => mark_used(used, pool_start, block),
+        };
         match scan_inode(pm, &geo, ino, repair, &mut mark, &mut found) {
             Ok(st) => {
                 s.states.insert(ino, st);
+                for (pgoff, block) in shared {
+                    s.problems.push(format!(
+                        "inode {ino}: page {pgoff} is in block {block}, which another \
+                         reference also claims"
+                    ));
+                    s.fixes.push(Fix::Shared { ino, pgoff, block });
+                }
             }
             Err(e) => s.problems.push(e.to_string()),
         }
@@ -206,11 +227,35 @@ pub(crate) fn scan(pm: &dyn Pmem, geo: Geometry, repair: bool) -> Result<Scan> {
     Ok(s)
 }
 
+/// The blocks of every log page chain that reads, each page's trailer naming the
+/// inode whose chain reaches it.
+fn log_page_blocks(pm: &dyn Pmem, geo: &Geometry) -> std::collections::HashSet<u64> {
+    let mut out = std::collections::HashSet::new();
+    for ino in ROOT_INO..geo.inodes {
+        let off = geo.inode_off(ino);
+        if pm.load_u64(off + VALID_OFF) != VALID {
+            continue;
+        }
+        let Ok(head) = unseal_log_word(ino, LogWord::Head, pm.load_u64(off + HEAD_OFF)) else {
+            continue;
+        };
+        let mut none = |_: u64, _: Option<u64>| Ok(());
+        if let Ok((pages, _)) = walk_log_pages(pm, geo, ino, head, &mut none) {
+            out.extend(pages.iter().map(|p| p / BLOCK_SIZE));
+        }
+    }
+    out
+}
+
 /// The inodes in use that cannot be kept: a valid word that is neither valid nor free,
-/// or a record or log that fails its checks, or a block also referenced by an inode of
-/// a lower number that reads (which keeps it). Each with why.
+/// or a record or log that fails its checks, or a log page or extended-attribute block
+/// also referenced by an inode of a lower number that reads (which keeps it). Each
+/// with why. A file page in a block another reference claims does not make its inode
+/// unreadable: repair gives the page a copy ([`Fix::Shared`]).
 pub(crate) fn unreadable_inodes(pm: &dyn Pmem, geo: &Geometry) -> Vec<(u64, String)> {
+    // Log pages and attribute blocks; file pages.
     let mut used = vec![false; geo.pool_blocks() as usize];
+    let mut data = vec![false; geo.pool_blocks() as usize];
     let mut out = Vec::new();
     let mut report = MountReport::default();
     let mut notes = Vec::new();
@@ -224,8 +269,13 @@ pub(crate) fn unreadable_inodes(pm: &dyn Pmem, geo: &Geometry) -> Vec<(u64, Stri
             }
         }
         let mut blocks = Vec::new();
+        let mut pages = Vec::new();
         let mut mine = std::collections::HashSet::new();
-        let mut mark = |b: u64| {
+        let mut mark = |b: u64, pgoff: Option<u64>| {
+            if pgoff.is_some() {
+                pages.push(b);
+                return Ok(());
+            }
             if !mine.insert(b) {
                 return Err(format!("block {b} referenced twice"));
             }
@@ -236,12 +286,20 @@ pub(crate) fn unreadable_inodes(pm: &dyn Pmem, geo: &Geometry) -> Vec<(u64, Stri
             report: &mut report,
             notes: &mut notes,
         };
-        if let Err(e) = scan_inode(pm, geo, ino, false, &mut mark, &mut found) {
-            out.push((ino, e.to_string()));
-            continue;
-        }
+        let logs = match scan_inode(pm, geo, ino, false, &mut mark, &mut found) {
+            Ok(st) => st.log.pages.len(),
+            Err(e) => {
+                out.push((ino, e.to_string()));
+                continue;
+            }
+        };
         let index = |b: u64| (b - geo.pool_start) as usize;
-        if let Some(b) = blocks.iter().find(|&&b| used[index(b)]) {
+        // A log page clashes with an earlier log page or attribute block (a file page
+        // on it gets a copy); an attribute block with any earlier block.
+        let clash = |(i, b): (usize, &u64)| {
+            used[index(*b)] || (i >= logs && (data[index(*b)] || pages.contains(b)))
+        };
+        if let Some((_, b)) = blocks.iter().enumerate().find(|&x| clash(x)) {
             out.push((
                 ino,
                 format!("inode {ino}: block {b} is also referenced by a lower-numbered inode"),
@@ -250,6 +308,9 @@ pub(crate) fn unreadable_inodes(pm: &dyn Pmem, geo: &Geometry) -> Vec<(u64, Stri
         }
         for b in blocks {
             used[index(b)] = true;
+        }
+        for b in pages {
+            data[index(b)] = true;
         }
     }
     out
@@ -271,14 +332,15 @@ struct Found<'a> {
 }
 
 /// Reads inode `ino` from its record and log, checking every checksum and pointer
-/// before it is followed; `mark(block)` is told every pool block the inode references
-/// (log pages and data) and may refuse one.
+/// before it is followed; `mark(block, pgoff)` is told every pool block the inode
+/// references (log pages, then file pages with their page offset, then extended
+/// attributes) and may refuse one.
 fn scan_inode(
     pm: &dyn Pmem,
     geo: &Geometry,
     ino: u64,
     repair: bool,
-    mark: &mut dyn FnMut(u64) -> std::result::Result<(), String>,
+    mark: &mut dyn FnMut(u64, Option<u64>) -> std::result::Result<(), String>,
     s: &mut Found<'_>,
 ) -> Result<InodeState> {
     let geo = *geo;
@@ -314,9 +376,12 @@ fn scan_inode(
         pages,
         entries: st.log.entries,
     };
-    for e in st.data_extents() {
+    for (pgoff, b) in st.pages.iter() {
+        mark(b, Some(pgoff)).map_err(|why| bad(format!("data: {why}")))?;
+    }
+    for e in st.xattr.iter().flat_map(|x| &x.extents) {
         for b in e.start..e.start + e.len {
-            mark(b).map_err(|why| bad(format!("data: {why}")))?;
+            mark(b, None).map_err(|why| bad(format!("data: {why}")))?;
         }
     }
     if let Some(x) = &st.xattr {
@@ -336,7 +401,7 @@ fn walk_log_pages(
     geo: &Geometry,
     ino: u64,
     head: u64,
-    mark: &mut dyn FnMut(u64) -> std::result::Result<(), String>,
+    mark: &mut dyn FnMut(u64, Option<u64>) -> std::result::Result<(), String>,
 ) -> Result<(Vec<u64>, Vec<u64>)> {
     let bad = |why: String| Error::Corrupt(format!("inode {ino}: {why}"));
     let mut pages = Vec::new();
@@ -350,7 +415,7 @@ fn walk_log_pages(
         if !visited.insert(next) || pages.len() as u64 > geo.pool_blocks() {
             return Err(bad("log page chain does not end".into()));
         }
-        mark(next / BLOCK_SIZE).map_err(|why| bad(format!("log page {next:#x}: {why}")))?;
+        mark(next / BLOCK_SIZE, None).map_err(|why| bad(format!("log page {next:#x}: {why}")))?;
         let mut t = [0u8; 32];
         pm.read(next + TRAILER_OFF, &mut t);
         let field = |i: usize| u64::from_le_bytes(t[i * 8..i * 8 + 8].try_into().unwrap());
