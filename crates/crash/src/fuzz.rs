@@ -176,7 +176,8 @@ pub struct Csum {
 }
 
 impl Csum {
-    fn fix(&self, img: &mut [u8]) {
+    /// Recomputes the checksum over `img`'s bytes as they are now and stores it.
+    pub fn fix(&self, img: &mut [u8]) {
         let (s, e, at) = (self.start as usize, self.end as usize, self.at as usize);
         let mut data = img[s..e].to_vec();
         if (s..e).contains(&at) {

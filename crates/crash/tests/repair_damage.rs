@@ -201,6 +201,57 @@ fn the_fuzz_corpus_and_seeded_corruptions_are_repaired() {
     assert!(repaired > 0 && damaged > 0);
 }
 
+/// The kind bytes of the log entries that map file pages to blocks: a write, and a
+/// write committed by itself (format version 4).
+const WRITE_KINDS: [u8; 2] = [1, 8];
+
+/// Each write entry of the sample images with its block pointer set to the block of
+/// another write entry (its checksum fixed): a file page moved onto a block another
+/// page claims, of the same file or of another, lower- or higher-numbered. Both read
+/// back on the read-only mount, so repair must keep both (it gives the later claimer
+/// a copy), not drop an inode with every entry naming it.
+#[test]
+fn a_page_moved_onto_a_block_another_page_claims_is_repaired_without_loss() {
+    let mut images = Vec::new();
+    for (t, target) in targets().iter().enumerate() {
+        let block = |f: &Field| {
+            let at = f.off as usize;
+            u64::from_le_bytes(target.image[at..at + 8].try_into().unwrap())
+        };
+        let writes: Vec<Field> = target
+            .fields
+            .iter()
+            .copied()
+            .filter(|f| {
+                f.csum.is_some_and(|c| c.start + 16 == f.off)
+                    && WRITE_KINDS.contains(&target.image[f.off as usize - 16])
+            })
+            .collect();
+        for w in &writes {
+            for v in &writes {
+                let (from, to) = (block(w), block(v));
+                if from == to {
+                    continue;
+                }
+                let mut image = target.image.clone();
+                image[w.off as usize..w.off as usize + 8].copy_from_slice(&to.to_le_bytes());
+                w.csum.unwrap().fix(&mut image);
+                images.push((
+                    format!(
+                        "target {t}, write entry at {:#x}: block {from} set to {to}",
+                        w.off - 16
+                    ),
+                    image,
+                ));
+            }
+        }
+    }
+    assert!(images.len() >= 4, "{} images", images.len());
+    let (repaired, damaged) = repair_all(images.into_iter());
+    eprintln!("{repaired} images with a shared block repaired ({damaged} had problems before)");
+    assert!(repaired > 0 && damaged > 0);
+}
+
 /// Seed of the corruptions `repairs_of_every_kind` draws: one whose 300 include a
 /// damage that keeps an inode in lost+found (about half the seeds' do; the field flips
 /// of the valid images never do).
@@ -208,8 +259,9 @@ const EVERY_KIND_SEED: u64 = 2;
 
 /// Damaged images whose repair does each kind of step: drops an inode, removes an
 /// entry, sets a link count, rewrites a superblock or record headers, rolls back a
-/// journal, keeps an inode in lost+found (the first found per kind, among the
-/// damaged fields of each target, then the seeded corruptions).
+/// journal, keeps an inode in lost+found, gives a file page a copy of a block it
+/// shared (the first found per kind, among the damaged fields of each target, then
+/// the seeded corruptions).
 fn repairs_of_every_kind() -> Vec<(String, Vec<u8>)> {
     let mut picked = Vec::new();
     let mut sources: Vec<Vec<(String, Vec<u8>)>> = targets()
@@ -251,6 +303,7 @@ fn repairs_of_every_kind() -> Vec<(String, Vec<u8>)> {
             "rewrote the headers",
             "rolled back",
             "kept inode",
+            "copied block",
         ];
         for (what, image) in images {
             if read_only_view(&image).is_none() {
