@@ -35,18 +35,23 @@
 //!
 //! Format versions: 2 sealed the log head and tail words; 3 added the xattr and punch
 //! log entries (`crate::log`); 4 added the sealed write entry, which commits itself
-//! past the log's tail (`crate::log`), and zeroes log pages when they are allocated.
-//! Nothing else changed — the layout and every structure of version 2 are unchanged,
-//! and an image of version 2 or 3 is a valid image of version 4 (it has no sealed
-//! entries, and recovery finds none in its unzeroed pages: no older build wrote the
-//! kind) — so this build reads all three ([`OLDEST_READ_VERSION`] ..=
-//! [`FORMAT_VERSION`]). An older image is upgraded by its first writable mount, before
-//! anything else is written: the replica is rewritten first, then the primary, each
-//! durable before the next, so a crash leaves a valid superblock of the old version
-//! (and the next writable mount upgrades again) or both of the new one; the primary is
-//! only ever the new version once the replica is, and entries of the new version are
-//! written only after both say so. A read-only mount (and `fsck`) never writes the version. An image of a
-//! version newer than this build reads is refused with both versions named.
+//! past the log's tail (`crate::log`), and zeroes log pages when they are allocated;
+//! 5 added a second sealed write entry kind, whose seal is finished with its lanes
+//! mixed in parallel (`pmem::seal`), and writes only that kind. Nothing else changed —
+//! the layout and every structure of version 2 are unchanged, and an image of version
+//! 2, 3 or 4 is a valid image of version 5 (version 4's sealed entries are still
+//! checked with their own finish; an image of version 2 or 3 has no sealed entries, and
+//! recovery finds none in its unzeroed pages: no older build wrote the kinds) — so
+//! this build reads all four ([`OLDEST_READ_VERSION`] ..= [`FORMAT_VERSION`]). An
+//! older image is upgraded by its first writable mount, before anything else is
+//! written: the replica is rewritten first, then the primary, each durable before the
+//! next, so a crash leaves a valid superblock of the old version (and the next
+//! writable mount upgrades again) or both of the new one; the primary is only ever the
+//! new version once the replica is, and entries of the new version are written only
+//! after both say so — so an older build, which refuses the newer version, never meets
+//! an entry kind it does not know. A read-only mount (and `fsck`) never writes the
+//! version. An image of a version newer than this build reads is refused with both
+//! versions named.
 
 use crate::error::{Error, Result};
 use pmem::Pmem;
@@ -92,8 +97,9 @@ pub const DEFAULT_BYTES_PER_INODE: u64 = 16 * 1024;
 pub const ROOT_INO: u64 = 1;
 
 /// Format version written by this code (2: sealed log head and tail words; 3: xattr
-/// and punch log entries; 4: sealed write entries, zeroed log pages).
-pub const FORMAT_VERSION: u32 = 4;
+/// and punch log entries; 4: sealed write entries, zeroed log pages; 5: sealed write
+/// entries of a second kind, their seal's lanes finished in parallel).
+pub const FORMAT_VERSION: u32 = 5;
 /// Oldest format version this code mounts (upgrading it on a writable mount).
 pub const OLDEST_READ_VERSION: u32 = 2;
 
@@ -511,10 +517,12 @@ mod tests {
         assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 2);
         g.version = 3;
         assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 3);
+        g.version = 4;
+        assert_eq!(Geometry::decode(&g.encode(), 64 << 20).unwrap().version, 4);
         g.version = FORMAT_VERSION + 1;
         let e = Geometry::decode(&g.encode(), 64 << 20).unwrap_err();
         assert!(
-            e.contains("version 5") && e.contains("newer") && e.contains("to 4"),
+            e.contains("version 6") && e.contains("newer") && e.contains("to 5"),
             "{e}"
         );
         g.version = 1;

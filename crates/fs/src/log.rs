@@ -2,7 +2,7 @@
 //!
 //! An inode's log is committed by an 8-byte atomic store of its tail: entries between
 //! the head and the tail are the inode's history. Past the tail, sealed write entries
-//! (format version 4) commit themselves: recovery goes on from the tail through every
+//! (format version 4, and their second kind of format version 5) commit themselves: recovery goes on from the tail through every
 //! sealed write whose checksum holds, following the chain to the next page where the
 //! trailer's count of used slots says the log moved on, and stops at the first slot
 //! that is not one; the last such entry is kept only if the seal of its data matches
@@ -39,8 +39,13 @@
 //!
 //! - write: 8 page offset u64 · 16 first block u64 · 24 page count u32 · 32 file size
 //!   after the write u64 · 40 mtime ns i64 · 48 SN u64 (0: data durable before commit)
-//! - sealed write (format version 4): the write's payload with SN 0, and 56 the seal
-//!   u64 of the data of its blocks ([`pmem::seal`]). It commits itself: see below.
+//! - sealed write (format version 4, kind [`Kind::SealedWrite`]; format version 5,
+//!   kind [`Kind::SealedWrite2`]): the write's payload with SN 0, and 56 the seal u64
+//!   of the data of its blocks ([`pmem::seal`]). It commits itself: see above. The two
+//!   kinds differ only in how the seal is finished: [`Kind::SealedWrite`]'s by
+//!   [`pmem::seal::Seal::finish_v1`], [`Kind::SealedWrite2`]'s by
+//!   [`pmem::seal::Seal::finish`] (the lanes mixed in parallel, see [`pmem::seal`]).
+//!   This build writes only the second; recovery checks each with its own.
 //! - attr: 8 field mask u32 · 12 mode u32 · 16 uid u32 · 20 gid u32 · 24 size u64 ·
 //!   32 atime i64 · 40 mtime i64 · 48 ctime i64
 //! - link: 8 link count u32 · 16 ctime i64
@@ -61,6 +66,7 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{get32, get64, put32, put64, BLOCK_SIZE};
+use pmem::seal::Finish;
 
 /// Bytes per entry slot (one cache line).
 pub const SLOT: u64 = 64;
@@ -118,8 +124,13 @@ pub enum Kind {
     DentryDel = 5,
     Xattr = 6,
     Punch = 7,
-    /// A write committed by itself (format version 4): see [`Entry::encode_sealed`].
+    /// A write committed by itself, its seal finished by
+    /// [`pmem::seal::Seal::finish_v1`] (format version 4): no longer written, still
+    /// read.
     SealedWrite = 8,
+    /// A write committed by itself, its seal finished by [`pmem::seal::Seal::finish`]
+    /// (format version 5): see [`Entry::encode_sealed`].
+    SealedWrite2 = 9,
     Void = 0xFF,
 }
 
@@ -208,12 +219,18 @@ impl Entry {
         enc
     }
 
-    /// A write entry that commits itself (format version 4): kind
-    /// [`Kind::SealedWrite`], the payload of a write (SN 0) and at offset 56 the
-    /// seal ([`pmem::seal`]) of the data of its blocks. Recovery keeps one found past
-    /// the committed tail only if its checksum holds and the seal of the durable data
-    /// matches — the data and the entry share one fence, with no order between them.
+    /// A write entry that commits itself (format version 5): kind
+    /// [`Kind::SealedWrite2`], the payload of a write (SN 0) and at offset 56 the
+    /// seal ([`pmem::seal`]) of the data of its blocks, finished by
+    /// [`pmem::seal::Seal::finish`]. Recovery keeps one found past the committed tail
+    /// only if its checksum holds and the seal of the durable data matches — the data
+    /// and the entry share one fence, with no order between them.
     pub fn encode_sealed(&self, seal: u64) -> Encoded {
+        self.encode_sealed_as(Kind::SealedWrite2, seal)
+    }
+
+    /// [`Entry::encode_sealed`] with the sealed `kind` given.
+    fn encode_sealed_as(&self, kind: Kind, seal: u64) -> Encoded {
         assert!(
             matches!(self, Entry::Write { sn: 0, .. }),
             "only a write with no SN is sealed"
@@ -224,7 +241,7 @@ impl Entry {
         };
         let b = &mut enc.buf[..SLOT as usize];
         self.put_payload(b);
-        b[0] = Kind::SealedWrite as u8;
+        b[0] = kind as u8;
         b[1] = 1;
         put64(b, SEAL_OFF, seal);
         let csum = crc32c::crc32c(b);
@@ -232,10 +249,15 @@ impl Entry {
         enc
     }
 
-    /// The seal of a sealed write entry's data (see [`Entry::encode_sealed`]), read
-    /// from its first slot; `None` for every other kind.
-    pub fn seal_of(first: &[u8]) -> Option<u64> {
-        (first[0] == Kind::SealedWrite as u8).then(|| get64(first, SEAL_OFF))
+    /// The seal of a sealed write entry's data (see [`Entry::encode_sealed`]) and the
+    /// finish its kind names, read from its first slot; `None` for every other kind.
+    pub fn seal_of(first: &[u8]) -> Option<(u64, Finish)> {
+        let how = match first[0] {
+            k if k == Kind::SealedWrite2 as u8 => Finish::V2,
+            k if k == Kind::SealedWrite as u8 => Finish::V1,
+            _ => return None,
+        };
+        Some((get64(first, SEAL_OFF), how))
     }
 
     /// Stores the payload of an entry of version 2's kinds into `b` (everything but the
@@ -363,14 +385,19 @@ impl Entry {
                 .map_err(|_| bad("name is not UTF-8".into()))
         };
         Ok(match b[0] {
-            k if k == Kind::Write as u8 || k == Kind::SealedWrite as u8 => Entry::Write {
-                pgoff: get64(b, 8),
-                block: get64(b, 16),
-                npages: get32(b, 24),
-                size: get64(b, 32),
-                mtime: get64(b, 40) as i64,
-                sn: get64(b, 48),
-            },
+            k if k == Kind::Write as u8
+                || k == Kind::SealedWrite2 as u8
+                || k == Kind::SealedWrite as u8 =>
+            {
+                Entry::Write {
+                    pgoff: get64(b, 8),
+                    block: get64(b, 16),
+                    npages: get32(b, 24),
+                    size: get64(b, 32),
+                    mtime: get64(b, 40) as i64,
+                    sn: get64(b, 48),
+                }
+            }
             k if k == Kind::Attr as u8 => Entry::Attr {
                 mask: get32(b, 8),
                 mode: get32(b, 12),
@@ -544,7 +571,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sealed_write_decodes_as_its_write_and_carries_its_seal() {
+    fn a_sealed_write_of_either_kind_decodes_as_its_write_and_carries_its_seal() {
         let e = Entry::Write {
             pgoff: 2,
             block: 77,
@@ -553,16 +580,30 @@ mod tests {
             mtime: 5,
             sn: 0,
         };
-        let b = e.encode_sealed(0x1234_5678_9abc_def0);
-        assert_eq!(b.len() as u64, SLOT);
-        assert_eq!(Entry::decode(&b).unwrap(), e);
-        assert_eq!(Entry::seal_of(&b), Some(0x1234_5678_9abc_def0));
-        assert_eq!(Entry::seal_of(&e.encode()), None);
-        for i in 0..b.len() {
-            let mut bad = b.clone();
-            bad[i] ^= 0x10;
-            assert!(Entry::decode(&bad).is_err(), "flip at {i} accepted");
+        let new = e.encode_sealed(0x1234_5678_9abc_def0);
+        assert_eq!(
+            new[0],
+            Kind::SealedWrite2 as u8,
+            "this build writes the new kind"
+        );
+        let old = e.encode_sealed_as(Kind::SealedWrite, 0x0fed_cba9_8765_4321);
+        for (b, seal, how) in [
+            (new, 0x1234_5678_9abc_def0, Finish::V2),
+            (old, 0x0fed_cba9_8765_4321, Finish::V1),
+        ] {
+            assert_eq!(b.len() as u64, SLOT);
+            assert_eq!(Entry::decode(&b).unwrap(), e);
+            assert_eq!(Entry::seal_of(&b), Some((seal, how)));
+            for i in 0..b.len() {
+                let mut bad = b.clone();
+                bad[i] ^= 0x10;
+                assert!(
+                    Entry::decode(&bad).is_err(),
+                    "{how:?}: flip at {i} accepted"
+                );
+            }
         }
+        assert_eq!(Entry::seal_of(&e.encode()), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use pmem::seal::Finish;
 use pmem::Pmem;
 use serde::Serialize;
 
@@ -501,9 +502,10 @@ fn replay_log(
     Ok(())
 }
 
-/// Applies the sealed writes past the committed tail (format version 4: see
-/// `crate::log`), in log order, up to the first slot that is not a valid one; the last
-/// is kept only if the seal of its durable data matches. With `repair`, voids a sealed
+/// Applies the sealed writes past the committed tail (format version 4, and 5's second
+/// kind: see `crate::log`), in log order, up to the first slot that is not a valid one;
+/// the last is kept only if the seal of its durable data, finished as its kind says,
+/// matches. With `repair`, voids a sealed
 /// write left just past the end. Returns the log's end: where the next entry goes.
 fn replay_sealed(
     pm: &dyn Pmem,
@@ -517,7 +519,7 @@ fn replay_sealed(
     let Some(mut pos) = sealed_start(log) else {
         return Ok(log.tail);
     };
-    let mut last: Option<(u64, Entry, u64)> = None;
+    let mut last: Option<(u64, Entry, (u64, Finish))> = None;
     let mut displaced = Vec::new();
     while let Some((at, e, seal)) = next_sealed(pm, geo, st, log, &mut pos) {
         if let Some((_, prev, _)) = last.replace((at, e, seal)) {
@@ -540,7 +542,7 @@ fn replay_sealed(
     }
     if let Some((at, e, seal)) = last {
         let unchecked = crate::fault::active(crate::fault::Fault::SealNotChecked);
-        if unchecked || durable_seal(pm, &e) == seal {
+        if unchecked || durable_seal(pm, &e, seal.1) == seal.0 {
             st.apply(&e, &mut displaced);
             st.log.entries += 1;
             s.report.log_entries += 1;
@@ -594,7 +596,7 @@ fn next_sealed(
     st: &InodeState,
     log: &ScannedLog<'_>,
     pos: &mut (usize, u64),
-) -> Option<(u64, Entry, u64)> {
+) -> Option<(u64, Entry, (u64, Finish))> {
     for _ in 0..2 {
         let (i, slot) = *pos;
         if slot < SLOTS_PER_PAGE {
@@ -656,8 +658,9 @@ fn damaged_page_end(
     })
 }
 
-/// The seal of what is durable in the blocks a sealed write names.
-fn durable_seal(pm: &dyn Pmem, e: &Entry) -> u64 {
+/// The seal of what is durable in the blocks a sealed write names, finished as its
+/// kind says.
+fn durable_seal(pm: &dyn Pmem, e: &Entry, how: Finish) -> u64 {
     let Entry::Write { block, npages, .. } = *e else {
         unreachable!("only writes are sealed")
     };
@@ -667,7 +670,7 @@ fn durable_seal(pm: &dyn Pmem, e: &Entry) -> u64 {
         pm.read(b * BLOCK_SIZE, &mut buf);
         seal.update(&buf);
     }
-    seal.finish()
+    seal.finish_as(how)
 }
 
 /// Voids a sealed write in the slot at the end of the log (`pos`) or in the first slot

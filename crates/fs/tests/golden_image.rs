@@ -26,9 +26,9 @@ use pmem::crash::CrashCursor;
 use pmem::{MemPmem, Pmem, Region, TracePmem, HEADER_LEN};
 
 /// The format version of the newest checked-in image: the one this build writes.
-const GOLDEN_VERSION: u32 = 4;
+const GOLDEN_VERSION: u32 = 5;
 /// The older format versions this build still mounts, each with a checked-in image.
-const OLDER_VERSIONS: [u32; 2] = [2, 3];
+const OLDER_VERSIONS: [u32; 3] = [2, 3, 4];
 /// Bytes of the region file, header included.
 const REGION_BYTES: u64 = 1 << 20;
 /// Owner and group every node of the image was given.
@@ -52,12 +52,15 @@ fn facts(version: u32) -> (u64, u64, u64) {
     match version {
         2 => (12, 66, 23),
         3 => FACTS_V3,
-        _ => FACTS_V4,
+        4 => FACTS_V4,
+        _ => FACTS_V5,
     }
 }
 const FACTS_V3: (u64, u64, u64) = (15, 94, 39);
 /// Version 4 holds the same tree; its writes of one block run are sealed entries.
 const FACTS_V4: (u64, u64, u64) = (15, 94, 39);
+/// Version 5 holds the same tree; its sealed entries are of the second kind.
+const FACTS_V5: (u64, u64, u64) = (15, 94, 39);
 /// Version 3's extended attributes: (path, name, value).
 fn xattrs() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
@@ -512,6 +515,42 @@ fn a_crash_during_the_upgrade_leaves_an_image_that_checks_clean_mounts_and_reads
     }
 }
 
+/// The sealed write entries in `region` whose checksum holds, by kind: (format version
+/// 4's kind 8, version 5's kind 9). A slot of file data that looks like one by chance
+/// is as likely as a CRC-32C collision.
+fn sealed_entries(region: &dyn Pmem) -> (usize, usize) {
+    let mut img = vec![0u8; region.len() as usize];
+    region.read(0, &mut img);
+    let mut n = (0, 0);
+    for slot in img.chunks_exact(64) {
+        if slot[1] != 1 || !matches!(slot[0], 8 | 9) {
+            continue;
+        }
+        let mut zeroed = slot.to_vec();
+        zeroed[4..8].fill(0);
+        if crc32c::crc32c(&zeroed) != u32::from_le_bytes(slot[4..8].try_into().unwrap()) {
+            continue;
+        }
+        if slot[0] == 8 {
+            n.0 += 1;
+        } else {
+            n.1 += 1;
+        }
+    }
+    n
+}
+
+/// Whether the image of `version` holds sealed write entries of the kinds it should:
+/// none before version 4, version 4's kind in version 4, version 5's kind after.
+fn check_sealed_kinds(region: &dyn Pmem, version: u32) {
+    let (v4, v5) = sealed_entries(region);
+    match version {
+        ..=3 => assert_eq!((v4, v5), (0, 0), "no sealed entries before version 4"),
+        4 => assert!(v4 > 0 && v5 == 0, "version 4's kind only: {v4}, {v5}"),
+        _ => assert!(v4 == 0 && v5 > 0, "version 5's kind only: {v4}, {v5}"),
+    }
+}
+
 fn superblock_versions(region: &dyn Pmem) -> (u32, u32) {
     let mut b = [0u8; 4];
     region.read(8, &mut b);
@@ -535,6 +574,7 @@ fn check_image(version: u32) {
     assert!(report.ok(), "fsck of the image: {:#?}", report.problems);
     assert!(report.notes.is_empty(), "{:#?}", report.notes);
     assert!(report.clean_unmount);
+    check_sealed_kinds(&*region, version);
     let facts = facts(version);
     assert_eq!(
         (report.inodes, report.log_entries, report.used_blocks),
@@ -580,6 +620,16 @@ fn check_image(version: u32) {
         "the saved allocator agrees with what the logs use"
     );
     check_tree(&fs, version, &[]);
+    // A write of one block after the upgrade is a sealed entry of version 5's kind.
+    let fd = fs
+        .open("/docs/one.bin", OpenFlags::RDWR | OpenFlags::CREAT, 0o644)
+        .unwrap();
+    let before = sealed_entries(&*region);
+    fs.write(fd, &golden_fill(7, 4096)).unwrap();
+    let after = sealed_entries(&*region);
+    assert_eq!((after.0, after.1), (before.0, before.1 + 1), "{before:?}");
+    fs.close(fd).unwrap();
+    fs.unlink("/docs/one.bin").unwrap();
     // The image takes new writes: the allocator hands out free blocks only; and, once
     // upgraded, what the new version added.
     let new = golden_fill(4, 2 * 4096 + 10);

@@ -44,10 +44,10 @@ fn a_cpu_overwrite_issues_its_data_then_its_sealed_entry_under_one_fence() {
     assert_eq!((entry.off % 64, entry.len), (0, 64), "{entry:?}");
     let mut first = [0u8; 64];
     tp.read(entry.off, &mut first);
-    // The sealed write entry (`log.rs`): kind 8, first block at 16, page count at 24,
-    // the seal of the data at 56.
+    // The sealed write entry (`log.rs`): kind 9 (format version 5), first block at
+    // 16, page count at 24, the seal of the data at 56.
     let word = |at: usize| u64::from_le_bytes(first[at..at + 8].try_into().unwrap());
-    assert_eq!(first[0], 8, "a sealed write entry");
+    assert_eq!(first[0], 9, "a sealed write entry of format version 5");
     let (block, npages, seal) = (word(16), word(24) as u32, word(56));
     assert_eq!(npages, 16);
     let mut durable = vec![0u8; 64 << 10];

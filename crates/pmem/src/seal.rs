@@ -12,6 +12,23 @@
 //! or swapping lines changes the result. [`Seal::update`] is the reference;
 //! [`crate::Region`] computes the same value in the registers of its non-temporal
 //! copy ([`copy_nt_sealed_avx512`]), which is what makes the seal nearly free.
+//!
+//! The sixteen lanes (eight products, eight plain sums) and the stripe count are then
+//! finished into 64 bits, in one of two ways ([`Finish`]), each named by the log entry
+//! kind that carries it, so that an image keeps verifying under the finish it was
+//! written with:
+//!
+//! - [`Seal::finish_v1`] (format version 4's sealed write entry): one chain of 17
+//!   splitmix finalisers, each lane folded into the running hash in turn. Every step
+//!   waits on the one before: about 220 dependent cycles.
+//! - [`Seal::finish`] (format version 5's sealed write entry): each lane is mixed on its
+//!   own with a key of its own, `mix(lane ^ key)`, the sixteen results are rotated by
+//!   lane and folded by XOR, and one last mix takes the fold and the stripe count. The
+//!   sixteen mixes do not depend on each other, so the CPU runs them side by side:
+//!   the dependent path is two mixes and the fold.
+//!
+//! Both change with any changed, moved or swapped line and with the length (the tests
+//! below check each).
 
 /// Bytes per stripe (one cache line).
 pub const STRIPE: usize = 64;
@@ -27,8 +44,38 @@ const KEY: [u64; 8] = [
     0xf8b3_4ea7_a08b_3d96,
 ];
 const STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+/// [`Seal::finish`]'s keys: the product lanes' first, then the sum lanes'.
+const LANE_KEY: [u64; 16] = [
+    0xf893_a2ee_fb32_555e,
+    0x71c1_8690_ee42_c90b,
+    0x71bb_54d8_d101_b5b9,
+    0xc34d_0bff_9015_0280,
+    0xe099_ec6c_d736_3ca5,
+    0x85e7_bb0f_1227_8575,
+    0x4917_18de_357e_3da8,
+    0xcb43_5c8e_7461_6796,
+    0x6775_dc77_0156_4f61,
+    0x9afc_d44d_14cf_8bfe,
+    0x7476_cf8a_4baa_5dc0,
+    0x87b3_41d6_90d7_a28a,
+    0x6f9b_6dae_6f4c_57a8,
+    0x2ac2_ce17_a579_4a3b,
+    0xa534_a6a6_b7fd_0b63,
+    0xd0ba_d0da_572b_aaf1,
+];
 
-/// A seal being computed: feed whole stripes in order, then [`Seal::finish`].
+/// How a seal's lanes are finished into 64 bits (see the module docs): each sealed
+/// write entry kind names one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// [`Seal::finish_v1`]: format version 4's sealed write entries.
+    V1,
+    /// [`Seal::finish`]: format version 5's sealed write entries.
+    V2,
+}
+
+/// A seal being computed: feed whole stripes in order, then [`Seal::finish`] (or
+/// [`Seal::finish_v1`] for an entry of format version 4).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Seal {
     acc: [u64; 8],
@@ -63,8 +110,34 @@ impl Seal {
         }
     }
 
-    /// The 64-bit seal of everything added.
+    /// The 64-bit seal of everything added, finished as `how` says.
+    pub fn finish_as(&self, how: Finish) -> u64 {
+        match how {
+            Finish::V1 => self.finish_v1(),
+            Finish::V2 => self.finish(),
+        }
+    }
+
+    /// The 64-bit seal of everything added (format version 5): each lane mixed on its
+    /// own, the results folded, one final mix (see the module docs).
     pub fn finish(&self) -> u64 {
+        let mut m = [0u64; 16];
+        for j in 0..8 {
+            m[j] = mix(self.acc[j] ^ LANE_KEY[j]).rotate_left(j as u32 * 8);
+            m[8 + j] = mix(self.sum[j] ^ LANE_KEY[8 + j]).rotate_left(j as u32 * 8 + 4);
+        }
+        // A tree, so the fold adds four steps to the path, not sixteen.
+        for half in [8, 4, 2, 1] {
+            for j in 0..half {
+                m[j] ^= m[j + half];
+            }
+        }
+        mix(self.stripes.wrapping_mul(STEP) ^ m[0])
+    }
+
+    /// The 64-bit seal of everything added as format version 4 finished it: one chain
+    /// of mixes through every lane in turn (see the module docs).
+    pub fn finish_v1(&self) -> u64 {
         let mut h = mix(self.stripes.wrapping_mul(STEP));
         for j in 0..8 {
             h = mix(h ^ self.acc[j]);
@@ -74,11 +147,16 @@ impl Seal {
     }
 }
 
-/// The seal of `bytes` (a whole number of stripes).
+/// The seal of `bytes` (a whole number of stripes), finished by [`Seal::finish`].
 pub fn seal_of(bytes: &[u8]) -> u64 {
+    seal_as(bytes, Finish::V2)
+}
+
+/// The seal of `bytes` (a whole number of stripes), finished as `how` says.
+pub fn seal_as(bytes: &[u8], how: Finish) -> u64 {
     let mut s = Seal::new();
     s.update(bytes);
-    s.finish()
+    s.finish_as(how)
 }
 
 /// splitmix64's finaliser.
@@ -136,18 +214,42 @@ mod tests {
 
     #[test]
     fn any_changed_or_moved_line_changes_the_seal() {
-        let a = pattern(4096, 7);
-        let base = seal_of(&a);
-        for line in 0..64 {
-            let mut b = a.clone();
-            b[line * 64 + (line % 64)] ^= 1;
-            assert_ne!(seal_of(&b), base, "line {line} flipped");
+        for how in [Finish::V1, Finish::V2] {
+            let seal = |b: &[u8]| seal_as(b, how);
+            let a = pattern(4096, 7);
+            let base = seal(&a);
+            for line in 0..64 {
+                let mut b = a.clone();
+                b[line * 64 + (line % 64)] ^= 1;
+                assert_ne!(seal(&b), base, "{how:?}: line {line} flipped");
+                let mut z = a.clone();
+                z[line * 64..line * 64 + 64].fill(0);
+                assert_ne!(seal(&z), base, "{how:?}: line {line} zeroed");
+            }
+            let mut swapped = a.clone();
+            swapped[..64].copy_from_slice(&a[640..704]);
+            swapped[640..704].copy_from_slice(&a[..64]);
+            assert_ne!(seal(&swapped), base, "{how:?}: two lines swapped");
+            let mut words = a.clone();
+            words[..8].copy_from_slice(&a[8..16]);
+            words[8..16].copy_from_slice(&a[..8]);
+            assert_ne!(seal(&words), base, "{how:?}: two words of a line swapped");
+            assert_ne!(seal(&vec![0; 4096]), seal(&vec![0; 8192]), "{how:?}");
+            assert_ne!(seal(&a[..4032]), base, "{how:?}: one line shorter");
         }
-        let mut swapped = a.clone();
-        swapped[..64].copy_from_slice(&a[640..704]);
-        swapped[640..704].copy_from_slice(&a[..64]);
-        assert_ne!(seal_of(&swapped), base, "two lines swapped");
-        assert_ne!(seal_of(&vec![0; 4096]), seal_of(&vec![0; 8192]));
+    }
+
+    /// The seals of `pattern(4096, 7)`.
+    const V1_OF_PATTERN: u64 = 0x6d01_b1ca_82ad_44a3;
+    const V2_OF_PATTERN: u64 = 0x2186_b6d9_94aa_af86;
+
+    #[test]
+    fn the_two_finishes_differ_and_keep_the_values_images_hold() {
+        let a = pattern(4096, 7);
+        assert_ne!(seal_as(&a, Finish::V1), seal_as(&a, Finish::V2));
+        // Values written to images: neither may ever change.
+        assert_eq!(seal_as(&a, Finish::V1), V1_OF_PATTERN);
+        assert_eq!(seal_of(&a), V2_OF_PATTERN);
     }
 
     #[test]
@@ -157,6 +259,7 @@ mod tests {
         s.update(&a[..4096]);
         s.update(&a[4096..]);
         assert_eq!(s.finish(), seal_of(&a));
+        assert_eq!(s.finish_v1(), seal_as(&a, Finish::V1));
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -182,5 +285,6 @@ mod tests {
         crate::persist::fence();
         assert_eq!(&dst[off..off + src.len() - 64], &src[64..]);
         assert_eq!(s.finish(), seal_of(&src));
+        assert_eq!(s.finish_v1(), seal_as(&src, Finish::V1));
     }
 }
