@@ -42,7 +42,7 @@ pub const RECLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(1
 /// A log is cleaned once it spans at least this many pages…
 pub const CLEAN_MIN_PAGES: usize = 4;
 /// …and holds more than this many times the entries a compacted log would.
-pub const CLEAN_FACTOR: u64 = 2;
+pub const CLEAN_FACTOR: u64 = 4;
 
 /// Entries placed in an inode's log but not yet committed.
 pub struct Staged {

@@ -3,7 +3,8 @@
 //!
 //! Readers register in the current epoch (a counter per parity per shard) for as long
 //! as they copy; the epoch advances only when no reader of the epoch before remains.
-//! Blocks retired in epoch `e` are handed back once the epoch reaches `e + 2`. A guard
+//! Blocks retired in epoch `e` are handed back once the epoch reaches `e + 2`, and at
+//! once when no reader is registered at all (see [`Epoch::retire`]). A guard
 //! is a plain value that may move between threads, so a uthread that migrates while its
 //! copy is in flight keeps its registration.
 //!
@@ -59,6 +60,8 @@ pub struct Epoch {
     /// [`RETIRED_SHARE`]).
     slot_blocks: u64,
     external: Mutex<Option<std::sync::Arc<dyn ExternalReaders>>>,
+    /// 1 once external readers take part: every retirement then waits in a limbo.
+    has_external: AtomicU64,
 }
 
 /// A reader's registration; the blocks it looked up stay allocated until it drops.
@@ -89,6 +92,7 @@ impl Epoch {
                 .collect(),
             slot_blocks: (pool_blocks / RETIRED_SHARE / SHARDS as u64).max(COLLECT_EVERY as u64),
             external: Mutex::new(None),
+            has_external: AtomicU64::new(0),
         }
     }
 
@@ -97,6 +101,7 @@ impl Epoch {
     pub fn set_external(&self, readers: std::sync::Arc<dyn ExternalReaders>) {
         readers.publish(self.global.load(Ordering::SeqCst));
         *self.external.lock() = Some(readers);
+        self.has_external.store(1, Ordering::SeqCst);
     }
 
     /// Registers a reader in the current epoch.
@@ -124,7 +129,18 @@ impl Epoch {
     /// [`COLLECT_EVERY`] extents or its share of the pool in blocks (large extents
     /// retired on a few CPUs would otherwise leave most of the pool waiting, all of
     /// it in the newest epochs, where one reader in flight holds it all back).
-    pub fn retire(&self, ext: Extent, free: impl FnMut(Extent)) {
+    ///
+    /// With no reader registered anywhere, `ext` goes to `free` at once: a reader
+    /// registers before it stops holding what kept the index from changing under its
+    /// lookup (the inode's lock), and the caller removed `ext` from the index before,
+    /// so a reader that looked `ext` up is still registered, and one that registers
+    /// from now on finds it no more. Readers outside the process register otherwise,
+    /// so with them every retirement waits.
+    pub fn retire(&self, ext: Extent, mut free: impl FnMut(Extent)) {
+        if self.unread() {
+            free(ext);
+            return;
+        }
         let e = self.global.load(Ordering::SeqCst);
         let shard = cpu_slot();
         let full = {
@@ -146,6 +162,15 @@ impl Epoch {
         (0..self.limbo.len())
             .map(|shard| self.free_ready(shard, &mut free))
             .sum()
+    }
+
+    /// Whether no reader of this process is registered and none outside it takes part.
+    fn unread(&self) -> bool {
+        self.has_external.load(Ordering::SeqCst) == 0
+            && self
+                .active
+                .iter()
+                .all(|c| c.0[0].load(Ordering::SeqCst) == 0 && c.0[1].load(Ordering::SeqCst) == 0)
     }
 
     /// Advances the epoch by up to two steps, as far as readers allow.
@@ -241,16 +266,34 @@ mod tests {
     }
 
     #[test]
+    fn with_no_reader_a_retired_block_is_freed_at_once() {
+        crate::facade::check(|| {
+            let ep = Epoch::new();
+            let x = Extent { start: 5, len: 3 };
+            let mut freed = Vec::new();
+            ep.retire(x, |e| freed.push(e));
+            assert_eq!(freed, vec![x]);
+            assert_eq!(ep.waiting_blocks(), 0);
+            let reader = ep.pin();
+            drop(reader);
+            ep.retire(x, |e| freed.push(e));
+            assert_eq!(freed, vec![x, x], "a reader that went holds nothing back");
+        });
+    }
+
+    #[test]
     fn readers_after_retire_do_not_hold_it_back() {
         crate::facade::check(|| {
             let ep = Epoch::new();
             let x = Extent { start: 9, len: 2 };
-            ep.retire(x, |_| {});
+            let early = ep.pin();
+            ep.retire(x, |_| panic!("freed while a reader was pinned"));
+            drop(early);
             let mut freed = Vec::new();
             ep.collect(|e| freed.push(e));
             assert_eq!(freed, vec![x]);
             let _late = ep.pin();
-            ep.retire(Extent { start: 20, len: 1 }, |_| {});
+            ep.retire(Extent { start: 20, len: 1 }, |_| panic!("freed early"));
             // A reader pinned before this retire blocks it, and only it.
             assert_eq!(ep.collect(|_| {}), 0);
         });

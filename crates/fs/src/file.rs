@@ -407,7 +407,16 @@ impl FileSystem {
             unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns(), client)? };
         // Declared after `pages`: a panic below waits for the copy before freeing them.
         let running = Unwaited::new(&*self.mover, pending);
+        let sealed = staged.sealed;
         let displaced = self.commit_one(&mut st, staged);
+        if sealed {
+            // The sealed write's commit: its data and entry durable at once. The DRAM
+            // state was applied first, under the lock held until after this fence,
+            // so that its stores run while the data streams out: a store after the
+            // fence waits until the data is written. The displaced blocks are retired
+            // only after it, once the entry that stops naming them is durable.
+            self.close_stage();
+        }
         st.last_write = pending;
         self.retire(displaced);
         self.maybe_clean(inode, &mut st);
@@ -440,7 +449,8 @@ impl FileSystem {
     /// untouched parts of partial pages from the old blocks, bytes past the old size as
     /// zeros — through the mover, and stages the write entries carrying the copy's SN.
     /// Nothing is committed. Returns the merged partial pages, which must outlive the
-    /// copy.
+    /// copy. A sealed write ([`Staged::sealed`]) is returned unfenced: the caller's
+    /// [`FileSystem::close_stage`] commits it.
     ///
     /// # Safety
     /// `buf` must stay valid and unmodified until the returned copy is done.
@@ -507,7 +517,7 @@ impl FileSystem {
         }
         // After the data: the entry's line is written with a non-temporal store, so
         // there is no line to fetch while the data streams out, and the one fence
-        // below covers both.
+        // that closes staging covers both.
         let staged = match seal {
             Some(seal) => {
                 let e = write_entry(st, p0, extents[0], end, now, 0);
@@ -515,13 +525,18 @@ impl FileSystem {
             }
             None => self.stage_write_entries(ino, st, p0, &extents, end, now, pending),
         };
-        self.close_stage();
         match staged {
             Ok(mut staged) => {
+                // A sealed write's fence is its commit, issued by the caller once the
+                // DRAM state is applied (see `start_write_inode`).
+                if !staged.sealed {
+                    self.close_stage();
+                }
                 staged.new_data = extents;
                 Ok((staged, running.hand_on(), pages))
             }
             Err(e) => {
+                self.close_stage();
                 // The copy may still be running into these blocks: let it finish first.
                 drop(running);
                 for x in extents {
