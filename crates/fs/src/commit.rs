@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use mover::Pending;
 use smallvec::SmallVec;
 
 use crate::alloc::Extent;
@@ -21,13 +22,13 @@ use crate::FileSystem;
 
 thread_local! {
     /// Blocks retired on this thread inside [`FileSystem::holding_retired`].
-    static HELD: std::cell::RefCell<Option<Vec<Extent>>> = const { std::cell::RefCell::new(None) };
+    static HELD: std::cell::RefCell<Option<Vec<(Pending, Extent)>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Blocks whose retirement [`FileSystem::holding_retired`] held back.
 #[must_use = "held blocks stay allocated until handed to retire_held"]
 #[derive(Debug, Default)]
-pub struct Held(Vec<Extent>);
+pub struct Held(Vec<(Pending, Extent)>);
 
 /// Offset inside the trailer of the count of entry slots used in a page the log has
 /// moved past (the rest of such a page is padding).
@@ -38,6 +39,10 @@ static ZERO_SLOTS: [u8; TRAILER_OFF as usize] = [0; TRAILER_OFF as usize];
 
 /// Longest an allocation waits for retired blocks that readers in flight hold back.
 pub const RECLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Sets of blocks waiting for their copy (see [`FileSystem::retire_after`]) at which a
+/// write reaps those whose copy is done.
+const REAP_EVERY: usize = 64;
 
 /// A log is cleaned once it spans at least this many pages…
 pub const CLEAN_MIN_PAGES: usize = 4;
@@ -297,13 +302,36 @@ impl FileSystem {
     /// Retires displaced data blocks: freed once no reader can still copy from them.
     /// Inside [`FileSystem::holding_retired`] on this thread, they are held instead.
     pub(crate) fn retire(&self, displaced: Vec<Extent>) {
+        self.retire_after(Pending::Done, displaced);
+    }
+
+    /// [`FileSystem::retire`] of the blocks a write displaced whose copy is `pending`,
+    /// once that copy is done. The write was committed before its copy (the orderless
+    /// write): a crash before the copy ends drops it at recovery, and the file maps the
+    /// displaced blocks again, so they must not be reused before. Until then they wait
+    /// with the blocks of freed inodes (`deferred`), reaped once [`REAP_EVERY`] wait.
+    pub(crate) fn retire_after(&self, pending: Pending, displaced: Vec<Extent>) {
         let displaced = HELD.with(|held| match held.borrow_mut().as_mut() {
             Some(held) => {
-                held.extend(displaced);
+                held.extend(displaced.into_iter().map(|x| (pending, x)));
                 Vec::new()
             }
             None => displaced,
         });
+        if displaced.is_empty() {
+            return;
+        }
+        if !self.mover.is_done(pending) {
+            let reap = {
+                let mut d = self.deferred.lock();
+                d.push((pending, displaced));
+                d.len() >= REAP_EVERY
+            };
+            if reap {
+                self.reap_deferred();
+            }
+            return;
+        }
         for ext in displaced {
             self.epoch.retire(ext, |e| self.blocks.free(e));
         }
@@ -335,7 +363,9 @@ impl FileSystem {
 
     /// Retires blocks [`FileSystem::holding_retired`] held back.
     pub fn retire_held(&self, held: Held) {
-        self.retire(held.0);
+        for (pending, ext) in held.0 {
+            self.retire_after(pending, vec![ext]);
+        }
     }
 
     /// Retires the blocks of freed inodes whose last copy has finished since.
@@ -404,7 +434,10 @@ impl FileSystem {
     /// Compacts `st`'s log if most of it is dead. Called with the inode write-locked,
     /// after a commit. Failure to find space only postpones cleaning.
     pub(crate) fn maybe_clean(&self, inode: &Arc<Inode>, st: &mut InodeState) {
-        if st.log.pages.len() < CLEAN_MIN_PAGES
+        // A compacted log carries no SN: cleaning while the last write's copy runs would
+        // make a crash keep that write without its data. The next settled call cleans.
+        if !self.mover.is_done(st.last_write)
+            || st.log.pages.len() < CLEAN_MIN_PAGES
             || st.log.entries <= CLEAN_FACTOR * st.live_entries()
         {
             return;

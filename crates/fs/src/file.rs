@@ -402,6 +402,9 @@ impl FileSystem {
                 _pages: Vec::new(),
             });
         }
+        // Settled: no copy of an earlier write runs, so the log may be compacted (a
+        // compacted log carries no SN; see `maybe_clean`).
+        self.maybe_clean(inode, &mut st);
         // SAFETY: forwarded from our caller.
         let (staged, pending, pages) =
             unsafe { self.stage_data(inode.ino, &mut st, off, buf, now_ns(), client)? };
@@ -418,8 +421,7 @@ impl FileSystem {
             self.close_stage();
         }
         st.last_write = pending;
-        self.retire(displaced);
-        self.maybe_clean(inode, &mut st);
+        self.retire_after(pending, displaced);
         Ok(StartedWrite {
             end: off + buf.len() as u64,
             pending: running.hand_on(),

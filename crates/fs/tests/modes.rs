@@ -235,6 +235,12 @@ fn crash_with_pending_copy_keeps_previous_contents() {
             std::thread::yield_now();
         }
         assert!(!token.is_done());
+        // Space is allocated meanwhile, as much as the write displaced (so the
+        // allocator would hand back exactly those blocks if they were free), and
+        // zeroed: they must not be among it, for the file maps them again once the
+        // crash drops the write whose copy never finished.
+        let g = fs.open("/g", rw_create(), 0o644).unwrap();
+        fs.fallocate(g, 0, 0, 65536).unwrap();
         // Power fails here: the token's buffer is leaked, not freed under the copy.
         std::mem::forget(token);
         fs.abandon();
