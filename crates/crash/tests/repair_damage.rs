@@ -202,8 +202,8 @@ fn the_fuzz_corpus_and_seeded_corruptions_are_repaired() {
 }
 
 /// The kind bytes of the log entries that map file pages to blocks: a write, and a
-/// write committed by itself (format version 4).
-const WRITE_KINDS: [u8; 2] = [1, 8];
+/// write committed by itself (format versions 4 and 5: the kinds of either seal finish).
+const WRITE_KINDS: [u8; 3] = [1, 8, 9];
 
 /// Each write entry of the sample images with its block pointer set to the block of
 /// another write entry (its checksum fixed): a file page moved onto a block another
