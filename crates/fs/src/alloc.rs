@@ -179,22 +179,43 @@ impl Shard {
 }
 
 impl BlockAlloc {
-    /// An allocator over blocks `first..end` with nothing free.
+    /// An allocator over blocks `first..end` with nothing free, in [`SHARDS`] shards.
     #[cfg(test)]
     pub fn empty(first: u64, end: u64) -> BlockAlloc {
-        BlockAlloc::with_free(first, end, [])
+        BlockAlloc::sharded(first, end, [], SHARDS)
+    }
+
+    /// Shards of the pool for this machine: one per CPU (rounded up to a power of
+    /// two), at most [`SHARDS`]. A shard is the home of the CPUs whose slot maps to
+    /// it; with more shards than CPUs, a file larger than its CPU's shard spills into
+    /// the home of another CPU, and the writers of two such files then take and
+    /// free blocks in each other's shards.
+    fn machine_shards() -> usize {
+        std::thread::available_parallelism()
+            .map_or(SHARDS, |n| n.get().next_power_of_two())
+            .min(SHARDS)
     }
 
     /// An allocator over blocks `first..end` whose free blocks are `free`: disjoint
     /// extents inside the range, sorted by start. Costs the number of extents and of
     /// blocks in use, not the size of the pool.
     pub fn with_free(first: u64, end: u64, free: impl IntoIterator<Item = Extent>) -> BlockAlloc {
-        let shard_len = (end - first).div_ceil(SHARDS as u64).max(1);
+        BlockAlloc::sharded(first, end, free, BlockAlloc::machine_shards())
+    }
+
+    /// [`BlockAlloc::with_free`] in `shards` shards.
+    fn sharded(
+        first: u64,
+        end: u64,
+        free: impl IntoIterator<Item = Extent>,
+        shards: usize,
+    ) -> BlockAlloc {
+        let shard_len = (end - first).div_ceil(shards as u64).max(1);
         let a = BlockAlloc {
             first,
             end,
             shard_len,
-            shards: (0..SHARDS as u64)
+            shards: (0..shards as u64)
                 .map(|i| ShardCell {
                     shard: Mutex::new(Shard::new(first + i * shard_len, shard_len)),
                     free: AtomicU64::new(0),
@@ -293,9 +314,10 @@ impl BlockAlloc {
 
     /// Takes one extent of at most `want` blocks, preferring the caller's CPU shard.
     fn take(&self, want: u64) -> Option<Extent> {
-        let home = cpu_slot();
-        for i in 0..SHARDS {
-            let cell = &self.shards[(home + i) % SHARDS];
+        let n = self.shards.len();
+        let home = cpu_slot() % n;
+        for i in 0..n {
+            let cell = &self.shards[(home + i) % n];
             if let Some(e) = cell.lock().take(want) {
                 cell.free.fetch_sub(e.len, Ordering::Relaxed);
                 self.changed();
