@@ -40,10 +40,6 @@ static ZERO_SLOTS: [u8; TRAILER_OFF as usize] = [0; TRAILER_OFF as usize];
 /// Longest an allocation waits for retired blocks that readers in flight hold back.
 pub const RECLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Sets of blocks waiting for their copy (see [`FileSystem::retire_after`]) at which a
-/// write reaps those whose copy is done.
-const REAP_EVERY: usize = 64;
-
 /// A log is cleaned once it spans at least this many pages…
 pub const CLEAN_MIN_PAGES: usize = 4;
 /// …and holds more than this many times the entries a compacted log would.
@@ -309,7 +305,7 @@ impl FileSystem {
     /// once that copy is done. The write was committed before its copy (the orderless
     /// write): a crash before the copy ends drops it at recovery, and the file maps the
     /// displaced blocks again, so they must not be reused before. Until then they wait
-    /// with the blocks of freed inodes (`deferred`), reaped once [`REAP_EVERY`] wait.
+    /// with the blocks of freed inodes (`deferred`), which every such write reaps.
     pub(crate) fn retire_after(&self, pending: Pending, displaced: Vec<Extent>) {
         let displaced = HELD.with(|held| match held.borrow_mut().as_mut() {
             Some(held) => {
@@ -322,14 +318,10 @@ impl FileSystem {
             return;
         }
         if !self.mover.is_done(pending) {
-            let reap = {
-                let mut d = self.deferred.lock();
-                d.push((pending, displaced));
-                d.len() >= REAP_EVERY
-            };
-            if reap {
-                self.reap_deferred();
-            }
+            self.deferred.lock().push((pending, displaced));
+            // What waits is only what still copies: the sets whose copy ended since go
+            // now, before they can add up to a share of the pool.
+            self.reap_deferred();
             return;
         }
         for ext in displaced {
