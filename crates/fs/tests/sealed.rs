@@ -265,21 +265,33 @@ enum Last {
     OtherFinish,
 }
 
+/// The old and the new contents of `/f` in [`two_sealed_writes`].
+const OLD: [u8; 4096] = [1; 4096];
+const NEW: [u8; 4096] = [2; 4096];
+
+/// A fresh image where `/f` was written whole twice ([`OLD`], then [`NEW`]), one block,
+/// each a sealed entry: the region, the file system (to abandon), `/f`'s inode and
+/// the slots of its sealed entries of version 5's kind.
+fn two_sealed_writes() -> (Arc<dyn Pmem>, FileSystem, u64, Vec<u64>) {
+    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
+    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
+    let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
+    write_file(&fs, "/f", &OLD);
+    write_file(&fs, "/f", &NEW);
+    let ino = fs.lstat("/f").unwrap().ino;
+    let slots = sealed_slots(&*pm, &fs, ino, KIND_V5);
+    (pm, fs, ino, slots)
+}
+
 /// Two writes of one block to a file, power lost after the second returned; the
 /// image then made one of format version 4 whose sealed entries are of its kind, the
 /// last left as `last` says. Returns whether the second write survived a read-only
 /// mount (which must not upgrade) and a writable one (which must), and the writable
 /// mount's count of dropped sealed writes.
 fn old_kind_case(last: Last) -> (bool, bool, u64) {
-    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-    let (old, new) = (vec![1u8; 4096], vec![2u8; 4096]);
-    let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-    write_file(&fs, "/f", &old);
-    write_file(&fs, "/f", &new);
-    let ino = fs.lstat("/f").unwrap().ino;
+    let (pm, fs, ino, slots) = two_sealed_writes();
+    let (old, new) = (OLD.to_vec(), NEW.to_vec());
     let at = first_block(&fs, "/f");
-    let slots = sealed_slots(&*pm, &fs, ino, KIND_V5);
     assert_eq!(
         slots.len(),
         2,
@@ -350,18 +362,11 @@ fn format_version_4_sealed_entries_are_checked_with_their_own_finish() {
 
 #[test]
 fn a_sealed_entry_of_version_5_kind_is_not_taken_with_version_4_finish() {
-    let pm: Arc<dyn Pmem> = Arc::new(MemPmem::new(16 << 20));
-    FileSystem::format(&*pm, &FormatOptions::default()).unwrap();
-    let (old, new) = (vec![1u8; 4096], vec![2u8; 4096]);
-    let (fs, _) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
-    write_file(&fs, "/f", &old);
-    write_file(&fs, "/f", &new);
-    let ino = fs.lstat("/f").unwrap().ino;
-    let slots = sealed_slots(&*pm, &fs, ino, KIND_V5);
+    let (pm, fs, _, slots) = two_sealed_writes();
     fs.abandon();
     reseal(&*pm, slots[1], KIND_V5, Finish::V1);
     let (fs, report) = FileSystem::mount(pm.clone(), MountOptions::default()).unwrap();
     assert_eq!(report.unsealed_writes_dropped, 1, "{report:?}");
-    assert_eq!(read_file(&fs, "/f"), old);
+    assert_eq!(read_file(&fs, "/f"), OLD);
     fs.unmount().unwrap();
 }
